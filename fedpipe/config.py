@@ -1,0 +1,226 @@
+"""Typed, frozen configuration read once from ``params.yaml``.
+
+Every setting takes one road: :func:`load_params` reads the YAML file into
+:class:`Params`; everything below it receives explicit arguments. Bad values stop
+the run before any work, with one line per problem that names the dotted param key
+and what would be accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+PARAMS_FILE = "params.yaml"
+
+ROUND_CHAIN_KEY = "round_chain"
+ROUND_CHAIN_MARKER = (
+    "# --- generated from federation.rounds by `fedpipe sync` (and `fedpipe run`);"
+    " do not edit ---"
+)
+
+
+class ParamsError(ValueError):
+    """Raised when ``params.yaml`` is missing, malformed or holds a bad value."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataParams(_Section):
+    """Where the samples come from and how many are held out for global testing."""
+
+    source: Literal["mnist5k"] = "mnist5k"
+    test_fraction: float = Field(0.2, gt=0.0, lt=1.0)
+
+
+class PartitionParams(_Section):
+    """How training samples are dealt to clients."""
+
+    method: Literal["iid", "dirichlet"] = "iid"
+    alpha: float = Field(0.5, gt=0.0)
+    min_samples: int = Field(10, ge=1)
+    local_test_fraction: float = Field(0.2, ge=0.0, lt=1.0)
+
+
+class FederationParams(_Section):
+    """The federation: how many clients, rounds and clients per round."""
+
+    clients: int = Field(10, ge=1)
+    rounds: int = Field(10, ge=1)
+    fraction_fit: float = Field(1.0, gt=0.0, le=1.0)
+    min_clients: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _min_clients_fit(self) -> FederationParams:
+        if self.min_clients > self.clients:
+            raise ValueError(
+                f"federation.min_clients={self.min_clients} exceeds "
+                f"federation.clients={self.clients}; allowed: 1..{self.clients}"
+            )
+        return self
+
+    def clients_per_round(self) -> int:
+        """Number of clients sampled each round (at least ``min_clients``)."""
+        return min(
+            self.clients,
+            max(self.min_clients, math.ceil(self.fraction_fit * self.clients)),
+        )
+
+
+class TrainParams(_Section):
+    """Local training on each client."""
+
+    epochs: int = Field(1, ge=1)
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(0.05, gt=0.0)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+
+
+class ModelParams(_Section):
+    """Which model the federation trains."""
+
+    name: Literal["small_cnn", "seed_cnn", "mlp"] = "small_cnn"
+
+
+class StrategyParams(_Section):
+    """How the server aggregates client updates."""
+
+    name: Literal["fedavg"] = "fedavg"
+
+
+class ValidationParams(_Section):
+    """Data validation thresholds."""
+
+    min_rows: int = Field(100, ge=1)
+
+
+class Params(_Section):
+    """All settings of one fedpipe experiment (the contents of ``params.yaml``)."""
+
+    seed: int = Field(42, ge=0)
+    data: DataParams = DataParams()
+    partition: PartitionParams = PartitionParams()
+    federation: FederationParams = FederationParams()
+    train: TrainParams = TrainParams()
+    model: ModelParams = ModelParams()
+    strategy: StrategyParams = StrategyParams()
+    validation: ValidationParams = ValidationParams()
+    round_chain: dict[int, int] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _chain_matches_rounds(self) -> Params:
+        expected = round_chain(self.federation.rounds)
+        if self.round_chain != expected:
+            listed = sorted(self.round_chain)
+            span = f"rounds {listed[0]}..{listed[-1]}" if listed else "no rounds"
+            raise ValueError(
+                f"round_chain lists {span} but federation.rounds="
+                f"{self.federation.rounds}; run `fedpipe sync` to regenerate it "
+                "(dvc.yaml makes one stage per entry)"
+            )
+        return self
+
+
+def round_chain(rounds: int) -> dict[int, int]:
+    """Map each round to its predecessor: ``{1: 0, 2: 1, ..., rounds: rounds - 1}``.
+
+    DVC's ``foreach`` cannot compute ``k - 1``, so ``dvc.yaml`` iterates over this
+    mapping to name each round's input model.
+    """
+    return {k: k - 1 for k in range(1, rounds + 1)}
+
+
+def _format_error(err: dict[str, Any], raw: dict[str, Any]) -> str:
+    loc = [str(part) for part in err["loc"]]
+    key = ".".join(loc) if loc else "(top level)"
+    if err["type"] == "extra_forbidden":
+        section_model = _section_for(loc[:-1])
+        allowed = ", ".join(sorted(section_model.model_fields)) if section_model else ""
+        return f"{key}: unknown key; allowed keys here: {allowed}"
+    msg = err["msg"]
+    msg = re.sub(r"^Value error, ", "", msg)
+    if "input" in err and err["type"] not in ("value_error", "missing"):
+        return f"{key}: {msg} (got {err['input']!r})"
+    if err["type"] == "value_error":
+        return msg
+    return f"{key}: {msg}"
+
+
+def _section_for(path: list[str]) -> type[BaseModel] | None:
+    model: type[BaseModel] = Params
+    for part in path:
+        field = model.model_fields.get(part)
+        if field is None or not isinstance(field.annotation, type):
+            return None
+        if not issubclass(field.annotation, BaseModel):
+            return None
+        model = field.annotation
+    return model
+
+
+def parse_params(raw: Any, *, source: str = PARAMS_FILE) -> Params:
+    """Validate a mapping (the parsed YAML) into :class:`Params`.
+
+    Raises
+    ------
+    ParamsError
+        With one line per problem: ``<source>: <dotted.key>: <what is allowed>``.
+    """
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{source}: expected a mapping of settings, got {raw!r}")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        lines = [f"{source}: {_format_error(e, raw)}" for e in exc.errors()]
+        raise ParamsError("\n".join(lines)) from None
+
+
+def load_params(path: str | Path = PARAMS_FILE) -> Params:
+    """Read and validate ``params.yaml`` (the only place settings are read)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ParamsError(f"{path}: params file not found (run from the project root)")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{path}: not valid YAML: {exc}") from None
+    return parse_params(raw, source=str(path))
+
+
+def sync_round_chain(path: str | Path = PARAMS_FILE) -> bool:
+    """Rewrite the generated ``round_chain`` block of ``params.yaml`` to match rounds.
+
+    Only the block after :data:`ROUND_CHAIN_MARKER` is rewritten, so comments and
+    the order of the user's settings survive. Returns True when the file changed.
+    """
+    path = Path(path)
+    text = path.read_text()
+    raw = yaml.safe_load(text) or {}
+    rounds = raw.get("federation", {}).get("rounds", FederationParams().rounds)
+    if not isinstance(rounds, int) or rounds < 1:
+        # leave it to parse_params to report federation.rounds precisely
+        return False
+    head = text.split(ROUND_CHAIN_MARKER)[0]
+    if ROUND_CHAIN_MARKER not in text and f"\n{ROUND_CHAIN_KEY}:" in f"\n{text}":
+        raise ParamsError(
+            f"{path}: {ROUND_CHAIN_KEY} is present without the generated-block "
+            f"marker; delete the {ROUND_CHAIN_KEY} block and run `fedpipe sync`"
+        )
+    block = "\n".join(
+        [ROUND_CHAIN_MARKER, f"{ROUND_CHAIN_KEY}:"]
+        + [f'  "{k}": {prev}' for k, prev in round_chain(rounds).items()]
+    )
+    new = head.rstrip("\n") + "\n\n" + block + "\n"
+    if new == text:
+        return False
+    path.write_text(new)
+    return True

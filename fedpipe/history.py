@@ -1,0 +1,68 @@
+"""A run's history: one row per round, read back from the rounds' metrics files."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fedpipe import layout
+from fedpipe.federation import read_json
+from fedpipe.metrics import METRIC_NAMES
+
+GROUPS = ("global", "global_on_clients", "local", "local_std")
+GROUP_TITLES = {
+    "global": "global model, held-out test",
+    "global_on_clients": "global model, client tests (mean)",
+    "local": "local models, own tests (mean ± std)",
+}
+
+
+def flatten(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"global": {"loss": ..}}`` -> ``{"global_loss": ..}`` plus the round number."""
+    row: dict[str, Any] = {"round": summary["round"]}
+    for group in GROUPS:
+        for name in METRIC_NAMES:
+            value = summary.get(group, {}).get(name)
+            row[f"{group}_{name}"] = float("nan") if value is None else value
+    row["n_selected"] = len(summary.get("clients_selected", []))
+    return row
+
+
+def load_history(rounds: int, root: Path = Path(".")) -> pd.DataFrame:
+    """One row per round 1..rounds, from ``metrics/rounds/round-K.json``."""
+    rows = [flatten(read_json(root / layout.round_metrics(k))) for k in range(1, rounds + 1)]
+    return pd.DataFrame(rows)
+
+
+def progress_line(summary: Mapping[str, Any], rounds: int, seconds: float) -> str:
+    """The line printed after each round."""
+    g, lo, sd = summary["global"], summary["local"], summary["local_std"]
+
+    def fmt(v: float | None) -> str:
+        return "  nan " if v is None else f"{v:.4f}"
+
+    return (
+        f"round {summary['round']:>3}/{rounds}  "
+        f"global acc {fmt(g['accuracy'])} loss {fmt(g['loss'])}  |  "
+        f"local acc {fmt(lo['accuracy'])} ± {fmt(sd['accuracy'])} loss {fmt(lo['loss'])}  "
+        f"({len(summary['clients_selected'])} clients, {seconds:.1f} s)"
+    )
+
+
+def final_table(summary: Mapping[str, Any]) -> str:
+    """Markdown table of global vs local metrics for one round's summary."""
+    header = "| metric | " + " | ".join(GROUP_TITLES.values()) + " |"
+    lines = [header, "|---|" + "---:|" * len(GROUP_TITLES)]
+    for name in METRIC_NAMES:
+        cells = []
+        for group in GROUP_TITLES:
+            value = summary[group][name]
+            cell = "n/a" if value is None else f"{value:.4f}"
+            if group == "local" and summary["local_std"][name] is not None and value is not None:
+                cell += f" ± {summary['local_std'][name]:.4f}"
+            cells.append(cell)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,54 @@
+"""Where each pipeline stage reads and writes, relative to the project root.
+
+``dvc.yaml`` declares the same paths; ``tests/test_pipeline_sync.py`` checks that the
+two agree, so a path is changed in both places or the tests fail.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+RAW_DIR = Path("data/raw")
+VALIDATION_DIR = Path("reports/validation")
+MANIFEST = Path("data/partition/manifest.json")
+MODELS_DIR = Path("models")
+ROUND_METRICS_DIR = Path("metrics/rounds")
+CLIENT_METRICS_DIR = Path("metrics/clients")
+LIVE_DIR = Path("dvclive")
+SUMMARY_TABLE = Path("reports/summary.md")
+
+ROUND_STAGE = "round"
+
+
+def raw_table(source: str) -> Path:
+    """The ingested table of a data source (one row per sample)."""
+    return RAW_DIR / f"{source}.parquet"
+
+
+def model_dir(round_: int) -> Path:
+    """Directory of the global model after ``round_`` (0 = initial model)."""
+    return MODELS_DIR / f"round-{round_}"
+
+
+def model_weights(round_: int) -> Path:
+    """Global weights after ``round_`` (0 = the initial model)."""
+    return model_dir(round_) / "weights.npz"
+
+
+def round_metrics(round_: int) -> Path:
+    """The round's metrics: global test and client means."""
+    return ROUND_METRICS_DIR / f"round-{round_}.json"
+
+
+def client_metrics(round_: int) -> Path:
+    """The round's per-client table."""
+    return CLIENT_METRICS_DIR / f"round-{round_}.csv"
+
+
+def stage_names(rounds: int) -> list[str]:
+    """Every DVC stage of the pipeline, in execution order."""
+    return (
+        ["ingest", "validate", "partition", "init"]
+        + [f"{ROUND_STAGE}@{k}" for k in range(1, rounds + 1)]
+        + ["summary"]
+    )

@@ -1,0 +1,151 @@
+"""Local training and evaluation with Keras, one compiled model reused throughout.
+
+Building and compiling a Keras model costs far more than a client's epoch on small
+data, so a :class:`ModelRunner` builds its model once and swaps weights in and out.
+Every fit resets what could leak between clients: weights, optimizer state and the
+random state of layers such as dropout, so a client's result depends only on the
+weights it starts from, its data and its seed — not on what ran before it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from fedpipe.metrics import classification_metrics  # noqa: E402
+from fedpipe.models import build_model, loss_for  # noqa: E402
+from fedpipe.seeds import derive_seed  # noqa: E402
+
+_determinism_enabled = False
+
+
+def enable_determinism() -> None:
+    """Make TensorFlow ops deterministic (same inputs, same bits)."""
+    global _determinism_enabled
+    if not _determinism_enabled:
+        tf.config.experimental.enable_op_determinism()
+        _determinism_enabled = True
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything needed to build and compile the model a runner trains.
+
+    Attributes
+    ----------
+    name : str
+        ``model.name``.
+    input_shape : tuple of int
+        Shape of one sample.
+    n_classes : int
+        Number of classes (2 means one sigmoid output).
+    optimizer : str
+        ``train.optimizer``: ``sgd`` or ``adam``.
+    lr : float
+        ``train.lr``.
+    """
+
+    name: str
+    input_shape: tuple[int, ...]
+    n_classes: int
+    optimizer: str
+    lr: float
+
+
+def initial_weights(spec: ModelSpec, seed: int) -> list[np.ndarray]:
+    """The global model before round 1, from ``seed`` alone."""
+    keras.utils.set_random_seed(derive_seed(seed, "init"))
+    model = build_model(spec.name, spec.input_shape, spec.n_classes)
+    return [np.array(w) for w in model.get_weights()]
+
+
+def count_params(spec: ModelSpec) -> int:
+    """Number of parameters of the model."""
+    return int(build_model(spec.name, spec.input_shape, spec.n_classes).count_params())
+
+
+class ModelRunner:
+    """A compiled Keras model that trains and evaluates any weights given to it."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        enable_determinism()
+        self.spec = spec
+        self.model = build_model(spec.name, spec.input_shape, spec.n_classes)
+        optimizer = (
+            keras.optimizers.SGD(learning_rate=spec.lr)
+            if spec.optimizer == "sgd"
+            else keras.optimizers.Adam(learning_rate=spec.lr)
+        )
+        self._loss = loss_for(spec.n_classes, per_sample=True)
+        self.model.compile(optimizer=optimizer, loss=loss_for(spec.n_classes))
+        optimizer.build(self.model.trainable_variables)
+        self._optimizer_initial = [np.array(v) for v in optimizer.variables]
+        self._seed_generators = [
+            sg for layer in self.model._flatten_layers() for sg in layer._seed_generators
+        ]
+        self._predict = tf.function(self._predict_step, reduce_retracing=True)
+
+    def _reset(self, weights: list[np.ndarray], seed: int) -> None:
+        self.model.set_weights(weights)
+        for var, value in zip(self.model.optimizer.variables, self._optimizer_initial, strict=True):
+            var.assign(value)
+        for i, sg in enumerate(self._seed_generators):
+            sg.state.assign(np.array([seed + i, 0], dtype=sg.state.dtype))
+
+    def fit(
+        self,
+        weights: list[np.ndarray],
+        x: np.ndarray,
+        y: np.ndarray,
+        *,
+        epochs: int,
+        batch_size: int,
+        seed: int,
+    ) -> list[np.ndarray]:
+        """Train from ``weights`` on (x, y) and return the trained weights.
+
+        Samples are shuffled each epoch by a generator seeded with ``seed``; the
+        layers' random state is reset from ``seed`` too.
+        """
+        self._reset(weights, seed)
+        rng = np.random.default_rng(seed)
+        for _ in range(epochs):
+            order = rng.permutation(len(x))
+            self.model.fit(
+                x[order], y[order], batch_size=batch_size, epochs=1, shuffle=False, verbose=0
+            )
+        return [np.array(w) for w in self.model.get_weights()]
+
+    def _predict_step(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        probs = self.model(x, training=False)
+        target = tf.reshape(y, (-1, 1)) if self.spec.n_classes == 2 else y
+        return probs, self._loss(target, probs)
+
+    def predict(
+        self, weights: list[np.ndarray], x: np.ndarray, y: np.ndarray, batch_size: int = 1024
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Probabilities and per-sample losses of ``weights`` on (x, y)."""
+        self.model.set_weights(weights)
+        probs, losses = [], []
+        for start in range(0, len(x), batch_size):
+            p, loss = self._predict(
+                tf.constant(x[start : start + batch_size]),
+                tf.constant(y[start : start + batch_size]),
+            )
+            probs.append(p.numpy())
+            losses.append(loss.numpy().reshape(-1))
+        if not probs:
+            return np.zeros((0, 1), np.float32), np.zeros(0, np.float32)
+        return np.concatenate(probs), np.concatenate(losses)
+
+    def evaluate(self, weights: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+        """Loss, accuracy, precision, recall and AUC of ``weights`` on (x, y)."""
+        probs, losses = self.predict(weights, x, y)
+        return classification_metrics(y, probs, losses)

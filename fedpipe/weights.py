@@ -1,0 +1,39 @@
+"""Model weights on disk: a NumPy ``.npz`` archive with deterministic bytes.
+
+``numpy.savez`` stamps each member with the current time, so two saves of the same
+weights differ. :func:`save_weights` writes the same archive format with a fixed
+timestamp and order, so identical weights give identical files (and DVC hashes).
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+def save_weights(path: Path, weights: Sequence[np.ndarray]) -> None:
+    """Write a list of arrays as ``w000, w001, ...`` in a deterministic ``.npz``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:
+        for i, array in enumerate(weights):
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.ascontiguousarray(array))
+            info = zipfile.ZipInfo(f"w{i:03d}.npy", date_time=_EPOCH)
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, buf.getvalue())
+    tmp.replace(path)
+
+
+def load_weights(path: Path) -> list[np.ndarray]:
+    """Read weights written by :func:`save_weights`, in their original order."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: model weights not found")
+    with np.load(path) as archive:
+        return [archive[name] for name in sorted(archive.files)]

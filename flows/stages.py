@@ -1,0 +1,153 @@
+"""One Prefect flow per DVC stage. They wire tasks together and do nothing else.
+
+``dvc repro`` runs each stage's command (``fedpipe stage NAME``), which calls the
+flow here as a top-level flow run; ``fedpipe run`` calls the same flows as subflows
+of one run, in one process. Same code, same outputs, either way.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prefect import flow, get_run_logger
+
+from fedpipe import layout
+from fedpipe.config import Params
+from fedpipe.data import spec_for
+from fedpipe.federation import RoundRecord, sample_clients
+from fedpipe.history import progress_line
+from fedpipe.strategy import make_strategy
+from fedpipe.training import ModelSpec
+from fedpipe.weights import load_weights
+from tasks import data as data_tasks
+from tasks import federation as fed_tasks
+from tasks.report import summarize
+from tasks.runtime import data_for
+
+
+def model_spec(params: Params) -> ModelSpec:
+    """The model the experiment trains, from ``model.*``, ``train.*`` and the data."""
+    spec = spec_for(params.data.source)
+    return ModelSpec(
+        name=params.model.name,
+        input_shape=spec.input_shape,
+        n_classes=len(spec.classes),
+        optimizer=params.train.optimizer,
+        lr=params.train.lr,
+    )
+
+
+@flow(name="ingest")
+def ingest_stage(params: Params) -> None:
+    """Stage ``ingest``: the source's samples as the raw table under ``data/raw/``."""
+    data_tasks.ingest(params.data.source, layout.raw_table(params.data.source))
+
+
+@flow(name="validate")
+def validate_stage(params: Params) -> None:
+    """Stage ``validate``: Great Expectations checks on the raw table."""
+    data_tasks.validate(
+        layout.raw_table(params.data.source),
+        spec_for(params.data.source),
+        min_rows=params.validation.min_rows,
+        report_dir=layout.VALIDATION_DIR,
+    )
+
+
+@flow(name="partition")
+def partition_stage(params: Params) -> None:
+    """Stage ``partition``: held-out test split, clients, local train/test splits."""
+    p = params.partition
+    data_tasks.partition(
+        layout.raw_table(params.data.source),
+        layout.MANIFEST,
+        classes=spec_for(params.data.source).classes,
+        seed=params.seed,
+        test_fraction=params.data.test_fraction,
+        method=p.method,
+        alpha=p.alpha,
+        min_samples=p.min_samples,
+        n_clients=params.federation.clients,
+        local_test_fraction=p.local_test_fraction,
+    )
+
+
+@flow(name="init-model")
+def init_stage(params: Params) -> None:
+    """Stage ``init``: the global model before round 1."""
+    fed_tasks.init_model(model_spec(params), params.seed, layout.model_weights(0))
+
+
+@flow(name="federation-round", flow_run_name="round {round_}")
+def round_stage(params: Params, round_: int) -> dict:
+    """Stage ``round@K``: sample clients, train each (a task per client), aggregate,
+    evaluate, and write the new global model and the round's metrics."""
+    started = time.perf_counter()
+    spec = model_spec(params)
+    data = data_for(
+        layout.raw_table(params.data.source), layout.MANIFEST, spec_for(params.data.source)
+    )
+    global_weights = load_weights(layout.model_weights(round_ - 1))
+    selected = sample_clients(
+        n_clients=len(data.clients),
+        per_round=params.federation.clients_per_round(),
+        seed=params.seed,
+        round_=round_,
+    )
+    results = [
+        fed_tasks.train_client(
+            spec,
+            global_weights,
+            data.clients[c],
+            round_=round_,
+            seed=params.seed,
+            epochs=params.train.epochs,
+            batch_size=params.train.batch_size,
+        )
+        for c in selected
+    ]
+    new_weights, weight_sum = fed_tasks.aggregate(
+        make_strategy(params.strategy.name), global_weights, results
+    )
+    record: RoundRecord = fed_tasks.evaluate(
+        spec, new_weights, data, results, round_=round_, weight_sum=weight_sum
+    )
+    fed_tasks.write_round(
+        record,
+        new_weights,
+        model_out=layout.model_weights(round_),
+        metrics_out=layout.round_metrics(round_),
+        clients_out=layout.client_metrics(round_),
+    )
+    summary = record.summary()
+    get_run_logger().info(
+        progress_line(summary, params.federation.rounds, time.perf_counter() - started)
+    )
+    return summary
+
+
+@flow(name="summary")
+def summary_stage(params: Params) -> str:
+    """Stage ``summary``: every round's metrics as DVCLive metrics/plots, final table."""
+    return summarize(
+        params.federation.rounds, live_dir=layout.LIVE_DIR, table_out=layout.SUMMARY_TABLE
+    )
+
+
+def run_stage(params: Params, stage: str) -> None:
+    """Run the flow of a DVC stage name such as ``partition`` or ``round@3``."""
+    name, _, arg = stage.partition("@")
+    if name == layout.ROUND_STAGE:
+        round_stage(params, int(arg))
+    else:
+        STAGE_FLOWS[name](params)
+
+
+STAGE_FLOWS = {
+    "ingest": ingest_stage,
+    "validate": validate_stage,
+    "partition": partition_stage,
+    "init": init_stage,
+    "summary": summary_stage,
+}
+
