@@ -71,7 +71,9 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
     if args.name == "round":
         if args.round is None:
-            raise SystemExit("fedpipe stage round: give the round number, e.g. `round 3`")
+            raise SystemExit(
+                "fedpipe stage round: give the round number, e.g. `round 3`"
+            )
         if not 1 <= args.round <= params.federation.rounds:
             raise SystemExit(
                 f"round {args.round} is outside federation.rounds=1..{params.federation.rounds}"
@@ -107,8 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
         "orchestrated by Prefect. Run from a project directory holding dvc.yaml and "
         "params.yaml (see `fedpipe init`).",
     )
-    parser.add_argument("-C", "--project", default=".", help="project directory (default: .)")
-    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    parser.add_argument(
+        "-C", "--project", default=".", help="project directory (default: .)"
+    )
+    parser.add_argument(
+        "--params", default="params.yaml", help="params file (default: params.yaml)"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser(
@@ -118,11 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
         "flow run. Stages already up to date in dvc.lock are skipped, so an interrupted "
         "run resumes where it stopped.",
     )
-    run.add_argument("--force", action="store_true", help="rerun stages even if up to date")
+    run.add_argument(
+        "--force", action="store_true", help="rerun stages even if up to date"
+    )
     run.set_defaults(func=cmd_run)
 
     stage = sub.add_parser(
-        "stage", help="run one pipeline stage (what dvc.yaml's stages call)",
+        "stage",
+        help="run one pipeline stage (what dvc.yaml's stages call)",
         description="Run one stage as its own Prefect flow run. `dvc repro` calls these.",
     )
     stage.add_argument(
@@ -133,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     for p in (run, stage):
         p.add_argument(
-            "--no-server-start", action="store_true",
+            "--no-server-start",
+            action="store_true",
             help="fail instead of starting a local Prefect server when none answers",
         )
 
@@ -142,9 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sync.set_defaults(func=cmd_sync)
 
-    init = sub.add_parser("init", help="create a new fedpipe project (dvc.yaml, params.yaml, git, dvc)")
+    init = sub.add_parser(
+        "init", help="create a new fedpipe project (dvc.yaml, params.yaml, git, dvc)"
+    )
     init.add_argument("directory")
-    init.add_argument("--no-git", action="store_true", help="do not run git init / dvc init")
+    init.add_argument(
+        "--no-git", action="store_true", help="do not run git init / dvc init"
+    )
     init.set_defaults(func=cmd_init)
     return parser
 
@@ -175,7 +189,10 @@ def _known_failure(exc: BaseException) -> str | None:
     from fedpipe.strategy import AggregationError
 
     known: tuple[type[BaseException], ...] = (
-        PartitionError, AggregationError, FileNotFoundError, ValueError
+        PartitionError,
+        AggregationError,
+        FileNotFoundError,
+        ValueError,
     )
     if "tasks.data" in sys.modules:
         from tasks.data import ValidationFailed

@@ -71,7 +71,9 @@ def spec_for(source: str) -> DatasetSpec:
         return SOURCES[source]
     except KeyError:
         allowed = ", ".join(sorted(SOURCES))
-        raise ValueError(f"data.source: unknown {source!r}; allowed: {allowed}") from None
+        raise ValueError(
+            f"data.source: unknown {source!r}; allowed: {allowed}"
+        ) from None
 
 
 def load_mnist5k() -> pd.DataFrame:

@@ -64,7 +64,10 @@ def partition_table(
     ids = df["sample_id"].to_numpy(dtype=str)
     labels = df["label"].to_numpy(dtype=np.int64)
     train_pos, test_pos = split_heldout(
-        len(df), test_fraction=test_fraction, rng=rng_for(seed, "heldout"), labels=labels
+        len(df),
+        test_fraction=test_fraction,
+        rng=rng_for(seed, "heldout"),
+        labels=labels,
     )
     if n_clients > len(train_pos):
         raise ValueError(
@@ -72,10 +75,17 @@ def partition_table(
             f"samples; allowed: 1..{len(train_pos)}"
         )
     partitioner = make_partitioner(method, alpha=alpha, min_samples=min_samples)
-    parts = partitioner.partition(labels[train_pos], n_clients, rng_for(seed, "partition"))
+    parts = partitioner.partition(
+        labels[train_pos], n_clients, rng_for(seed, "partition")
+    )
     check_partition(parts, len(train_pos), min_samples=min_samples)
-    params = {"alpha": alpha, "min_samples": min_samples, "seed": seed,
-              "test_fraction": test_fraction, "local_test_fraction": local_test_fraction}
+    params = {
+        "alpha": alpha,
+        "min_samples": min_samples,
+        "seed": seed,
+        "test_fraction": test_fraction,
+        "local_test_fraction": local_test_fraction,
+    }
     if method != "dirichlet":
         params.pop("alpha")
     return build_manifest(
@@ -104,7 +114,9 @@ def federated_data(
     return FederatedData(spec, x_test, y_test, tuple(clients))
 
 
-def sample_clients(*, n_clients: int, per_round: int, seed: int, round_: int) -> list[int]:
+def sample_clients(
+    *, n_clients: int, per_round: int, seed: int, round_: int
+) -> list[int]:
     """The clients that train in ``round_``: seeded per round, sorted by id."""
     if per_round >= n_clients:
         return list(range(n_clients))
@@ -191,7 +203,9 @@ class RoundRecord:
 
 
 def _rounded(metrics: Mapping[str, float]) -> dict[str, float | None]:
-    return {k: (None if np.isnan(v) else round(float(v), 6)) for k, v in metrics.items()}
+    return {
+        k: (None if np.isnan(v) else round(float(v), 6)) for k, v in metrics.items()
+    }
 
 
 def write_json(path: Path, payload: Any) -> None:
@@ -205,7 +219,9 @@ def write_json(path: Path, payload: Any) -> None:
 def read_json(path: Path) -> Any:
     """Read a JSON file written by :func:`write_json`."""
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: not found; run the stage that writes it first")
+        raise FileNotFoundError(
+            f"{path}: not found; run the stage that writes it first"
+        )
     return json.loads(path.read_text())
 
 

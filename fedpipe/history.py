@@ -33,7 +33,9 @@ def flatten(summary: Mapping[str, Any]) -> dict[str, Any]:
 
 def load_history(rounds: int, root: Path = Path(".")) -> pd.DataFrame:
     """One row per round 1..rounds, from ``metrics/rounds/round-K.json``."""
-    rows = [flatten(read_json(root / layout.round_metrics(k))) for k in range(1, rounds + 1)]
+    rows = [
+        flatten(read_json(root / layout.round_metrics(k))) for k in range(1, rounds + 1)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -61,7 +63,11 @@ def final_table(summary: Mapping[str, Any]) -> str:
         for group in GROUP_TITLES:
             value = summary[group][name]
             cell = "n/a" if value is None else f"{value:.4f}"
-            if group == "local" and summary["local_std"][name] is not None and value is not None:
+            if (
+                group == "local"
+                and summary["local_std"][name] is not None
+                and value is not None
+            ):
                 cell += f" ± {summary['local_std'][name]:.4f}"
             cells.append(cell)
         lines.append(f"| {name} | " + " | ".join(cells) + " |")

@@ -14,7 +14,8 @@ MANIFEST = Path("data/partition/manifest.json")
 MODELS_DIR = Path("models")
 ROUND_METRICS_DIR = Path("metrics/rounds")
 CLIENT_METRICS_DIR = Path("metrics/clients")
-LIVE_DIR = Path("dvclive")
+HISTORY_CSV = Path("metrics/history.csv")
+SUMMARY_METRICS = Path("metrics/summary.json")
 SUMMARY_TABLE = Path("reports/summary.md")
 
 ROUND_STAGE = "round"

@@ -81,6 +81,8 @@ def weighted_mean(
         values = np.array([row[name] for row in rows], dtype=np.float64)
         ok = ~np.isnan(values) & (w > 0)
         out[name] = (
-            float(np.sum(values[ok] * w[ok]) / np.sum(w[ok])) if ok.any() else float("nan")
+            float(np.sum(values[ok] * w[ok]) / np.sum(w[ok]))
+            if ok.any()
+            else float("nan")
         )
     return out

@@ -20,19 +20,20 @@ def _head(n_classes: int) -> layers.Layer:
 
 
 def small_cnn(input_shape: tuple[int, ...], n_classes: int) -> keras.Model:
-    """The default: two 3x3 conv layers (16, 32 filters) with max-pooling, dense 64.
+    """The default: Keras's classic MNIST convnet (keras-io ``mnist_convnet``).
 
-    About 55k parameters on 28x28x1 digits.
+    Conv 32 and 64 filters (3x3) with max-pooling, dropout 0.5, a dense output:
+    about 35k parameters on 28x28x1 digits.
     """
     return keras.Sequential(
         [
             keras.Input(shape=input_shape),
-            layers.Conv2D(16, 3, activation="relu", name="conv1"),
+            layers.Conv2D(32, 3, activation="relu", name="conv1"),
             layers.MaxPooling2D(2, name="pool1"),
-            layers.Conv2D(32, 3, activation="relu", name="conv2"),
+            layers.Conv2D(64, 3, activation="relu", name="conv2"),
             layers.MaxPooling2D(2, name="pool2"),
             layers.Flatten(name="flatten"),
-            layers.Dense(64, activation="relu", name="dense"),
+            layers.Dropout(0.5, name="dropout"),
             _head(n_classes),
         ],
         name="small_cnn",

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-PURPOSES = {"heldout": 1, "partition": 2, "local_split": 3, "init": 4, "sample": 5, "train": 6}
+PURPOSES = {
+    "heldout": 1,
+    "partition": 2,
+    "local_split": 3,
+    "init": 4,
+    "sample": 5,
+    "train": 6,
+}
 
 
 def derive_seed(seed: int, purpose: str, *coords: int) -> int:

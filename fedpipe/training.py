@@ -88,13 +88,17 @@ class ModelRunner:
         optimizer.build(self.model.trainable_variables)
         self._optimizer_initial = [np.array(v) for v in optimizer.variables]
         self._seed_generators = [
-            sg for layer in self.model._flatten_layers() for sg in layer._seed_generators
+            sg
+            for layer in self.model._flatten_layers()
+            for sg in layer._seed_generators
         ]
         self._predict = tf.function(self._predict_step, reduce_retracing=True)
 
     def _reset(self, weights: list[np.ndarray], seed: int) -> None:
         self.model.set_weights(weights)
-        for var, value in zip(self.model.optimizer.variables, self._optimizer_initial, strict=True):
+        for var, value in zip(
+            self.model.optimizer.variables, self._optimizer_initial, strict=True
+        ):
             var.assign(value)
         for i, sg in enumerate(self._seed_generators):
             sg.state.assign(np.array([seed + i, 0], dtype=sg.state.dtype))
@@ -119,7 +123,12 @@ class ModelRunner:
         for _ in range(epochs):
             order = rng.permutation(len(x))
             self.model.fit(
-                x[order], y[order], batch_size=batch_size, epochs=1, shuffle=False, verbose=0
+                x[order],
+                y[order],
+                batch_size=batch_size,
+                epochs=1,
+                shuffle=False,
+                verbose=0,
             )
         return [np.array(w) for w in self.model.get_weights()]
 
@@ -129,7 +138,11 @@ class ModelRunner:
         return probs, self._loss(target, probs)
 
     def predict(
-        self, weights: list[np.ndarray], x: np.ndarray, y: np.ndarray, batch_size: int = 1024
+        self,
+        weights: list[np.ndarray],
+        x: np.ndarray,
+        y: np.ndarray,
+        batch_size: int = 1024,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Probabilities and per-sample losses of ``weights`` on (x, y)."""
         self.model.set_weights(weights)
@@ -145,7 +158,9 @@ class ModelRunner:
             return np.zeros((0, 1), np.float32), np.zeros(0, np.float32)
         return np.concatenate(probs), np.concatenate(losses)
 
-    def evaluate(self, weights: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    def evaluate(
+        self, weights: list[np.ndarray], x: np.ndarray, y: np.ndarray
+    ) -> dict[str, float]:
         """Loss, accuracy, precision, recall and AUC of ``weights`` on (x, y)."""
         probs, losses = self.predict(weights, x, y)
         return classification_metrics(y, probs, losses)

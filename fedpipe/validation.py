@@ -252,7 +252,7 @@ def _build_row_summary(
         Present feature columns whose dtype is not numeric.
     """
     present = [c for c in spec.feature_columns if c in df.columns]
-    numeric = [c for c in present if pd.api.types.is_numeric_dtype(df[c])]
+    numeric = [c for c in present if _is_real_dtype(df[c])]
     non_numeric = tuple(c for c in present if c not in set(numeric))
     values = df[numeric].to_numpy(dtype=np.float64, na_value=np.nan)
     null_count = np.isnan(values).sum(axis=1)
@@ -366,6 +366,14 @@ def _coerce_non_numeric(
     )
     is_bad = ~is_null & ~is_number
     return col_values, is_null.astype(np.int64), is_bad.astype(np.int64)
+
+
+def _is_real_dtype(column: pd.Series) -> bool:
+    """True for int/uint/float/bool dtypes (incl. nullable), False otherwise."""
+    dtype = column.dtype
+    return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_complex_dtype(
+        dtype
+    )
 
 
 def _is_real_number(value: Any) -> bool:

@@ -1,8 +1,11 @@
 """``fedpipe run``: the whole pipeline as one Prefect flow run in one process.
 
-Stages run in ``dvc.yaml`` order as subflows; each is skipped when ``dvc.lock``
-says it is up to date, and recorded there as soon as it finishes. So a second run
-does nothing, and a run interrupted during round k resumes at round k.
+Stages run in ``dvc.yaml`` order as subflows. Stages that ``dvc.lock`` shows up to
+date are skipped; from the first stage that runs on, every later stage runs too
+(its inputs were just rewritten). Each finished stage is recorded in ``dvc.lock``
+(``dvc commit``) by a task that runs while the next stage computes; records are
+chained so they land in stage order. A run interrupted during round k therefore
+resumes at round k, or at round k-1 if k-1's record had not landed yet.
 """
 
 from __future__ import annotations
@@ -10,6 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow, get_run_logger
+from prefect.futures import PrefectFuture
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+from prefect.task_runners import ThreadPoolTaskRunner
 
 from fedpipe import layout
 from fedpipe.config import Params
@@ -17,17 +23,26 @@ from flows.stages import run_stage
 from tasks.dvc import record_stage, stage_is_fresh
 
 
-@flow(name="fedpipe-run")
+@flow(name="fedpipe-run", task_runner=ThreadPoolTaskRunner(max_workers=1))
 def run_pipeline(params: Params, force: bool = False) -> list[str]:
     """Bring every stage up to date; returns the stages that ran."""
     logger = get_run_logger()
     root = Path(".")
     ran: list[str] = []
+    last_record: PrefectFuture | None = None
     for stage in layout.stage_names(params.federation.rounds):
-        if not force and stage_is_fresh(root, stage):
+        if not ran and not force and stage_is_fresh(root, stage):
             logger.info("%s: up to date (dvc.lock)", stage)
             continue
-        run_stage(params, stage)
-        record_stage(root, stage)
+        # A subflow's heartbeat thread sleeps in 1 s steps and is joined when the
+        # subflow ends: about 1 s per stage. The parent run keeps its heartbeat
+        # (crash detection); its stages, which live and die with it, go without.
+        with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+            run_stage(params, stage)
+        last_record = record_stage.submit(
+            root, stage, wait_for=[last_record] if last_record else None
+        )
         ran.append(stage)
+    if last_record is not None:
+        last_record.result()
     return ran

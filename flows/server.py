@@ -41,7 +41,9 @@ def api_url(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> str:
 def is_healthy(url: str, timeout: float = 2.0) -> bool:
     """True when ``<url>/health`` answers 200."""
     try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=timeout) as resp:
+        with urllib.request.urlopen(
+            f"{url.rstrip('/')}/health", timeout=timeout
+        ) as resp:
             return resp.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -54,7 +56,9 @@ def wait_healthy(url: str, timeout: float = STARTUP_TIMEOUT_S) -> None:
         if is_healthy(url):
             return
         time.sleep(0.5)
-    raise PrefectServerError(f"Prefect API at {url} did not answer within {timeout:.0f} s")
+    raise PrefectServerError(
+        f"Prefect API at {url} did not answer within {timeout:.0f} s"
+    )
 
 
 def _prefect_exe() -> str:
@@ -74,8 +78,17 @@ def server_env() -> dict[str, str]:
 def start_background_server(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> str:
     """Start ``prefect server start --background`` and wait until it answers."""
     url = api_url(host, port)
-    cmd = [_prefect_exe(), "server", "start", "--background", "--host", host,
-           "--port", str(port), "--analytics-off"]
+    cmd = [
+        _prefect_exe(),
+        "server",
+        "start",
+        "--background",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--analytics-off",
+    ]
     proc = subprocess.run(cmd, env=server_env(), capture_output=True, text=True)
     if proc.returncode != 0 and not is_healthy(url):
         raise PrefectServerError(
@@ -117,8 +130,10 @@ def ensure_api(*, start: bool = True, log=print) -> str:  # type: ignore[no-unty
         if not is_healthy(url):
             if not start:
                 raise PrefectServerError(f"no Prefect server at {url}")
-            log(f"starting a local Prefect server at http://{DEFAULT_HOST}:{DEFAULT_PORT} "
-                "(once; `prefect server stop` ends it) ...")
+            log(
+                f"starting a local Prefect server at http://{DEFAULT_HOST}:{DEFAULT_PORT} "
+                "(once; `prefect server stop` ends it) ..."
+            )
             url = start_background_server()
     os.environ["PREFECT_API_URL"] = url
     return url

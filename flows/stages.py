@@ -85,7 +85,9 @@ def round_stage(params: Params, round_: int) -> dict:
     started = time.perf_counter()
     spec = model_spec(params)
     data = data_for(
-        layout.raw_table(params.data.source), layout.MANIFEST, spec_for(params.data.source)
+        layout.raw_table(params.data.source),
+        layout.MANIFEST,
+        spec_for(params.data.source),
     )
     global_weights = load_weights(layout.model_weights(round_ - 1))
     selected = sample_clients(
@@ -128,9 +130,12 @@ def round_stage(params: Params, round_: int) -> dict:
 
 @flow(name="summary")
 def summary_stage(params: Params) -> str:
-    """Stage ``summary``: every round's metrics as DVCLive metrics/plots, final table."""
+    """Stage ``summary``: the history of all rounds (DVC plots), final metrics, table."""
     return summarize(
-        params.federation.rounds, live_dir=layout.LIVE_DIR, table_out=layout.SUMMARY_TABLE
+        params.federation.rounds,
+        history_out=layout.HISTORY_CSV,
+        metrics_out=layout.SUMMARY_METRICS,
+        table_out=layout.SUMMARY_TABLE,
     )
 
 
@@ -150,4 +155,3 @@ STAGE_FLOWS = {
     "init": init_stage,
     "summary": summary_stage,
 }
-

@@ -26,7 +26,9 @@ def ingest(source: str, out: Path) -> int:
 
 
 @task(name="validate", cache_policy=NO_CACHE)
-def validate(table: Path, spec: DatasetSpec, *, min_rows: int, report_dir: Path) -> None:
+def validate(
+    table: Path, spec: DatasetSpec, *, min_rows: int, report_dir: Path
+) -> None:
     """Validate the raw table with Great Expectations; raise if any check fails."""
     from fedpipe.validation import validate_table
 
@@ -62,7 +64,11 @@ def partition(table: Path, out: Path, **settings: object) -> dict:
     sizes = [len(c["train"]) for c in manifest["clients"]]
     get_run_logger().info(
         "partitioned %d training samples over %d clients (%s): sizes %d..%d; %d held out",
-        sum(sizes), len(sizes), manifest["method"], min(sizes), max(sizes),
+        sum(sizes),
+        len(sizes),
+        manifest["method"],
+        min(sizes),
+        max(sizes),
         len(manifest["heldout"]),
     )
     return manifest

@@ -8,7 +8,13 @@ import numpy as np
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from fedpipe.federation import ClientData, ClientResult, FederatedData, RoundRecord, write_json
+from fedpipe.federation import (
+    ClientData,
+    ClientResult,
+    FederatedData,
+    RoundRecord,
+    write_json,
+)
 from fedpipe.seeds import derive_seed
 from fedpipe.strategy import ClientUpdate, Strategy
 from fedpipe.strategy.aggregate import normalized
@@ -51,7 +57,9 @@ def train_client(
         seed=derive_seed(seed, "train", round_, client.client),
     )
     local = runner.evaluate(weights, client.x_test, client.y_test)
-    return ClientResult(client.client, len(client.y_train), len(client.y_test), weights, local)
+    return ClientResult(
+        client.client, len(client.y_train), len(client.y_test), weights, local
+    )
 
 
 @task(name="aggregate", cache_policy=NO_CACHE)
@@ -81,7 +89,9 @@ def evaluate(
         selected=[r.client for r in results],
         n_test=[len(c.y_test) for c in data.clients],
         global_test=runner.evaluate(weights, data.x_test, data.y_test),
-        global_clients=[runner.evaluate(weights, c.x_test, c.y_test) for c in data.clients],
+        global_clients=[
+            runner.evaluate(weights, c.x_test, c.y_test) for c in data.clients
+        ],
         local={r.client: r.local for r in results},
         aggregation_weight_sum=weight_sum,
     )
@@ -89,8 +99,12 @@ def evaluate(
 
 @task(name="write-round", cache_policy=NO_CACHE)
 def write_round(
-    record: RoundRecord, weights: list[np.ndarray], *, model_out: Path,
-    metrics_out: Path, clients_out: Path,
+    record: RoundRecord,
+    weights: list[np.ndarray],
+    *,
+    model_out: Path,
+    metrics_out: Path,
+    clients_out: Path,
 ) -> None:
     """Write the round's versioned outputs: global weights and metrics."""
     save_weights(model_out, weights)

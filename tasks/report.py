@@ -1,8 +1,14 @@
-"""The summary stage: the run's history as DVC metrics and plots, and a final table."""
+"""The summary stage: the run's history as DVC metrics and plots, and a final table.
+
+The files follow what ``dvc metrics`` / ``dvc plots`` read: one CSV row per round
+(``metrics/history.csv``, declared as plots in ``dvc.yaml``) and the final round's
+numbers as nested JSON (``metrics/summary.json``, declared as metrics), both with
+deterministic bytes. DVCLive is not used: it needs a git commit to exist and
+stamps every row with the wall-clock time.
+"""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from prefect import get_run_logger, task
@@ -10,30 +16,26 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from fedpipe import layout
-from fedpipe.federation import read_json
-from fedpipe.history import GROUPS, final_table, load_history
-from fedpipe.metrics import METRIC_NAMES
-
-os.environ.setdefault("DVCLIVE_LOGLEVEL", "WARNING")
+from fedpipe.federation import read_json, write_json
+from fedpipe.history import final_table, load_history
 
 
 @task(name="summarize", cache_policy=NO_CACHE)
-def summarize(rounds: int, *, live_dir: Path, table_out: Path) -> str:
-    """Log every round to DVCLive (step = round) and write the final table."""
-    from dvclive import Live
-
+def summarize(
+    rounds: int, *, history_out: Path, metrics_out: Path, table_out: Path
+) -> str:
+    """Write the per-round history, the final metrics and the final table."""
     history = load_history(rounds)
-    with Live(dir=str(live_dir), save_dvc_exp=False, dvcyaml=False, report=None) as live:
-        for row in history.to_dict("records"):
-            live.step = int(row["round"])
-            for group in GROUPS:
-                for name in METRIC_NAMES:
-                    live.log_metric(f"{group}/{name}", row[f"{group}_{name}"], plot=True)
+    history_out.parent.mkdir(parents=True, exist_ok=True)
+    history.to_csv(history_out, index=False, float_format="%.6g")
     last = read_json(layout.round_metrics(rounds))
+    write_json(metrics_out, {k: v for k, v in last.items() if k != "clients_selected"})
     table = final_table(last)
     text = f"# fedpipe run: final round {rounds}\n\n{table}\n"
     table_out.parent.mkdir(parents=True, exist_ok=True)
     table_out.write_text(text)
     get_run_logger().info("final metrics after round %d:\n%s", rounds, table)
-    create_markdown_artifact(key="fedpipe-summary", markdown=text, description="global vs local")
+    create_markdown_artifact(
+        key="fedpipe-summary", markdown=text, description="global vs local"
+    )
     return table

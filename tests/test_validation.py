@@ -25,7 +25,7 @@ BETWEEN = "expect_column_values_to_be_between"
 
 
 def make_frame(n_rows: int = N_ROWS) -> pd.DataFrame:
-    """Deterministic valid frame: ids s000.., labels cycling 0,1,2, features in [0,1]."""
+    """Valid frame: ids s000.., labels cycling 0, 1, 2, features in [0, 1]."""
     rng = np.random.default_rng(7)
     frame = pd.DataFrame(rng.uniform(0.0, 1.0, size=(n_rows, len(FEATURES))))
     frame.columns = FEATURES
@@ -333,10 +333,7 @@ def test_summary_json_is_deterministic(
 
 
 def test_import_does_not_load_great_expectations() -> None:
-    code = (
-        "import sys, fedpipe.validation; "
-        "print('great_expectations' in sys.modules)"
-    )
+    code = "import sys, fedpipe.validation; print('great_expectations' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )

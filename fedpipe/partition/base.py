@@ -121,7 +121,9 @@ def validate_inputs(labels: np.ndarray, n_clients: int) -> np.ndarray:
         or not isinstance(n_clients, numbers.Integral)
         or n_clients < 1
     ):
-        raise PartitionError(f"federation.clients must be an integer >= 1, got {n_clients!r}")
+        raise PartitionError(
+            f"federation.clients must be an integer >= 1, got {n_clients!r}"
+        )
     return arr
 
 

@@ -15,7 +15,9 @@ def make_strategy(name: str) -> Strategy:
         return STRATEGIES[name]()
     except KeyError:
         allowed = ", ".join(sorted(STRATEGIES))
-        raise ValueError(f"strategy.name: unknown {name!r}; allowed: {allowed}") from None
+        raise ValueError(
+            f"strategy.name: unknown {name!r}; allowed: {allowed}"
+        ) from None
 
 
 __all__ = [

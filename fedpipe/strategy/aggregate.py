@@ -19,7 +19,9 @@ def normalized(weights: Sequence[float]) -> np.ndarray:
     if w.ndim != 1 or w.size == 0:
         raise AggregationError("need at least one client to aggregate")
     if np.any(w < 0) or not np.all(np.isfinite(w)) or w.sum() <= 0:
-        raise AggregationError(f"aggregation weights must be finite, >= 0, sum > 0: {w}")
+        raise AggregationError(
+            f"aggregation weights must be finite, >= 0, sum > 0: {w}"
+        )
     return w / w.sum()
 
 

@@ -41,7 +41,9 @@ class Strategy(abc.ABC):
     name: ClassVar[str]
 
     @abc.abstractmethod
-    def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
+    def aggregate(
+        self, global_weights: Weights, updates: Sequence[ClientUpdate]
+    ) -> Weights:
         """Return the new global weights from the current ones and client updates."""
 
     def aggregate_round(

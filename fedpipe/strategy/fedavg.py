@@ -13,7 +13,9 @@ class FedAvg(Strategy):
 
     name = "fedavg"
 
-    def aggregate(self, global_weights: Weights, updates: Sequence[ClientUpdate]) -> Weights:
+    def aggregate(
+        self, global_weights: Weights, updates: Sequence[ClientUpdate]
+    ) -> Weights:
         return weighted_average(
             [u.weights for u in updates], [u.n_samples for u in updates]
         )

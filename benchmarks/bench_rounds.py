@@ -1,0 +1,192 @@
+"""Seconds per federation round: ``fedpipe run`` against a minimal hand-written loop.
+
+Both run the default workload on the same data, partition, model and settings
+(10 IID clients, 1 local epoch, batch 32, SGD lr 0.05, small_cnn on the 5,000
+MNIST digits): the hand loop is one compiled Keras model with weights swapped per
+client, FedAvg in NumPy and a global evaluation per round: the floor to measure
+against. fedpipe's figure is the whole pipeline run for the rounds: one Prefect
+subflow per round with a task per client, the evaluations of the global model on
+the held-out set and every client, the local models' evaluations, the round's
+versioned outputs, the dvc.lock record per round, and the summary stage.
+
+Each variant runs in its own fresh process, alternating, ``--repeats`` times; the
+median per variant is reported, with the ratio. Run from the repository root:
+
+    python benchmarks/bench_rounds.py [--rounds 10] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+for _k, _v in {
+    "TF_CPP_MIN_LOG_LEVEL": "3",
+    "DVC_NO_ANALYTICS": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_LOGGING_LEVEL": "WARNING",
+}.items():
+    os.environ.setdefault(_k, _v)
+
+
+def hand_loop(project: Path, rounds: int) -> float:
+    """The floor: one Keras model reused, weights swapped, FedAvg in NumPy."""
+    os.chdir(project)
+    import keras
+    import numpy as np
+
+    from fedpipe import layout
+    from fedpipe.config import load_params
+    from fedpipe.data import read_table, spec_for
+    from fedpipe.federation import federated_data, read_json
+    from fedpipe.models import build_model
+    from fedpipe.weights import load_weights
+
+    params = load_params()
+    spec = spec_for(params.data.source)
+    data = federated_data(
+        read_table(layout.raw_table(params.data.source)),
+        read_json(layout.MANIFEST),
+        spec,
+    )
+    model = build_model(params.model.name, spec.input_shape, len(spec.classes))
+    model.compile(
+        optimizer=keras.optimizers.SGD(learning_rate=params.train.lr),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    weights = load_weights(layout.model_weights(0))
+    start = time.perf_counter()
+    for _ in range(rounds):
+        updates, sizes = [], []
+        for client in data.clients:
+            model.set_weights(weights)
+            model.fit(
+                client.x_train,
+                client.y_train,
+                batch_size=params.train.batch_size,
+                epochs=params.train.epochs,
+                verbose=0,
+            )
+            updates.append(model.get_weights())
+            sizes.append(len(client.y_train))
+        coef = np.asarray(sizes, dtype=np.float64) / sum(sizes)
+        weights = [
+            sum(c * u[i] for c, u in zip(coef, updates, strict=True)).astype(np.float32)
+            for i in range(len(weights))
+        ]
+        model.set_weights(weights)
+        loss, acc = model.evaluate(data.x_test, data.y_test, verbose=0)
+    print(f"hand loop: final accuracy {acc:.4f}", file=sys.stderr)
+    return (time.perf_counter() - start) / rounds
+
+
+def fedpipe_rounds(project: Path, rounds: int) -> float:
+    """fedpipe's pipeline for the rounds and the summary (data stages already done)."""
+    os.chdir(project)
+    from flows.server import ensure_api
+
+    ensure_api()
+    from fedpipe.config import load_params
+    from flows.pipeline import run_pipeline
+
+    params = load_params()
+    start = time.perf_counter()
+    ran = run_pipeline(params, force=False)
+    elapsed = time.perf_counter() - start
+    n_rounds = sum(s.startswith("round@") for s in ran)
+    assert n_rounds == rounds, f"expected {rounds} rounds to run, ran {ran}"
+    summary = json.loads(Path("metrics/summary.json").read_text())
+    print(
+        f"fedpipe: final accuracy {summary['global']['accuracy']:.4f}", file=sys.stderr
+    )
+    return elapsed / rounds
+
+
+def _child(mode: str, project: Path, rounds: int) -> float:
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            mode,
+            "--project",
+            str(project),
+            "--rounds",
+            str(rounds),
+        ],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def _reset_rounds(project: Path) -> None:
+    """Forget the rounds (not the data stages) so fedpipe recomputes them."""
+    lock = project / "dvc.lock"
+    import yaml
+
+    data = yaml.safe_load(lock.read_text())
+    data["stages"] = {
+        k: v
+        for k, v in data["stages"].items()
+        if not (k.startswith("round@") or k == "summary")
+    }
+    lock.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--child", choices=["hand", "fedpipe"])
+    parser.add_argument("--project", type=Path)
+    args = parser.parse_args()
+    if args.child:
+        fn = hand_loop if args.child == "hand" else fedpipe_rounds
+        print(fn(args.project, args.rounds))
+        return
+
+    workdir = Path(tempfile.mkdtemp(prefix="fedpipe-bench-"))
+    project = workdir / "project"
+    subprocess.run(["fedpipe", "init", str(project)], check=True)
+    subprocess.run(["fedpipe", "-C", str(project), "sync"], check=True)
+    params = project / "params.yaml"
+    text = params.read_text().replace("rounds: 10 ", f"rounds: {args.rounds} ")
+    params.write_text(text)
+    subprocess.run(["fedpipe", "-C", str(project), "sync"], check=True)
+    for stage in ("ingest", "validate", "partition", "init"):
+        subprocess.run(
+            ["fedpipe", "-C", str(project), "stage", stage],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(["dvc", "commit", "-q", "-f", stage], cwd=project, check=True)
+
+    times: dict[str, list[float]] = {"hand": [], "fedpipe": []}
+    for i in range(args.repeats):
+        for mode in ("hand", "fedpipe"):
+            if mode == "fedpipe":
+                _reset_rounds(project)
+            times[mode].append(_child(mode, project, args.rounds))
+            print(f"run {i + 1}: {mode:8s} {times[mode][-1]:.2f} s/round", flush=True)
+    hand = statistics.median(times["hand"])
+    fed = statistics.median(times["fedpipe"])
+    print()
+    print(f"| runner | seconds per round (median of {args.repeats}) |")
+    print("|---|---:|")
+    print(f"| minimal hand-written Keras FedAvg loop | {hand:.2f} |")
+    print(f"| `fedpipe run` (Prefect + DVC + metrics) | {fed:.2f} |")
+    print(f"\nratio fedpipe / hand loop: {fed / hand:.3f}")
+
+
+if __name__ == "__main__":
+    main()
