@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -160,8 +161,8 @@ def main() -> None:
     subprocess.run(["fedpipe", "init", str(project)], check=True)
     subprocess.run(["fedpipe", "-C", str(project), "sync"], check=True)
     params = project / "params.yaml"
-    text = params.read_text().replace("rounds: 10 ", f"rounds: {args.rounds} ")
-    params.write_text(text)
+    text = params.read_text()
+    params.write_text(re.sub(r"(?m)^  rounds: \d+", f"  rounds: {args.rounds}", text))
     subprocess.run(["fedpipe", "-C", str(project), "sync"], check=True)
     for stage in ("ingest", "validate", "partition", "init"):
         subprocess.run(

@@ -70,7 +70,11 @@ class FederationParams(_Section):
         """Number of clients sampled each round (at least ``min_clients``)."""
         return min(
             self.clients,
-            max(self.min_clients, math.ceil(self.fraction_fit * self.clients)),
+            # round first: 0.07 * 100 == 7.000000000000001 must give 7, not 8
+            max(
+                self.min_clients,
+                math.ceil(round(self.fraction_fit * self.clients, 9)),
+            ),
         )
 
 
@@ -204,8 +208,14 @@ def sync_round_chain(path: str | Path = PARAMS_FILE) -> bool:
     """
     path = Path(path)
     text = path.read_text()
-    raw = yaml.safe_load(text) or {}
-    rounds = raw.get("federation", {}).get("rounds", FederationParams().rounds)
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError:
+        return False  # load_params reports where the YAML is broken
+    federation = raw.get("federation", {}) if isinstance(raw, dict) else None
+    if not isinstance(federation, dict):
+        return False  # load_params reports the malformed file or section
+    rounds = federation.get("rounds", FederationParams().rounds)
     if not isinstance(rounds, int) or rounds < 1:
         # leave it to parse_params to report federation.rounds precisely
         return False

@@ -8,6 +8,7 @@ turn them into the round's versioned outputs.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,7 +241,9 @@ def preflight(params: Any) -> None:
         spec = spec_for(params.data.source)
     except ValueError as exc:
         raise ParamsError(f"params.yaml: {exc}") from None
-    n_train = spec.n_samples - round(params.data.test_fraction * spec.n_samples)
+    # the held-out size exactly as split_heldout computes it (half rounds up)
+    n_test = math.floor(params.data.test_fraction * spec.n_samples + 0.5)
+    n_train = spec.n_samples - min(max(n_test, 1), spec.n_samples - 1)
     clients = params.federation.clients
     need = clients * params.partition.min_samples
     if clients > n_train:

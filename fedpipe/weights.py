@@ -24,7 +24,9 @@ def save_weights(path: Path, weights: Sequence[np.ndarray]) -> None:
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:
         for i, array in enumerate(weights):
             buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.ascontiguousarray(array))
+            # C order keeps bytes layout-independent; unlike ascontiguousarray,
+            # asarray(order="C") keeps 0-d arrays 0-d
+            np.lib.format.write_array(buf, np.asarray(array, order="C"))
             info = zipfile.ZipInfo(f"w{i:03d}.npy", date_time=_EPOCH)
             info.external_attr = 0o644 << 16
             zf.writestr(info, buf.getvalue())

@@ -1,0 +1,84 @@
+"""End-to-end fixtures: a real Prefect server, real projects, real DVC.
+
+One Prefect server (``prefect server start``) on a free loopback port serves the
+whole session, with its own PREFECT_HOME, so tests never touch a developer's server
+at 4200 and each CLI process reports to it instead of starting a temporary one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from e2e_helpers import BIN
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a Prefect API started for this test session."""
+    from flows.server import server_env, wait_healthy
+
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    env = server_env()
+    env["PREFECT_HOME"] = str(home)
+    log = open(home / "server.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            str(BIN / "prefect"),
+            "server",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--analytics-off",
+            "--no-services",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        wait_healthy(url, timeout=120)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def cli_env(
+    prefect_api: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
+    """Environment for CLI subprocesses: the session's Prefect API, quiet tools."""
+    env = dict(os.environ)
+    env.update(
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        PREFECT_API_URL=prefect_api,
+        PREFECT_HOME=str(tmp_path_factory.mktemp("prefect-client-home")),
+        DVC_NO_ANALYTICS="1",
+        DVC_SITE_CACHE_DIR=str(tmp_path_factory.mktemp("dvc-site-cache")),
+        GIT_AUTHOR_NAME="fedpipe tests",
+        GIT_AUTHOR_EMAIL="tests@fedpipe.invalid",
+        GIT_COMMITTER_NAME="fedpipe tests",
+        GIT_COMMITTER_EMAIL="tests@fedpipe.invalid",
+        TF_CPP_MIN_LOG_LEVEL="3",
+    )
+    return env

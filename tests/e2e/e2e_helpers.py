@@ -1,0 +1,64 @@
+"""Helpers for the end-to-end tests: tiny projects and CLI calls."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+BIN = Path(sys.executable).parent
+
+
+TINY = {
+    "seed": 7,
+    "federation": {"clients": 3, "rounds": 4, "fraction_fit": 0.6, "min_clients": 2},
+    "partition": {"method": "iid", "min_samples": 50},
+    "train": {"epochs": 1, "batch_size": 32, "lr": 0.05},
+    "model": {"name": "mlp"},
+}
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = (
+            _merge(base.get(key, {}), value) if isinstance(value, dict) else value
+        )
+    return out
+
+
+def run_cli(
+    args: list[str], cwd: Path, env: dict[str, str], *, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run a command in a project; on unexpected failure show its output."""
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(args)} exited {proc.returncode}\n"
+            f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-6000:]}"
+        )
+    return proc
+
+
+def make_project(path: Path, env: dict[str, str], **overrides: dict) -> Path:
+    """A new fedpipe project (git + dvc initialised, committed) with tiny params."""
+    run_cli([str(BIN / "fedpipe"), "init", str(path)], Path.cwd(), env)
+    raw = yaml.safe_load((path / "params.yaml").read_text())
+    raw.pop("round_chain")
+    params = _merge(_merge(raw, TINY), overrides)
+    (path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run_cli([str(BIN / "fedpipe"), "sync"], path, env)
+    run_cli(["git", "add", "-A"], path, env)
+    run_cli(["git", "commit", "-qm", "tiny experiment"], path, env)
+    return path
+
+
+def file_hashes(project: Path, pattern: str) -> dict[str, str]:
+    """md5 of every file matching ``pattern`` under ``project``."""
+    return {
+        str(p.relative_to(project)): hashlib.md5(p.read_bytes()).hexdigest()
+        for p in sorted(project.glob(pattern))
+    }

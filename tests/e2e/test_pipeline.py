@@ -1,0 +1,195 @@
+"""The spine end to end: `fedpipe run` and `dvc repro` on a tiny federation.
+
+Real Prefect server, real DVC in a temporary git repository, real Keras training
+(a tiny MLP, 3 clients, 4 rounds, 2 clients sampled per round).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from e2e_helpers import BIN, file_hashes, make_project, run_cli
+
+pytestmark = pytest.mark.e2e
+FEDPIPE = str(BIN / "fedpipe")
+DVC = str(BIN / "dvc")
+
+
+@pytest.fixture(scope="module")
+def projects(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> dict:
+    """Two identical projects: one run by `fedpipe run`, one by `dvc repro`."""
+    base = tmp_path_factory.mktemp("e2e")
+    by_run = make_project(base / "by-run", cli_env)
+    by_repro = base / "by-repro"
+    shutil.copytree(by_run, by_repro)
+    run_out = run_cli([FEDPIPE, "run", "--no-server-start"], by_run, cli_env)
+    repro_out = run_cli([DVC, "repro"], by_repro, cli_env)
+    return {
+        "run": by_run,
+        "repro": by_repro,
+        "run_out": run_out,
+        "repro_out": repro_out,
+        "base": base,
+    }
+
+
+def test_run_prints_progress_and_final_table(projects: dict) -> None:
+    out = projects["run_out"].stdout + projects["run_out"].stderr
+    for k in range(1, 5):
+        assert f"round   {k}/4  global acc" in out
+    assert "| accuracy |" in out
+    assert "global model, held-out test" in out
+
+
+def test_run_leaves_dvc_status_clean(projects: dict, cli_env: dict[str, str]) -> None:
+    status = run_cli([DVC, "status"], projects["run"], cli_env)
+    assert "Data and pipelines are up to date" in status.stdout
+
+
+def test_every_stage_recorded_in_lock(projects: dict) -> None:
+    import yaml
+
+    lock = yaml.safe_load((projects["run"] / "dvc.lock").read_text())
+    assert list(lock["stages"]) == [
+        "ingest",
+        "validate",
+        "partition",
+        "init",
+        "round@1",
+        "round@2",
+        "round@3",
+        "round@4",
+        "summary",
+    ]
+    round3 = lock["stages"]["round@3"]
+    assert round3["cmd"] == "fedpipe stage round 3"
+    assert "models/round-2/weights.npz" in [d["path"] for d in round3["deps"]]
+
+
+def test_run_and_repro_give_bitwise_identical_models(projects: dict) -> None:
+    run_models = file_hashes(projects["run"], "models/round-*/weights.npz")
+    repro_models = file_hashes(projects["repro"], "models/round-*/weights.npz")
+    assert len(run_models) == 5
+    assert run_models == repro_models
+    manifest = "data/partition/manifest.json"
+    assert file_hashes(projects["run"], manifest) == file_hashes(
+        projects["repro"], manifest
+    )
+
+
+def test_repro_leaves_dvc_status_clean(projects: dict, cli_env: dict[str, str]) -> None:
+    status = run_cli([DVC, "status"], projects["repro"], cli_env)
+    assert "Data and pipelines are up to date" in status.stdout
+
+
+def test_metrics_reach_dvc(projects: dict, cli_env: dict[str, str]) -> None:
+    shown = run_cli([DVC, "metrics", "show", "--json"], projects["run"], cli_env)
+    data = json.loads(shown.stdout)
+    text = json.dumps(data)
+    assert "metrics/summary.json" in text and "metrics/rounds/round-4.json" in text
+    summary = json.loads((projects["run"] / "metrics/summary.json").read_text())
+    assert 0.0 <= summary["global"]["accuracy"] <= 1.0
+    assert summary["aggregation_weight_sum"] == pytest.approx(1.0)
+    history = pd.read_csv(projects["run"] / "metrics/history.csv")
+    assert list(history["round"]) == [1, 2, 3, 4]
+    # the tiny MLP learns: accuracy after 4 rounds beats chance (0.1) clearly
+    assert history["global_accuracy"].iloc[-1] > 0.5
+    clients = pd.read_csv(projects["run"] / "metrics/clients/round-4.csv")
+    assert len(clients) == 3 and clients["selected"].sum() == 2
+    assert clients.loc[~clients["selected"], "local_accuracy"].isna().all()
+
+
+def test_plots_render(projects: dict, cli_env: dict[str, str]) -> None:
+    out = projects["base"] / "plots"
+    run_cli([DVC, "plots", "show", "-o", str(out)], projects["run"], cli_env)
+    html = (out / "index.html").read_text()
+    assert "Accuracy over rounds" in html
+
+
+def test_second_run_does_nothing(projects: dict, cli_env: dict[str, str]) -> None:
+    again = run_cli([FEDPIPE, "run", "--no-server-start"], projects["run"], cli_env)
+    assert "done: 0 stage(s) ran" in again.stdout
+
+
+def test_resume_after_kill_ends_with_the_same_model(
+    projects: dict, cli_env: dict[str, str]
+) -> None:
+    project = projects["base"] / "killed"
+    shutil.copytree(
+        projects["repro"],
+        project,
+        ignore=shutil.ignore_patterns(
+            "models", "metrics", "reports", "data", "dvc.lock"
+        ),
+    )
+    run_cli(["git", "checkout", "--", "."], project, cli_env, check=False)
+    proc = subprocess.Popen(
+        [FEDPIPE, "run", "--no-server-start"],
+        cwd=project,
+        env=cli_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    marker = project / "metrics/rounds/round-2.json"
+    deadline = time.monotonic() + 300
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "run finished before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (project / "metrics/summary.json").exists()
+
+    resumed = run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env)
+    ran = resumed.stdout.split("stage(s) ran", 1)[1]
+    for done_before in ("ingest", "validate", "partition", "init"):
+        assert done_before not in ran
+    assert "summary" in ran
+    assert file_hashes(project, "models/round-*/weights.npz") == file_hashes(
+        projects["run"], "models/round-*/weights.npz"
+    )
+    status = run_cli([DVC, "status"], project, cli_env)
+    assert "Data and pipelines are up to date" in status.stdout
+
+
+def test_bad_data_fails_validation_and_keeps_earlier_outputs(
+    projects: dict, cli_env: dict[str, str]
+) -> None:
+    project = projects["base"] / "bad-data"
+    shutil.copytree(projects["run"], project)
+    lock_before = (project / "dvc.lock").read_text()
+    models_before = file_hashes(project, "models/round-*/weights.npz")
+    table = project / "data/raw/mnist5k.parquet"
+    table.chmod(0o644)
+    df = pd.read_parquet(table)
+    df.loc[[3, 17], "label"] = 11
+    df["px5"] = df["px5"].astype("float64")
+    df.loc[42, "px5"] = np.nan
+    df.to_parquet(table, index=False)
+
+    failed = run_cli(
+        [FEDPIPE, "stage", "validate", "--no-server-start"],
+        project,
+        cli_env,
+        check=False,
+    )
+    assert failed.returncode == 1
+    err = failed.stderr
+    assert "data validation failed" in err
+    assert "label" in err and "mnist-00003" in err and "mnist-00017" in err
+    assert "mnist-00042" in err
+    assert (project / "reports/validation/data_docs/index.html").is_file()
+    assert (project / "dvc.lock").read_text() == lock_before
+    assert file_hashes(project, "models/round-*/weights.npz") == models_before
+
+    # dvc sees the tampered table and reruns ingest, which restores the data
+    status = run_cli([DVC, "status"], project, cli_env)
+    assert "ingest" in status.stdout

@@ -1,0 +1,69 @@
+"""The command line: help, and bad params stopping before any work."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FEDPIPE = str(Path(sys.executable).parent / "fedpipe")
+
+
+def _project(tmp_path: Path) -> Path:
+    subprocess.run(
+        [FEDPIPE, "init", "--no-git", str(tmp_path)], check=True, capture_output=True
+    )
+    return tmp_path
+
+
+def test_help_lists_commands() -> None:
+    out = subprocess.run(
+        [FEDPIPE, "--help"], capture_output=True, text=True, check=True
+    )
+    for command in ("run", "stage", "sync", "init"):
+        assert command in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ("  clients: 10", "  clinets: 10", "federation.clinets"),
+        ("method: iid ", "method: random ", "partition.method"),
+        ("alpha: 0.5 ", "alpha: -1 ", "partition.alpha"),
+        ("rounds: 10\n", "rounds: 0\n", "federation.rounds"),
+        ("  clients: 10", "  clients: 100000", "federation.clients"),
+        ("name: small_cnn ", "name: resnet9000 ", "model.name"),
+        ("lr: 0.05", "lr: fast", "train.lr"),
+    ],
+)
+def test_bad_params_stop_before_any_work(
+    tmp_path: Path, old: str, new: str, key: str
+) -> None:
+    project = _project(tmp_path)
+    params = project / "params.yaml"
+    text = params.read_text()
+    assert old in text
+    params.write_text(text.replace(old, new, 1))
+    proc = subprocess.run(
+        [FEDPIPE, "run", "--no-server-start"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert key in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (project / "data").exists()
+    assert not (project / "dvc.lock").exists()
+
+
+def test_init_refuses_to_overwrite(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    (project / "params.yaml").write_text("seed: 1\n")
+    proc = subprocess.run(
+        [FEDPIPE, "init", "--no-git", str(project)], capture_output=True, text=True
+    )
+    assert proc.returncode != 0
+    assert (project / "params.yaml").read_text() == "seed: 1\n"

@@ -1,0 +1,152 @@
+"""Tests for fedpipe.training: deterministic, history-free local training."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedpipe.metrics import METRIC_NAMES
+from fedpipe.training import ModelRunner, ModelSpec, initial_weights
+
+Weights = list[np.ndarray]
+
+# ---------------------------------------------------------------- helpers
+
+
+def _spec(name: str = "mlp", *, n_classes: int = 10, optimizer: str = "sgd") -> ModelSpec:
+    return ModelSpec(
+        name=name,
+        input_shape=(28, 28, 1),
+        n_classes=n_classes,
+        optimizer=optimizer,
+        lr=0.05 if optimizer == "sgd" else 0.01,
+    )
+
+
+def _data(seed: int, n: int = 64, n_classes: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.random((n, 28, 28, 1), dtype=np.float32)
+    y = (np.arange(n) % n_classes).astype(np.int32)
+    return x, y
+
+
+def _fit(runner: ModelRunner, weights: Weights, data_seed: int, seed: int) -> Weights:
+    x, y = _data(data_seed)
+    return runner.fit(weights, x, y, epochs=2, batch_size=16, seed=seed)
+
+
+def _assert_bitwise_equal(a: Weights, b: Weights) -> None:
+    assert len(a) == len(b)
+    for got, want in zip(a, b, strict=True):
+        assert got.dtype == want.dtype
+        assert got.tobytes() == want.tobytes()
+
+
+def _differs(a: Weights, b: Weights) -> bool:
+    return any(x.tobytes() != y.tobytes() for x, y in zip(a, b, strict=True))
+
+
+# ---------------------------------------------------------------- fixtures
+
+# (model, optimizer): plain SGD; Adam, whose moments would leak between clients;
+# seed_cnn, whose dropout draws from a random state that would leak too.
+CASES = [("mlp", "sgd"), ("mlp", "adam"), ("seed_cnn", "sgd")]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=["mlp-sgd", "mlp-adam", "seed_cnn"])
+def case(request: pytest.FixtureRequest) -> tuple[ModelSpec, ModelRunner, Weights]:
+    name, optimizer = request.param
+    spec = _spec(name, optimizer=optimizer)
+    return spec, ModelRunner(spec), initial_weights(spec, seed=1)
+
+
+@pytest.fixture(scope="module")
+def mlp_runner() -> ModelRunner:
+    return ModelRunner(_spec())
+
+
+# ---------------------------------------------------------------- fit
+
+
+def test_fit_is_deterministic(case: tuple[ModelSpec, ModelRunner, Weights]) -> None:
+    _, runner, start = case
+    first = _fit(runner, start, data_seed=0, seed=11)
+    second = _fit(runner, start, data_seed=0, seed=11)
+    assert _differs(first, start)
+    _assert_bitwise_equal(first, second)
+
+
+def test_fit_does_not_depend_on_earlier_fits(
+    case: tuple[ModelSpec, ModelRunner, Weights],
+) -> None:
+    # a resumed round runs client B on a fresh runner; mid-run, B follows A
+    spec, runner, start = case
+    _fit(runner, start, data_seed=1, seed=21)  # client A
+    after_a = _fit(runner, start, data_seed=2, seed=22)  # client B
+    fresh = _fit(ModelRunner(spec), start, data_seed=2, seed=22)
+    _assert_bitwise_equal(after_a, fresh)
+
+
+def test_different_seeds_give_different_weights(
+    case: tuple[ModelSpec, ModelRunner, Weights],
+) -> None:
+    _, runner, start = case
+    a = _fit(runner, start, data_seed=0, seed=31)
+    b = _fit(runner, start, data_seed=0, seed=32)
+    assert _differs(a, b)
+
+
+def test_fit_does_not_modify_the_input_weights(mlp_runner: ModelRunner) -> None:
+    start = initial_weights(_spec(), seed=1)
+    copy = [w.copy() for w in start]
+    _fit(mlp_runner, start, data_seed=0, seed=11)
+    _assert_bitwise_equal(start, copy)
+
+
+# ---------------------------------------------------------------- initial_weights
+
+
+def test_initial_weights_are_deterministic() -> None:
+    _assert_bitwise_equal(
+        initial_weights(_spec(), seed=5), initial_weights(_spec(), seed=5)
+    )
+
+
+def test_initial_weights_depend_on_seed() -> None:
+    assert _differs(initial_weights(_spec(), seed=5), initial_weights(_spec(), seed=6))
+
+
+def test_initial_weights_match_the_model_layout(mlp_runner: ModelRunner) -> None:
+    weights = initial_weights(_spec(), seed=5)
+    assert [w.shape for w in weights] == [(784, 32), (32,), (32, 10), (10,)]
+    assert all(w.dtype == np.float32 for w in weights)
+
+
+# ---------------------------------------------------------------- evaluate
+
+
+def test_evaluate_returns_the_five_metrics(mlp_runner: ModelRunner) -> None:
+    x, y = _data(3)
+    metrics = mlp_runner.evaluate(initial_weights(_spec(), seed=2), x, y)
+    assert tuple(metrics) == METRIC_NAMES
+    assert 0.0 <= metrics["accuracy"] <= 1.0
+    assert metrics["loss"] > 0.0
+
+
+@pytest.mark.parametrize("n_classes", [10, 2])
+def test_evaluate_loss_matches_keras(n_classes: int) -> None:
+    spec = _spec(n_classes=n_classes)
+    runner = ModelRunner(spec)
+    weights = initial_weights(spec, seed=2)
+    x, y = _data(3, n_classes=n_classes)
+    metrics = runner.evaluate(weights, x, y)
+    runner.model.set_weights(weights)
+    keras_loss = runner.model.evaluate(x, y, batch_size=len(x), verbose=0)
+    assert metrics["loss"] == pytest.approx(float(keras_loss), abs=1e-5)
+
+
+def test_evaluate_on_empty_data_gives_nans(mlp_runner: ModelRunner) -> None:
+    x = np.zeros((0, 28, 28, 1), dtype=np.float32)
+    y = np.zeros(0, dtype=np.int32)
+    metrics = mlp_runner.evaluate(initial_weights(_spec(), seed=2), x, y)
+    assert all(np.isnan(v) for v in metrics.values())
