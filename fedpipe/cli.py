@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+PARAMS = "params.yaml"  # the file dvc.yaml's stages track; there is no other
 EXIT_BAD_PARAMS = 2
 EXIT_FAILED = 1
 
@@ -52,7 +53,7 @@ def _connect(args: argparse.Namespace) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    params = _load(args.params, sync=True)
+    params = _load(PARAMS, sync=True)
     _connect(args)
     from flows.pipeline import run_pipeline
 
@@ -65,7 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
-    params = _load(args.params, sync=False)
+    params = _load(PARAMS, sync=False)
     _connect(args)
     from flows.stages import run_stage
 
@@ -87,10 +88,10 @@ def cmd_stage(args: argparse.Namespace) -> int:
 def cmd_sync(args: argparse.Namespace) -> int:
     from fedpipe.config import load_params, sync_round_chain
 
-    changed = sync_round_chain(args.params)
-    params = load_params(args.params)
+    changed = sync_round_chain(PARAMS)
+    params = load_params(PARAMS)
     state = "updated" if changed else "already in sync"
-    print(f"{args.params}: round_chain {state} ({params.federation.rounds} rounds)")
+    print(f"{PARAMS}: round_chain {state} ({params.federation.rounds} rounds)")
     return 0
 
 
@@ -111,9 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "-C", "--project", default=".", help="project directory (default: .)"
-    )
-    parser.add_argument(
-        "--params", default="params.yaml", help="params file (default: params.yaml)"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
