@@ -77,7 +77,8 @@ def cmd_stage(args: argparse.Namespace) -> int:
             )
         if not 1 <= args.round <= params.federation.rounds:
             raise SystemExit(
-                f"round {args.round} is outside federation.rounds=1..{params.federation.rounds}"
+                f"round {args.round} is outside federation.rounds="
+                f"1..{params.federation.rounds}"
             )
         run_stage(params, f"round@{args.round}")
     else:
@@ -118,8 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run",
         help="run the whole pipeline in one process, recording each stage in dvc.lock",
-        description="Validate, partition, train every round and summarize, as one Prefect "
-        "flow run. Stages already up to date in dvc.lock are skipped, so an interrupted "
+        description="Validate, partition, train every round and summarize, as one "
+        "Prefect flow run. Stages already up to date in dvc.lock are skipped, so an "
+        "interrupted "
         "run resumes where it stopped.",
     )
     run.add_argument(
@@ -130,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     stage = sub.add_parser(
         "stage",
         help="run one pipeline stage (what dvc.yaml's stages call)",
-        description="Run one stage as its own Prefect flow run. `dvc repro` calls these.",
+        description="Run one stage as its own Prefect flow run; `dvc repro` calls it.",
     )
     stage.add_argument(
         "name", choices=["ingest", "validate", "partition", "init", "round", "summary"]

@@ -49,7 +49,8 @@ def progress_line(summary: Mapping[str, Any], rounds: int, seconds: float) -> st
     return (
         f"round {summary['round']:>3}/{rounds}  "
         f"global acc {fmt(g['accuracy'])} loss {fmt(g['loss'])}  |  "
-        f"local acc {fmt(lo['accuracy'])} ± {fmt(sd['accuracy'])} loss {fmt(lo['loss'])}  "
+        f"local acc {fmt(lo['accuracy'])} ± {fmt(sd['accuracy'])} "
+        f"loss {fmt(lo['loss'])}  "
         f"({len(summary['clients_selected'])} clients, {seconds:.1f} s)"
     )
 

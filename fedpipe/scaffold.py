@@ -12,8 +12,12 @@ TEMPLATE_FILES = ("dvc.yaml", "params.yaml")
 
 
 def template_text(name: str) -> str:
-    """The packaged template ``name`` (identical to the repository's root copy)."""
-    return resources.files("fedpipe").joinpath("templates", name).read_text()
+    """The packaged template for ``name`` (identical to the repository's root copy).
+
+    Stored as ``NAME.in`` so DVC does not take the package's copy of ``dvc.yaml``
+    for a second pipeline of the repository.
+    """
+    return resources.files("fedpipe").joinpath("templates", f"{name}.in").read_text()
 
 
 def init_project(directory: Path, *, git: bool = True) -> Path:

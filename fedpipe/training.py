@@ -86,7 +86,7 @@ class ModelRunner:
         self._loss = loss_for(spec.n_classes, per_sample=True)
         self.model.compile(optimizer=optimizer, loss=loss_for(spec.n_classes))
         optimizer.build(self.model.trainable_variables)
-        self._optimizer_initial = [np.array(v) for v in optimizer.variables]
+        self._optimizer_initial = [v.numpy() for v in optimizer.variables]
         self._seed_generators = [
             sg
             for layer in self.model._flatten_layers()

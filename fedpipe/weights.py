@@ -38,4 +38,5 @@ def load_weights(path: Path) -> list[np.ndarray]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: model weights not found")
     with np.load(path) as archive:
-        return [archive[name] for name in sorted(archive.files)]
+        names = sorted(archive.files, key=lambda name: int(name.lstrip("w")))
+        return [archive[name] for name in names]

@@ -92,7 +92,8 @@ def start_background_server(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) 
     proc = subprocess.run(cmd, env=server_env(), capture_output=True, text=True)
     if proc.returncode != 0 and not is_healthy(url):
         raise PrefectServerError(
-            f"could not start a Prefect server ({' '.join(cmd)}):\n{proc.stdout}{proc.stderr}"
+            f"could not start a Prefect server ({' '.join(cmd)}):\n"
+            f"{proc.stdout}{proc.stderr}"
         )
     wait_healthy(url)
     return url
@@ -131,7 +132,8 @@ def ensure_api(*, start: bool = True, log=print) -> str:  # type: ignore[no-unty
             if not start:
                 raise PrefectServerError(f"no Prefect server at {url}")
             log(
-                f"starting a local Prefect server at http://{DEFAULT_HOST}:{DEFAULT_PORT} "
+                f"starting a local Prefect server at "
+                f"http://{DEFAULT_HOST}:{DEFAULT_PORT} "
                 "(once; `prefect server stop` ends it) ..."
             )
             url = start_background_server()

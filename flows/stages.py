@@ -130,7 +130,7 @@ def round_stage(params: Params, round_: int) -> dict:
 
 @flow(name="summary")
 def summary_stage(params: Params) -> str:
-    """Stage ``summary``: the history of all rounds (DVC plots), final metrics, table."""
+    """Stage ``summary``: all rounds' history (DVC plots), final metrics, table."""
     return summarize(
         params.federation.rounds,
         history_out=layout.HISTORY_CSV,

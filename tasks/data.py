@@ -63,7 +63,8 @@ def partition(table: Path, out: Path, **settings: object) -> dict:
     write_json(out, manifest)
     sizes = [len(c["train"]) for c in manifest["clients"]]
     get_run_logger().info(
-        "partitioned %d training samples over %d clients (%s): sizes %d..%d; %d held out",
+        "partitioned %d local-train samples over %d clients (%s): sizes %d..%d; "
+        "%d held out",
         sum(sizes),
         len(sizes),
         manifest["method"],

@@ -15,9 +15,9 @@ from fedpipe.config import (
     DataParams,
     FederationParams,
     ModelParams,
-    PartitionParams,
     Params,
     ParamsError,
+    PartitionParams,
     StrategyParams,
     TrainParams,
     ValidationParams,
@@ -81,7 +81,9 @@ def test_defaults_are_valid_and_documented() -> None:
     assert params.federation == FederationParams(
         clients=10, rounds=10, fraction_fit=1.0, min_clients=1
     )
-    assert params.train == TrainParams(epochs=1, batch_size=32, lr=0.05, optimizer="sgd")
+    assert params.train == TrainParams(
+        epochs=1, batch_size=32, lr=0.05, optimizer="sgd"
+    )
     assert params.model == ModelParams(name="small_cnn")
     assert params.strategy == StrategyParams(name="fedavg")
     assert params.validation == ValidationParams(min_rows=100)
@@ -212,7 +214,9 @@ def test_load_params_names_the_file_in_errors(tmp_path: Path) -> None:
     path.write_text(path.read_text().replace("lr: 0.05", "lr: 0"))
     with pytest.raises(ParamsError) as info:
         load_params(path)
-    assert str(info.value) == f"{path}: train.lr: Input should be greater than 0 (got 0)"
+    assert (
+        str(info.value) == f"{path}: train.lr: Input should be greater than 0 (got 0)"
+    )
 
 
 # ---------------------------------------------------------------- sync_round_chain
@@ -352,9 +356,7 @@ def test_preflight_accepts_repo_params() -> None:
 
 def test_preflight_rejects_more_clients_than_training_samples() -> None:
     # 5000 samples, 20% held out -> 4000 training samples
-    params = _params_with(
-        federation={"clients": 4001}, partition={"min_samples": 1}
-    )
+    params = _params_with(federation={"clients": 4001}, partition={"min_samples": 1})
     with pytest.raises(ParamsError) as info:
         preflight(params)
     msg = str(info.value)

@@ -17,7 +17,9 @@ NAN = float("nan")
 
 
 def _row(loss: float, accuracy: float, precision: float, recall: float, auc: float):
-    return dict(zip(METRIC_NAMES, (loss, accuracy, precision, recall, auc), strict=True))
+    return dict(
+        zip(METRIC_NAMES, (loss, accuracy, precision, recall, auc), strict=True)
+    )
 
 
 def _record() -> RoundRecord:
@@ -184,7 +186,12 @@ def test_derive_seed_differs_by_run_seed() -> None:
 
 
 def test_derive_seed_fits_31_bits() -> None:
-    seeds = [derive_seed(s, "train", r, c) for s in (0, 42) for r in range(5) for c in range(5)]
+    seeds = [
+        derive_seed(s, "train", r, c)
+        for s in (0, 42)
+        for r in range(5)
+        for c in range(5)
+    ]
     assert all(0 <= s < 2**31 for s in seeds)
 
 

@@ -13,7 +13,9 @@ Weights = list[np.ndarray]
 # ---------------------------------------------------------------- helpers
 
 
-def _spec(name: str = "mlp", *, n_classes: int = 10, optimizer: str = "sgd") -> ModelSpec:
+def _spec(
+    name: str = "mlp", *, n_classes: int = 10, optimizer: str = "sgd"
+) -> ModelSpec:
     return ModelSpec(
         name=name,
         input_shape=(28, 28, 1),

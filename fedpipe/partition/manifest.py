@@ -299,7 +299,8 @@ def build_manifest(
         or not 0.0 <= float(local_test_fraction) < 1.0
     ):
         raise PartitionError(
-            f"partition.local_test_fraction must be in [0, 1), got {local_test_fraction!r}"
+            "partition.local_test_fraction must be in [0, 1), "
+            f"got {local_test_fraction!r}"
         )
     ids = np.asarray(sample_ids)
     lab = np.asarray(labels)

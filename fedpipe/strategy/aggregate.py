@@ -35,6 +35,12 @@ def weighted_average(updates: Sequence[Weights], weights: Sequence[float]) -> We
     if len(updates) != coef.size:
         raise AggregationError(f"{len(updates)} updates but {coef.size} weights")
     first = updates[0]
+    for client_weights in updates:
+        if len(client_weights) != len(first):
+            raise AggregationError(
+                f"updates have {len(client_weights)} and {len(first)} layers; "
+                "all clients must train the same model"
+            )
     out: Weights = []
     for layer, ref in enumerate(first):
         acc = np.zeros(ref.shape, dtype=np.float64)

@@ -160,7 +160,7 @@ def test_single_client_gets_everything(name: str) -> None:
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("n_clients", [0, -2])
 def test_nonpositive_n_clients_rejected(name: str, n_clients: int) -> None:
-    with pytest.raises(PartitionError, match="n_clients"):
+    with pytest.raises(PartitionError, match="federation.clients"):
         _partitioner(name).partition(_labels(), n_clients, _rng())
 
 
