@@ -16,13 +16,14 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
-# DVC logs "Updating lock file" for every stage; Prefect already logs the stage.
-logging.getLogger("dvc").setLevel(logging.WARNING)
 
 
 def _repo(root: Path):  # type: ignore[no-untyped-def]
     from dvc.repo import Repo
 
+    # `import dvc` sets its logger to INFO; every stage would then print "Updating
+    # lock file" twice (DVC's handler and Prefect's). Prefect logs the stage already.
+    logging.getLogger("dvc").setLevel(logging.WARNING)
     return Repo(str(root))
 
 

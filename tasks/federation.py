@@ -84,14 +84,14 @@ def evaluate(
 ) -> RoundRecord:
     """The new global model on the held-out set and on every client's test split."""
     runner = runner_for(spec)
+    splits = [(data.x_test, data.y_test)] + [(c.x_test, c.y_test) for c in data.clients]
+    held_out, *on_clients = runner.evaluate_splits(weights, splits)
     return RoundRecord(
         round=round_,
         selected=[r.client for r in results],
         n_test=[len(c.y_test) for c in data.clients],
-        global_test=runner.evaluate(weights, data.x_test, data.y_test),
-        global_clients=[
-            runner.evaluate(weights, c.x_test, c.y_test) for c in data.clients
-        ],
+        global_test=held_out,
+        global_clients=on_clients,
         local={r.client: r.local for r in results},
         aggregation_weight_sum=weight_sum,
     )

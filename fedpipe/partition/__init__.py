@@ -1,12 +1,27 @@
-"""Client partitioning of a labelled sample pool (numpy only).
+"""Client partitioning of a labelled sample pool (numpy only at import time).
 
-Public API: the :class:`Partitioner` implementations, the ``PARTITIONERS``
-registry with :func:`make_partitioner`, and the manifest helpers.
+Public API:
+
+- the :class:`Partitioner` implementations, one per file: ``iid``
+  (:class:`IidPartitioner`), ``dirichlet`` (:class:`DirichletPartitioner`),
+  ``pathological`` (:class:`PathologicalPartitioner`), ``shards``
+  (:class:`ShardsPartitioner`), ``quantity`` (:class:`QuantitySkewPartitioner`)
+  and ``natural`` (:class:`NaturalIdPartitioner`);
+- the ``PARTITIONERS`` registry with :func:`make_partitioner`;
+- the manifest helpers (:func:`split_heldout`, :func:`check_partition`,
+  :func:`build_manifest`, :func:`label_skew`);
+- the diagnostics (:func:`class_count_table`, :func:`label_heatmap`,
+  :func:`skew_summary`), which import pandas / matplotlib when called.
 """
 
 from __future__ import annotations
 
 from fedpipe.partition.base import Partitioner, PartitionError
+from fedpipe.partition.diagnostics import (
+    class_count_table,
+    label_heatmap,
+    skew_summary,
+)
 from fedpipe.partition.dirichlet import DirichletPartitioner
 from fedpipe.partition.iid import IidPartitioner
 from fedpipe.partition.manifest import (
@@ -15,38 +30,59 @@ from fedpipe.partition.manifest import (
     label_skew,
     split_heldout,
 )
+from fedpipe.partition.natural import NaturalIdPartitioner
+from fedpipe.partition.pathological import PathologicalPartitioner
+from fedpipe.partition.quantity import QuantitySkewPartitioner
+from fedpipe.partition.shards import ShardsPartitioner
 
 __all__ = [
     "PARTITIONERS",
     "DirichletPartitioner",
     "IidPartitioner",
+    "NaturalIdPartitioner",
     "PartitionError",
     "Partitioner",
+    "PathologicalPartitioner",
+    "QuantitySkewPartitioner",
+    "ShardsPartitioner",
     "build_manifest",
     "check_partition",
+    "class_count_table",
+    "label_heatmap",
     "label_skew",
     "make_partitioner",
+    "skew_summary",
     "split_heldout",
 ]
 
 PARTITIONERS: dict[str, type[Partitioner]] = {
-    cls.name: cls for cls in (DirichletPartitioner, IidPartitioner)
+    cls.name: cls
+    for cls in (
+        DirichletPartitioner,
+        IidPartitioner,
+        NaturalIdPartitioner,
+        PathologicalPartitioner,
+        QuantitySkewPartitioner,
+        ShardsPartitioner,
+    )
 }
 """Registry of partitioner classes keyed by their ``name`` (``partition.method``)."""
 
 
-def make_partitioner(method: str, *, alpha: float, min_samples: int) -> Partitioner:
+def make_partitioner(method: str, **settings: object) -> Partitioner:
     """Instantiate the registered partitioner for ``partition.method``.
 
     Parameters
     ----------
     method : str
-        Registry key (``partition.method``), e.g. ``"iid"`` or ``"dirichlet"``;
+        Registry key (``partition.method``), e.g. ``"iid"`` or ``"shards"``;
         matched exactly.
-    alpha : float
-        ``partition.alpha``; used by ``"dirichlet"``, ignored by ``"iid"``.
-    min_samples : int
-        ``partition.min_samples``; enforced by every partitioner.
+    **settings : object
+        The ``partition.*`` values as keywords: ``alpha``, ``min_samples``,
+        ``classes_per_client``, ``shards_per_client``, ``quantity_sigma``,
+        ``min_classes`` and any added later. Each partitioner takes the keys
+        in its ``settings`` attribute and ignores the rest (see
+        :meth:`Partitioner.from_params`).
 
     Returns
     -------
@@ -56,7 +92,9 @@ def make_partitioner(method: str, *, alpha: float, min_samples: int) -> Partitio
     Raises
     ------
     PartitionError
-        If ``method`` is not registered, or the parameters are invalid for it.
+        If ``method`` is not registered (names ``partition.method`` and lists
+        the allowed names), a setting the method requires is missing, or a
+        setting is invalid for it.
     """
     try:
         cls = PARTITIONERS[method]
@@ -65,4 +103,4 @@ def make_partitioner(method: str, *, alpha: float, min_samples: int) -> Partitio
         raise PartitionError(
             f"partition.method: unknown {method!r}; allowed: {allowed}"
         ) from None
-    return cls.from_params(alpha=alpha, min_samples=min_samples)
+    return cls.from_params(**settings)

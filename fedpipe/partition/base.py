@@ -1,17 +1,23 @@
 """Partitioner contract and shared validation for splitting a label array.
 
 A partitioner assigns every sample of a (training) pool to exactly one of
-``n_clients`` federated clients. It works on a 1-D label array only; the
-returned positions index into that array. All randomness comes from the
+``n_clients`` federated clients. It works on a 1-D label array (plus, for the
+``"natural"`` partitioner, a 1-D array of per-sample group keys); the returned
+positions index into that array. All randomness comes from the
 ``np.random.Generator`` passed in, so the same generator state always yields
 the same partition.
+
+Settings arrive as ``partition.*`` keyword values through
+:meth:`Partitioner.from_params`; each class declares the keys it reads in
+``Partitioner.settings`` and ignores the rest.
 """
 
 from __future__ import annotations
 
 import abc
+import inspect
 import numbers
-from typing import ClassVar
+from typing import ClassVar, Self
 
 import numpy as np
 
@@ -27,42 +33,74 @@ class PartitionError(ValueError):
 class Partitioner(abc.ABC):
     """Base class for label-array partitioners.
 
-    Subclasses set the class attribute ``name`` (the registry key used by
-    :func:`fedpipe.partition.make_partitioner`) and implement :meth:`partition`.
-    Constructors are keyword-only.
+    Subclasses set the class attributes ``name`` (the registry key used by
+    :func:`fedpipe.partition.make_partitioner`) and ``settings`` (the
+    ``partition.*`` keys their constructor takes), and implement
+    :meth:`partition`. Constructors are keyword-only and their keyword names
+    equal the ``partition.*`` keys, so :meth:`from_params` needs no override.
 
     Attributes
     ----------
     name : ClassVar[str]
         Registry key, e.g. ``"iid"`` or ``"dirichlet"``.
+    settings : ClassVar[tuple[str, ...]]
+        The ``partition.*`` keys this partitioner reads, e.g.
+        ``("alpha", "min_samples")``. A key is required when the constructor
+        gives it no default.
     """
 
     name: ClassVar[str]
+    settings: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
-    def from_params(cls, *, alpha: float, min_samples: int) -> Partitioner:
-        """Build the partitioner from the shared ``partition.*`` parameters.
+    def from_params(cls, **settings: object) -> Self:
+        """Build the partitioner from ``partition.*`` values given as keywords.
 
-        Used by :func:`fedpipe.partition.make_partitioner`. Each subclass takes
-        the parameters it understands and ignores the rest.
+        Used by :func:`fedpipe.partition.make_partitioner`. Only the keys in
+        :attr:`settings` are passed to the constructor; every other key (for
+        example ``alpha`` for ``"iid"``, or keys added later) is ignored. Keys
+        this class reads that are absent or ``None`` (unset in the config) fall
+        back to the constructor's defaults.
 
         Parameters
         ----------
-        alpha : float
-            Value of ``partition.alpha`` (only meaningful to some methods).
-        min_samples : int
-            Value of ``partition.min_samples``.
+        **settings : object
+            ``partition.*`` values by key, e.g. ``alpha=0.5, min_samples=10``.
 
         Returns
         -------
         Partitioner
             A configured instance of ``cls``.
+
+        Raises
+        ------
+        PartitionError
+            If a key without a constructor default is missing or ``None`` (the
+            message names ``partition.<key>`` and the method), or a value is
+            invalid.
         """
-        raise NotImplementedError(f"{cls.__name__} does not implement from_params")
+        given = {
+            key: settings[key] for key in cls.settings if settings.get(key) is not None
+        }
+        params = inspect.signature(cls).parameters
+        missing = [
+            key
+            for key in cls.settings
+            if key not in given and params[key].default is inspect.Parameter.empty
+        ]
+        if missing:
+            keys = ", ".join(f"partition.{key}" for key in missing)
+            raise PartitionError(f"{keys} must be set for partition.method={cls.name}")
+        return cls(**given)
 
     @abc.abstractmethod
     def partition(
-        self, labels: np.ndarray, n_clients: int, rng: np.random.Generator
+        self,
+        labels: np.ndarray,
+        n_clients: int,
+        rng: np.random.Generator,
+        *,
+        groups: np.ndarray | None = None,
     ) -> list[np.ndarray]:
         """Return one sorted int64 index array per client; every index exactly once.
 
@@ -76,6 +114,10 @@ class Partitioner(abc.ABC):
             Number of clients, ``>= 1``.
         rng : np.random.Generator
             Source of all randomness; no global random state is used.
+        groups : np.ndarray or None, optional
+            1-D natural client key per sample (e.g. a writer or hospital id),
+            aligned with ``labels``. Default ``None``. Only the ``"natural"``
+            partitioner uses it; every other partitioner ignores it.
 
         Returns
         -------
@@ -183,3 +225,73 @@ def check_min_samples_feasible(
             f"samples over {n_clients} clients give at most {best} per client; "
             f"use partition.min_samples <= {best} or fewer clients"
         )
+
+
+def validate_int_setting(value: object, key: str, *, minimum: int) -> int:
+    """Check an integer ``partition.*`` setting and return it as a Python ``int``.
+
+    Parameters
+    ----------
+    value : object
+        Candidate value; must be an integer (not a bool) ``>= minimum``.
+    key : str
+        Setting name without the ``partition.`` prefix, used in the message.
+    minimum : int
+        Smallest accepted value.
+
+    Returns
+    -------
+    int
+        The validated value.
+
+    Raises
+    ------
+    PartitionError
+        If ``value`` is not an integer ``>= minimum``; names ``partition.<key>``.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or value < minimum
+    ):
+        raise PartitionError(
+            f"partition.{key} must be an integer >= {minimum}, got {value!r}"
+        )
+    return int(value)
+
+
+def as_shares(pieces: list[list[np.ndarray]]) -> list[np.ndarray]:
+    """Concatenate each client's pieces into one sorted ``int64`` array.
+
+    Parameters
+    ----------
+    pieces : list of list of np.ndarray
+        Per client, the position arrays it was dealt (possibly none).
+
+    Returns
+    -------
+    list of np.ndarray
+        One sorted ``int64`` array per client (empty if it got no pieces).
+    """
+    return [
+        np.sort(np.concatenate(p)).astype(np.int64, copy=False)
+        if p
+        else np.empty(0, dtype=np.int64)
+        for p in pieces
+    ]
+
+
+def as_python(value: object) -> object:
+    """A numpy scalar as the Python value it holds, for readable messages.
+
+    Parameters
+    ----------
+    value : object
+        Any value, e.g. an element of a numpy array.
+
+    Returns
+    -------
+    object
+        ``value.item()`` for numpy scalars, else ``value`` unchanged.
+    """
+    return value.item() if isinstance(value, np.generic) else value

@@ -17,6 +17,7 @@ import numpy as np
 from fedpipe.partition.base import (
     Partitioner,
     PartitionError,
+    as_shares,
     check_min_samples_feasible,
     validate_inputs,
     validate_min_samples,
@@ -46,6 +47,7 @@ class DirichletPartitioner(Partitioner):
     """
 
     name: ClassVar[str] = "dirichlet"
+    settings: ClassVar[tuple[str, ...]] = ("alpha", "min_samples")
 
     def __init__(self, *, alpha: float, min_samples: int, max_tries: int = 100) -> None:
         if (
@@ -68,11 +70,6 @@ class DirichletPartitioner(Partitioner):
         self.min_samples = validate_min_samples(min_samples)
         self.max_tries = int(max_tries)
 
-    @classmethod
-    def from_params(cls, *, alpha: float, min_samples: int) -> DirichletPartitioner:
-        """Build from ``partition.*`` parameters (``max_tries`` default)."""
-        return cls(alpha=alpha, min_samples=min_samples)
-
     def __repr__(self) -> str:
         return (
             f"DirichletPartitioner(alpha={self.alpha}, "
@@ -80,13 +77,18 @@ class DirichletPartitioner(Partitioner):
         )
 
     def partition(
-        self, labels: np.ndarray, n_clients: int, rng: np.random.Generator
+        self,
+        labels: np.ndarray,
+        n_clients: int,
+        rng: np.random.Generator,
+        *,
+        groups: np.ndarray | None = None,
     ) -> list[np.ndarray]:
         """Partition with Dirichlet label skew; see :meth:`Partitioner.partition`.
 
-        Classes are processed in ``np.unique`` order. If a draw leaves some
-        client with fewer than ``min_samples`` samples the whole draw is
-        repeated, up to ``max_tries`` times.
+        ``groups`` is ignored. Classes are processed in ``np.unique`` order.
+        If a draw leaves some client with fewer than ``min_samples`` samples
+        the whole draw is repeated, up to ``max_tries`` times.
 
         Raises
         ------
@@ -136,9 +138,4 @@ class DirichletPartitioner(Partitioner):
             cuts = np.clip(cuts, 0, len(shuffled))
             for client, chunk in enumerate(np.split(shuffled, cuts)):
                 pieces[client].append(chunk)
-        return [
-            np.sort(np.concatenate(p)).astype(np.int64, copy=False)
-            if p
-            else np.empty(0, dtype=np.int64)
-            for p in pieces
-        ]
+        return as_shares(pieces)

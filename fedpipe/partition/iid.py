@@ -31,22 +31,26 @@ class IidPartitioner(Partitioner):
     """
 
     name: ClassVar[str] = "iid"
+    settings: ClassVar[tuple[str, ...]] = ("min_samples",)
 
     def __init__(self, *, min_samples: int = 0) -> None:
         self.min_samples = validate_min_samples(min_samples)
-
-    @classmethod
-    def from_params(cls, *, alpha: float, min_samples: int) -> IidPartitioner:
-        """Build from ``partition.*`` parameters; ``alpha`` is ignored."""
-        return cls(min_samples=min_samples)
 
     def __repr__(self) -> str:
         return f"IidPartitioner(min_samples={self.min_samples})"
 
     def partition(
-        self, labels: np.ndarray, n_clients: int, rng: np.random.Generator
+        self,
+        labels: np.ndarray,
+        n_clients: int,
+        rng: np.random.Generator,
+        *,
+        groups: np.ndarray | None = None,
     ) -> list[np.ndarray]:
-        """Partition uniformly at random; see :meth:`Partitioner.partition`."""
+        """Partition uniformly at random; see :meth:`Partitioner.partition`.
+
+        ``groups`` is ignored.
+        """
         labels = validate_inputs(labels, n_clients)
         n = labels.shape[0]
         check_min_samples_feasible(n, n_clients, self.min_samples)

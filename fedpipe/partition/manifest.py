@@ -4,8 +4,10 @@ Typical flow::
 
     train_pos, test_pos = split_heldout(len(ids), test_fraction=0.2, rng=rng,
                                         labels=labels)
-    shares = partitioner.partition(labels[train_pos], n_clients, rng)
-    check_partition(shares, len(train_pos), min_samples=min_samples)
+    shares = partitioner.partition(labels[train_pos], n_clients, rng,
+                                   groups=groups[train_pos])  # groups: natural only
+    check_partition(shares, len(train_pos), min_samples=min_samples,
+                    labels=labels[train_pos], min_classes=min_classes)
     manifest = build_manifest(sample_ids=ids[train_pos], labels=labels[train_pos],
                               client_indices=shares, heldout_ids=ids[test_pos], ...)
 """
@@ -32,7 +34,12 @@ def _listed(values: np.ndarray) -> str:
 
 
 def check_partition(
-    client_indices: Sequence[np.ndarray], n_samples: int, *, min_samples: int
+    client_indices: Sequence[np.ndarray],
+    n_samples: int,
+    *,
+    min_samples: int,
+    labels: np.ndarray | None = None,
+    min_classes: int = 1,
 ) -> None:
     """Verify that a partition covers ``0 .. n_samples - 1`` exactly once.
 
@@ -45,15 +52,41 @@ def check_partition(
     min_samples : int
         Required minimum number of samples per client
         (``partition.min_samples``). No default.
+    labels : np.ndarray or None, optional
+        1-D labels of the pool (length ``n_samples``). Default ``None``: the
+        per-client class check is skipped.
+    min_classes : int, optional
+        Required minimum number of distinct classes per client
+        (``partition.min_classes``), ``>= 0``; checked only when ``labels``
+        is given. Default ``1`` (no client without samples).
 
     Raises
     ------
     PartitionError
         If an array is not 1-D integer, a position is out of range, a position
         appears more than once (within or across clients), a position is
-        missing, or a client holds fewer than ``min_samples`` positions (the
-        message names the client id, its size and ``partition.min_samples``).
+        missing, a client holds fewer than ``min_samples`` positions (the
+        message names the client id, its size and ``partition.min_samples``),
+        or, with ``labels``, a client holds fewer than ``min_classes``
+        distinct classes (the message names the client id, the classes it has
+        and ``partition.min_classes``); also if ``labels`` is misshapen or
+        ``min_classes`` is not an integer ``>= 0``.
     """
+    if (
+        isinstance(min_classes, bool)
+        or not isinstance(min_classes, numbers.Integral)
+        or min_classes < 0
+    ):
+        raise PartitionError(
+            f"partition.min_classes must be an integer >= 0, got {min_classes!r}"
+        )
+    lab = None if labels is None else np.asarray(labels)
+    if lab is not None and lab.shape != (n_samples,):
+        raise PartitionError(
+            f"labels must be 1-D with length n_samples={n_samples}, got shape "
+            f"{lab.shape}"
+        )
+
     arrays = []
     for client, idx in enumerate(client_indices):
         arr = np.asarray(idx)
@@ -98,6 +131,17 @@ def check_partition(
             raise PartitionError(
                 f"partition.min_samples={min_samples} violated: client {client} "
                 f"has {len(arr)} samples"
+            )
+
+    if lab is None:
+        return
+    for client, arr in enumerate(arrays):
+        held = np.unique(lab[arr])
+        if len(held) < min_classes:
+            raise PartitionError(
+                f"partition.min_classes={min_classes} violated: client {client} "
+                f"has {len(held)} distinct classes {held.tolist()} in "
+                f"{len(arr)} samples"
             )
 
 
@@ -375,7 +419,7 @@ def label_skew(manifest: dict) -> float:
     samples pooled. The result is the mean of ``TV_k``: 0 means every client
     mirrors the pool, 1 means client label sets are disjoint from the pool
     (in practice bounded by ``1 - max_c p(c)``). Clients with no train
-    samples are skipped; returns ``0.0`` if there are none.
+    samples are skipped; returns ``0.0`` if there are none (or no clients).
 
     Parameters
     ----------
@@ -387,6 +431,8 @@ def label_skew(manifest: dict) -> float:
     float
         The skew, in ``[0, 1]``.
     """
+    if not manifest["clients"]:
+        return 0.0
     counts = np.array(
         [c["train_class_counts"] for c in manifest["clients"]], dtype=float
     ).reshape(len(manifest["clients"]), -1)

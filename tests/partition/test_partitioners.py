@@ -1,8 +1,12 @@
-"""Tests for fedpipe.partition: partitioners, held-out split, manifest, skew."""
+"""Registry, make_partitioner and the conformance suite over every partitioner.
+
+Method-specific behaviour lives in ``test_<method>.py``; IID and Dirichlet
+specifics stay here.
+"""
 
 from __future__ import annotations
 
-import json
+import inspect
 
 import numpy as np
 import pytest
@@ -11,16 +15,43 @@ from fedpipe.partition import (
     PARTITIONERS,
     DirichletPartitioner,
     IidPartitioner,
-    Partitioner,
+    NaturalIdPartitioner,
     PartitionError,
+    PathologicalPartitioner,
+    QuantitySkewPartitioner,
+    ShardsPartitioner,
     build_manifest,
     check_partition,
     label_skew,
     make_partitioner,
-    split_heldout,
 )
 
 # ---------------------------------------------------------------- helpers
+
+SETTINGS: dict[str, dict[str, object]] = {
+    "dirichlet": {"alpha": 1.0},
+    "iid": {},
+    "natural": {},
+    "pathological": {"classes_per_client": 2},
+    "quantity": {"quantity_sigma": 1.0},
+    "shards": {"shards_per_client": 2},
+}
+"""Conformance settings per method; every registered method must appear here."""
+
+EVERY_SETTING: dict[str, object] = {
+    "alpha": 0.5,
+    "min_samples": 1,
+    "classes_per_client": 2,
+    "shards_per_client": 2,
+    "quantity_sigma": 0.5,
+    "min_classes": 1,
+    "local_test_fraction": 0.2,
+    "a_key_added_later": "ignored",
+}
+"""Every ``partition.*`` key at once, as partition_table passes them."""
+
+ALL = sorted(PARTITIONERS)
+SEEDED = [name for name in ALL if name != "natural"]  # natural uses no randomness
 
 
 def _labels(n: int = 200, n_classes: int = 4) -> np.ndarray:
@@ -28,36 +59,29 @@ def _labels(n: int = 200, n_classes: int = 4) -> np.ndarray:
     return np.arange(n) % n_classes
 
 
+def _groups(n: int, n_clients: int) -> np.ndarray:
+    """String group keys ``g00 ..`` in contiguous equal blocks (natural clients)."""
+    return np.array([f"g{k:02d}" for k in np.arange(n) * n_clients // n])
+
+
 def _rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def _partitioner(name: str, *, min_samples: int = 0) -> Partitioner:
-    return make_partitioner(name, alpha=1.0, min_samples=min_samples)
-
-
-def _manifest(
+def _partition(
+    name: str,
     labels: np.ndarray,
-    shares: list[np.ndarray],
-    *,
+    n_clients: int,
     seed: int = 0,
-    local_test_fraction: float = 0.25,
-    heldout_ids: np.ndarray | None = None,
-    n_classes: int | None = None,
-) -> dict:
-    n_classes = int(labels.max()) + 1 if n_classes is None else n_classes
-    return build_manifest(
-        sample_ids=np.arange(len(labels)),
-        labels=labels,
-        client_indices=shares,
-        heldout_ids=(
-            np.array([], dtype=np.int64) if heldout_ids is None else heldout_ids
-        ),
-        local_test_fraction=local_test_fraction,
-        rng=_rng(seed),
-        classes=list(range(n_classes)),
-        method="test",
-        params={"alpha": 1.0},
+    *,
+    min_samples: int = 0,
+    **overrides: object,
+) -> list[np.ndarray]:
+    """Partition with the conformance settings; every method gets ``groups``."""
+    settings = {**SETTINGS[name], **overrides}
+    partitioner = make_partitioner(name, min_samples=min_samples, **settings)
+    return partitioner.partition(
+        labels, n_clients, _rng(seed), groups=_groups(len(labels), n_clients)
     )
 
 
@@ -66,17 +90,47 @@ def _skew(method: str, alpha: float, seed: int = 0) -> float:
     shares = make_partitioner(method, alpha=alpha, min_samples=0).partition(
         labels, 10, _rng(seed)
     )
-    return label_skew(_manifest(labels, shares, seed=seed, local_test_fraction=0.2))
+    manifest = build_manifest(
+        sample_ids=np.arange(len(labels)),
+        labels=labels,
+        client_indices=shares,
+        heldout_ids=np.array([], dtype=np.int64),
+        local_test_fraction=0.2,
+        rng=_rng(seed),
+        classes=list(range(10)),
+        method=method,
+        params={"alpha": alpha},
+    )
+    return label_skew(manifest)
 
-
-ALL = sorted(PARTITIONERS)
 
 # ---------------------------------------------------------------- registry
 
 
-def test_registry_holds_exactly_iid_and_dirichlet_keyed_by_name() -> None:
-    assert PARTITIONERS == {"dirichlet": DirichletPartitioner, "iid": IidPartitioner}
+def test_registry_holds_every_method_keyed_by_name() -> None:
+    assert PARTITIONERS == {
+        "dirichlet": DirichletPartitioner,
+        "iid": IidPartitioner,
+        "natural": NaturalIdPartitioner,
+        "pathological": PathologicalPartitioner,
+        "quantity": QuantitySkewPartitioner,
+        "shards": ShardsPartitioner,
+    }
     assert all(cls.name == key for key, cls in PARTITIONERS.items())
+
+
+def test_conformance_settings_cover_every_registered_method() -> None:
+    # a newly registered partitioner must be added to SETTINGS to be checked
+    assert sorted(SETTINGS) == ALL
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_declared_settings_are_constructor_keywords(name: str) -> None:
+    cls = PARTITIONERS[name]
+    params = inspect.signature(cls).parameters
+    assert "min_samples" in cls.settings
+    for key in cls.settings:
+        assert params[key].kind is inspect.Parameter.KEYWORD_ONLY
 
 
 def test_make_partitioner_builds_configured_dirichlet() -> None:
@@ -85,10 +139,70 @@ def test_make_partitioner_builds_configured_dirichlet() -> None:
     assert (p.alpha, p.min_samples, p.max_tries) == (0.5, 3, 100)
 
 
+@pytest.mark.parametrize(
+    ("name", "attrs"),
+    [
+        ("iid", {"min_samples": 1}),
+        ("dirichlet", {"alpha": 0.5, "min_samples": 1}),
+        ("pathological", {"classes_per_client": 2, "min_samples": 1}),
+        ("shards", {"shards_per_client": 2, "min_samples": 1}),
+        ("quantity", {"quantity_sigma": 0.5, "min_samples": 1}),
+        ("natural", {"min_samples": 1}),
+    ],
+)
+def test_make_partitioner_takes_its_keys_and_ignores_the_rest(
+    name: str, attrs: dict[str, object]
+) -> None:
+    p = make_partitioner(name, **EVERY_SETTING)
+    assert type(p) is PARTITIONERS[name]
+    assert {key: getattr(p, key) for key in attrs} == attrs
+    assert set(type(p).settings) == set(attrs)
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("dirichlet", "alpha"),
+        ("pathological", "classes_per_client"),
+        ("shards", "shards_per_client"),
+        ("quantity", "quantity_sigma"),
+    ],
+)
+def test_missing_required_setting_names_key_and_method(name: str, key: str) -> None:
+    settings = {k: v for k, v in EVERY_SETTING.items() if k != key}
+    with pytest.raises(PartitionError) as info:
+        make_partitioner(name, **settings)
+    assert str(info.value) == f"partition.{key} must be set for partition.method={name}"
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [("pathological", "classes_per_client"), ("quantity", "quantity_sigma")],
+)
+def test_setting_left_none_counts_as_unset(name: str, key: str) -> None:
+    with pytest.raises(PartitionError, match=rf"^partition\.{key} must be set for"):
+        make_partitioner(name, **{**EVERY_SETTING, key: None})
+    assert make_partitioner("iid", min_samples=None).min_samples == 0
+
+
+@pytest.mark.parametrize("name", ["iid", "pathological", "shards", "quantity"])
+def test_min_samples_defaults_to_zero(name: str) -> None:
+    settings = {k: v for k, v in EVERY_SETTING.items() if k != "min_samples"}
+    assert make_partitioner(name, **settings).min_samples == 0
+
+
 def test_unknown_method_names_key_and_allowed_values() -> None:
     with pytest.raises(PartitionError) as info:
         make_partitioner("x", alpha=1.0, min_samples=0)
-    assert str(info.value) == "partition.method: unknown 'x'; allowed: dirichlet, iid"
+    assert str(info.value) == (
+        "partition.method: unknown 'x'; allowed: dirichlet, iid, natural, "
+        "pathological, quantity, shards"
+    )
+
+
+def test_unhashable_method_is_unknown_not_type_error() -> None:
+    with pytest.raises(PartitionError, match=r"^partition\.method: unknown"):
+        make_partitioner(["iid"])  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("alpha", [0, 0.0, -1.0])
@@ -97,9 +211,10 @@ def test_nonpositive_alpha_names_key(alpha: float) -> None:
         make_partitioner("dirichlet", alpha=alpha, min_samples=0)
 
 
-def test_negative_min_samples_names_key() -> None:
+@pytest.mark.parametrize("name", ALL)
+def test_negative_min_samples_names_key(name: str) -> None:
     with pytest.raises(PartitionError, match=r"^partition\.min_samples must be"):
-        make_partitioner("iid", alpha=1.0, min_samples=-1)
+        make_partitioner(name, **{**SETTINGS[name], "min_samples": -1})
 
 
 # ------------------------------------------------- conformance (every partitioner)
@@ -107,45 +222,53 @@ def test_negative_min_samples_names_key() -> None:
 
 @pytest.mark.parametrize("name", ALL)
 def test_every_sample_assigned_exactly_once(name: str) -> None:
-    shares = _partitioner(name).partition(_labels(), 5, _rng())
+    labels = _labels()
+    shares = _partition(name, labels, 5)
     assert len(shares) == 5
     assert np.array_equal(np.sort(np.concatenate(shares)), np.arange(200))
+    check_partition(shares, 200, min_samples=0, labels=labels, min_classes=1)
 
 
 @pytest.mark.parametrize("name", ALL)
 def test_shares_are_sorted_int64(name: str) -> None:
-    shares = _partitioner(name).partition(_labels(), 5, _rng())
+    shares = _partition(name, _labels(), 5)
     assert all(s.dtype == np.int64 for s in shares)
     assert all(np.array_equal(s, np.sort(s)) for s in shares)
 
 
 @pytest.mark.parametrize("name", ALL)
 def test_same_seed_gives_identical_partition(name: str) -> None:
-    a = _partitioner(name).partition(_labels(), 5, _rng(7))
-    b = _partitioner(name).partition(_labels(), 5, _rng(7))
+    a = _partition(name, _labels(), 5, seed=7)
+    b = _partition(name, _labels(), 5, seed=7)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("name", SEEDED)
+def test_different_seed_gives_different_partition(name: str) -> None:
+    a = _partition(name, _labels(), 5, seed=7)
+    b = _partition(name, _labels(), 5, seed=8)
+    assert not all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_natural_is_deterministic_whatever_the_seed() -> None:
+    # the counterpart of the different-seed test: natural must NOT depend on rng
+    a = _partition("natural", _labels(), 5, seed=7)
+    b = _partition("natural", _labels(), 5, seed=8)
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_different_seed_gives_different_partition(name: str) -> None:
-    a = _partitioner(name).partition(_labels(), 5, _rng(7))
-    b = _partitioner(name).partition(_labels(), 5, _rng(8))
-    assert not all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-
-
-@pytest.mark.parametrize("name", ALL)
 def test_min_samples_respected(name: str) -> None:
-    shares = _partitioner(name, min_samples=100).partition(
-        _labels(2000, 10), 10, _rng(0)
-    )
+    labels = _labels(2000, 10)
+    shares = _partition(name, labels, 10, min_samples=100)
     assert min(len(s) for s in shares) >= 100
-    check_partition(shares, 2000, min_samples=100)
+    check_partition(shares, 2000, min_samples=100, labels=labels)
 
 
 @pytest.mark.parametrize("name", ALL)
 def test_impossible_min_samples_names_key_and_bound(name: str) -> None:
     with pytest.raises(PartitionError) as info:
-        _partitioner(name, min_samples=41).partition(_labels(), 5, _rng())
+        _partition(name, _labels(), 5, min_samples=41)
     msg = str(info.value)
     assert msg.startswith("partition.min_samples=41 cannot be met")
     assert "partition.min_samples <= 40" in msg
@@ -153,23 +276,48 @@ def test_impossible_min_samples_names_key_and_bound(name: str) -> None:
 
 @pytest.mark.parametrize("name", ALL)
 def test_single_client_gets_everything(name: str) -> None:
-    (only,) = _partitioner(name).partition(_labels(), 1, _rng())
+    # one client holding everything needs all 4 classes for pathological
+    overrides = {"classes_per_client": 4} if name == "pathological" else {}
+    (only,) = _partition(name, _labels(), 1, **overrides)
     assert np.array_equal(only, np.arange(200))
 
 
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("n_clients", [0, -2])
 def test_nonpositive_n_clients_rejected(name: str, n_clients: int) -> None:
+    p = make_partitioner(name, min_samples=0, **SETTINGS[name])
     with pytest.raises(PartitionError, match="federation.clients"):
-        _partitioner(name).partition(_labels(), n_clients, _rng())
+        p.partition(_labels(), n_clients, _rng(), groups=_groups(200, 5))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_two_dimensional_labels_rejected(name: str) -> None:
+    p = make_partitioner(name, min_samples=0, **SETTINGS[name])
+    with pytest.raises(PartitionError, match="1-D"):
+        p.partition(np.zeros((10, 2)), 2, _rng(), groups=_groups(10, 2))
 
 
 @pytest.mark.parametrize("name", ALL)
 def test_partition_does_not_touch_global_random_state(name: str) -> None:
     before = np.random.get_state()
-    _partitioner(name).partition(_labels(), 5, _rng())
+    _partition(name, _labels(), 5)
     after = np.random.get_state()
     assert np.array_equal(before[1], after[1]) and before[2:] == after[2:]
+
+
+@pytest.mark.parametrize("name", SEEDED)
+def test_seeded_methods_ignore_groups(name: str) -> None:
+    p = make_partitioner(name, min_samples=0, **SETTINGS[name])
+    with_groups = p.partition(_labels(), 5, _rng(3), groups=_groups(200, 5))
+    without = p.partition(_labels(), 5, _rng(3))
+    assert all(np.array_equal(x, y) for x, y in zip(with_groups, without, strict=True))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_works_on_string_labels(name: str) -> None:
+    labels = np.array(["cat", "dog", "eel", "fox"])[_labels()]
+    shares = _partition(name, labels, 5)
+    assert np.array_equal(np.sort(np.concatenate(shares)), np.arange(200))
 
 
 # ---------------------------------------------------------------- IID
@@ -216,217 +364,3 @@ def test_dirichlet_small_alpha_skews_more_than_iid() -> None:
     assert iid < 0.15
     assert dirichlet > 0.45
     assert dirichlet > 4 * iid
-
-
-# ---------------------------------------------------------------- check_partition
-
-
-def test_check_partition_accepts_valid_partition() -> None:
-    check_partition([np.array([0, 2]), np.array([1, 3])], 4, min_samples=2)
-
-
-def test_check_partition_catches_duplicate() -> None:
-    with pytest.raises(PartitionError, match=r"more than once: 2 .*clients \[0, 1\]"):
-        check_partition([np.array([0, 2]), np.array([1, 2, 3])], 4, min_samples=0)
-
-
-def test_check_partition_catches_missing() -> None:
-    with pytest.raises(PartitionError, match=r"assigned to no client: 3 "):
-        check_partition([np.array([0, 2]), np.array([1])], 4, min_samples=0)
-
-
-def test_check_partition_catches_out_of_range() -> None:
-    with pytest.raises(PartitionError, match=r"out of range \[0, 4\): 4 "):
-        check_partition([np.array([0, 1, 2]), np.array([3, 4])], 4, min_samples=0)
-
-
-def test_check_partition_names_small_client() -> None:
-    with pytest.raises(PartitionError) as info:
-        check_partition([np.array([0, 1, 2]), np.array([3])], 4, min_samples=2)
-    assert str(info.value) == (
-        "partition.min_samples=2 violated: client 1 has 1 samples"
-    )
-
-
-# ---------------------------------------------------------------- split_heldout
-
-
-def test_split_heldout_is_stratified() -> None:
-    labels = np.array([0] * 100 + [1] * 50 + [2] * 30)
-    train, test = split_heldout(180, test_fraction=0.2, rng=_rng(), labels=labels)
-    assert np.bincount(labels[test]).tolist() == [20, 10, 6]
-    assert np.bincount(labels[train]).tolist() == [80, 40, 24]
-
-
-def test_split_heldout_partitions_positions_sorted() -> None:
-    train, test = split_heldout(100, test_fraction=0.25, rng=_rng())
-    assert (len(train), len(test)) == (75, 25)
-    assert np.array_equal(np.sort(np.concatenate([train, test])), np.arange(100))
-    assert np.array_equal(train, np.sort(train))
-    assert np.array_equal(test, np.sort(test))
-
-
-def test_split_heldout_same_seed_identical() -> None:
-    labels = _labels(180, 3)
-    a = split_heldout(180, test_fraction=0.2, rng=_rng(3), labels=labels)
-    b = split_heldout(180, test_fraction=0.2, rng=_rng(3), labels=labels)
-    assert np.array_equal(a[1], b[1])
-
-
-def test_split_heldout_different_seed_differs() -> None:
-    labels = _labels(180, 3)
-    a = split_heldout(180, test_fraction=0.2, rng=_rng(3), labels=labels)
-    b = split_heldout(180, test_fraction=0.2, rng=_rng(4), labels=labels)
-    assert not np.array_equal(a[1], b[1])
-
-
-@pytest.mark.parametrize("fraction", [0.0, 1.0, -0.1, 1.5])
-def test_split_heldout_rejects_fraction_outside_open_interval(fraction: float) -> None:
-    with pytest.raises(PartitionError, match=r"^data\.test_fraction must be in"):
-        split_heldout(10, test_fraction=fraction, rng=_rng())
-
-
-# ---------------------------------------------------------------- build_manifest
-
-
-def _example_manifest(seed: int = 0) -> tuple[np.ndarray, list[np.ndarray], dict]:
-    labels = _labels(60, 3)
-    shares = DirichletPartitioner(alpha=1.0, min_samples=2).partition(
-        labels, 4, _rng(seed)
-    )
-    return labels, shares, _manifest(labels, shares, seed=seed)
-
-
-def test_manifest_has_exact_shape() -> None:
-    _, shares, m = _example_manifest()
-    assert list(m) == ["method", "params", "classes", "n_clients", "heldout", "clients"]
-    assert m["method"] == "test"
-    assert m["params"] == {"alpha": 1.0}
-    assert m["classes"] == [0, 1, 2]
-    assert m["n_clients"] == 4
-    assert [c["client"] for c in m["clients"]] == [0, 1, 2, 3]
-    keys = ["client", "train", "test", "train_class_counts", "test_class_counts"]
-    assert all(list(c) == keys for c in m["clients"])
-
-
-def test_manifest_train_test_disjoint_and_cover_share() -> None:
-    _, shares, m = _example_manifest()
-    for share, client in zip(shares, m["clients"], strict=True):
-        train, test = set(client["train"]), set(client["test"])
-        assert not train & test
-        assert train | test == {str(i) for i in share}
-        assert len(test) >= 1 and len(train) >= 1
-
-
-def test_manifest_local_test_size_is_rounded_fraction() -> None:
-    labels = _labels(40, 2)
-    shares = [np.arange(0, 20), np.arange(20, 40)]
-    m = _manifest(labels, shares, local_test_fraction=0.25)
-    assert [len(c["test"]) for c in m["clients"]] == [5, 5]
-    assert [len(c["train"]) for c in m["clients"]] == [15, 15]
-
-
-def test_manifest_class_counts_add_up() -> None:
-    labels, shares, m = _example_manifest()
-    for share, client in zip(shares, m["clients"], strict=True):
-        total = np.add(client["train_class_counts"], client["test_class_counts"])
-        assert total.tolist() == np.bincount(labels[share], minlength=3).tolist()
-        assert sum(client["train_class_counts"]) == len(client["train"])
-        assert sum(client["test_class_counts"]) == len(client["test"])
-
-
-def test_manifest_ids_are_sorted_strings() -> None:
-    _, _, m = _example_manifest()
-    for client in m["clients"]:
-        assert all(isinstance(i, str) for i in client["train"] + client["test"])
-        assert client["train"] == sorted(client["train"])
-        assert client["test"] == sorted(client["test"])
-
-
-def test_manifest_round_trips_through_json() -> None:
-    _, _, m = _example_manifest()
-    assert json.loads(json.dumps(m)) == m
-
-
-def test_manifest_is_deterministic() -> None:
-    assert _example_manifest(5)[2] == _example_manifest(5)[2]
-
-
-def test_manifest_zero_local_fraction_means_no_local_test() -> None:
-    labels = _labels(20, 2)
-    shares = [np.arange(0, 10), np.arange(10, 20)]
-    m = _manifest(labels, shares, local_test_fraction=0.0)
-    assert [c["test"] for c in m["clients"]] == [[], []]
-    assert [c["train_class_counts"] for c in m["clients"]] == [[5, 5], [5, 5]]
-
-
-def test_manifest_two_sample_client_gets_one_train_one_test() -> None:
-    labels = _labels(12, 2)
-    shares = [np.arange(0, 2), np.arange(2, 12)]
-    m = _manifest(labels, shares, local_test_fraction=0.1)
-    assert (len(m["clients"][0]["train"]), len(m["clients"][0]["test"])) == (1, 1)
-
-
-def test_manifest_records_heldout_and_rejects_overlap() -> None:
-    labels = _labels(10, 2)
-    shares = [np.arange(0, 5), np.arange(5, 10)]
-    m = _manifest(labels, shares, heldout_ids=np.array([12, 10, 11]))
-    assert m["heldout"] == ["10", "11", "12"]
-    with pytest.raises(PartitionError, match="overlap"):
-        _manifest(labels, shares, heldout_ids=np.array([3]))
-
-
-def test_manifest_rejects_incomplete_partition() -> None:
-    labels = _labels(10, 2)
-    with pytest.raises(PartitionError, match="assigned to no client: 9"):
-        _manifest(labels, [np.arange(0, 5), np.arange(5, 9)])
-
-
-@pytest.mark.parametrize("fraction", [-0.1, 1.0])
-def test_manifest_rejects_bad_local_test_fraction(fraction: float) -> None:
-    labels = _labels(10, 2)
-    with pytest.raises(PartitionError, match="local_test_fraction"):
-        _manifest(labels, [np.arange(10)], local_test_fraction=fraction)
-
-
-def test_manifest_params_numpy_values_become_plain_json() -> None:
-    labels = _labels(4, 2)
-    m = build_manifest(
-        sample_ids=np.arange(4),
-        labels=labels,
-        client_indices=[np.arange(4)],
-        heldout_ids=np.array([], dtype=np.int64),
-        local_test_fraction=0.0,
-        rng=_rng(),
-        classes=[0, 1],
-        method="iid",
-        params={"min_samples": np.int64(2), "alpha": np.float64(0.5), "t": (1, 2)},
-    )
-    assert m["params"] == {"alpha": 0.5, "min_samples": 2, "t": [1, 2]}
-    assert json.loads(json.dumps(m)) == m
-
-
-# ---------------------------------------------------------------- label_skew
-
-
-def _counts_manifest(*train_counts: list[int]) -> dict:
-    return {
-        "clients": [
-            {"train_class_counts": counts, "test_class_counts": [0] * len(counts)}
-            for counts in train_counts
-        ]
-    }
-
-
-def test_label_skew_zero_when_clients_match_pool() -> None:
-    assert label_skew(_counts_manifest([5, 5], [10, 10])) == 0.0
-
-
-def test_label_skew_of_disjoint_halves_is_half() -> None:
-    # pool is (0.5, 0.5); each client is one-hot -> TV 0.5 each.
-    assert label_skew(_counts_manifest([10, 0], [0, 10])) == pytest.approx(0.5)
-
-
-def test_label_skew_skips_empty_clients() -> None:
-    m = _counts_manifest([3, 1], [0, 0])
-    assert label_skew(m) == 0.0

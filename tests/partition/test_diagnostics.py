@@ -1,0 +1,198 @@
+"""Tests for fedpipe.partition.diagnostics: count table, heatmap, skew summary."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedpipe.partition import (
+    PartitionError,
+    build_manifest,
+    class_count_table,
+    label_heatmap,
+    label_skew,
+    make_partitioner,
+    skew_summary,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _manifest(
+    method: str = "pathological",
+    *,
+    n: int = 600,
+    n_classes: int = 10,
+    n_clients: int = 6,
+    seed: int = 0,
+    **settings: object,
+) -> dict:
+    """A real manifest: classes 3..3+n_classes (not 0-based), 20% local test."""
+    labels = 3 + np.arange(n) % n_classes
+    settings = settings or {"classes_per_client": 2}
+    shares = make_partitioner(method, min_samples=0, **settings).partition(
+        labels, n_clients, np.random.default_rng(seed)
+    )
+    return build_manifest(
+        sample_ids=np.arange(n),
+        labels=labels,
+        client_indices=shares,
+        heldout_ids=np.array([], dtype=np.int64),
+        local_test_fraction=0.2,
+        rng=np.random.default_rng(seed),
+        classes=list(range(3, 3 + n_classes)),
+        method=method,
+        params={**settings, "min_samples": 0, "seed": seed},
+    )
+
+
+# ---------------------------------------------------------------- class_count_table
+
+
+def test_count_table_columns_and_rows() -> None:
+    m = _manifest()
+    table = class_count_table(m)
+    assert list(table.columns) == ["client", "n_train", "n_test", *range(3, 13)]
+    assert table["client"].tolist() == list(range(6))
+    assert all(str(t) == "int64" for t in table.dtypes)
+
+
+def test_count_table_adds_up_to_the_manifest() -> None:
+    m = _manifest()
+    table = class_count_table(m)
+    class_cols = m["classes"]
+    for row, client in zip(table.itertuples(index=False), m["clients"], strict=True):
+        assert row.n_train == len(client["train"])
+        assert row.n_test == len(client["test"])
+    assert table[class_cols].to_numpy().tolist() == [
+        c["train_class_counts"] for c in m["clients"]
+    ]
+    assert table[class_cols].sum(axis=1).tolist() == table["n_train"].tolist()
+    assert int(table[class_cols].to_numpy().sum()) == sum(
+        len(c["train"]) for c in m["clients"]
+    )
+
+
+def test_count_table_accepts_a_json_round_trip() -> None:
+    m = _manifest()
+    assert class_count_table(json.loads(json.dumps(m))).equals(class_count_table(m))
+
+
+def test_count_table_rejects_counts_not_matching_classes() -> None:
+    m = _manifest()
+    m["clients"][2]["train_class_counts"] = [1, 2]
+    with pytest.raises(PartitionError, match=r"client 2: train_class_counts has 2"):
+        class_count_table(m)
+
+
+# ---------------------------------------------------------------- label_heatmap
+
+
+def test_heatmap_writes_a_png(tmp_path: Path) -> None:
+    out = tmp_path / "plots" / "labels.png"
+    label_heatmap(_manifest(), out)
+    data = out.read_bytes()
+    assert data.startswith(PNG_MAGIC)
+    assert len(data) > 10_000
+
+
+def test_heatmap_many_clients_skips_row_labels_and_counts(tmp_path: Path) -> None:
+    out = tmp_path / "labels.png"
+    m = _manifest("dirichlet", n=3000, n_clients=80, alpha=0.3)
+    label_heatmap(m, out)
+    data = out.read_bytes()
+    assert data.startswith(PNG_MAGIC)
+    assert len(data) > 10_000
+
+
+def test_heatmap_without_clients_rejected(tmp_path: Path) -> None:
+    m = _manifest()
+    m["clients"] = []
+    with pytest.raises(PartitionError, match="at least one client"):
+        label_heatmap(m, tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
+
+
+# ---------------------------------------------------------------- skew_summary
+
+
+def test_skew_summary_of_pathological_partition() -> None:
+    m = _manifest()  # 600 balanced samples, 6 clients x 2 classes
+    summary = skew_summary(m)
+    assert list(summary) == [
+        "n_clients",
+        "label_skew",
+        "size_cv",
+        "min_client_size",
+        "max_client_size",
+        "min_classes_per_client",
+    ]
+    assert summary["n_clients"] == 6
+    assert summary["label_skew"] == label_skew(m)
+    assert summary["label_skew"] > 0.7
+    assert summary["min_classes_per_client"] == 2
+    assert summary["min_client_size"] + summary["max_client_size"] <= 600
+    assert json.loads(json.dumps(summary)) == summary
+
+
+def test_skew_summary_figures_from_counts() -> None:
+    m = {
+        "classes": [0, 1, 2],
+        "clients": [
+            {
+                "client": 0,
+                "train_class_counts": [8, 0, 0],
+                "test_class_counts": [2, 0, 0],
+            },
+            {
+                "client": 1,
+                "train_class_counts": [10, 10, 0],
+                "test_class_counts": [0, 0, 10],
+            },
+        ],
+    }
+    summary = skew_summary(m)
+    # sizes 10 and 30: mean 20, population std 10
+    assert summary["size_cv"] == pytest.approx(0.5)
+    assert (summary["min_client_size"], summary["max_client_size"]) == (10, 30)
+    assert summary["min_classes_per_client"] == 1
+
+
+def test_skew_summary_size_cv_for_quantity_skew() -> None:
+    equal = skew_summary(
+        _manifest("quantity", n=2000, n_clients=20, quantity_sigma=0.0)
+    )
+    skewed = skew_summary(
+        _manifest("quantity", n=2000, n_clients=20, quantity_sigma=1.0)
+    )
+    assert equal["size_cv"] < 0.05
+    assert skewed["size_cv"] > 0.4
+
+
+def test_skew_summary_without_clients_is_zero() -> None:
+    summary = skew_summary({"classes": [0, 1], "clients": []})
+    assert summary == {
+        "n_clients": 0,
+        "label_skew": 0.0,
+        "size_cv": 0.0,
+        "min_client_size": 0,
+        "max_client_size": 0,
+        "min_classes_per_client": 0,
+    }
+
+
+def test_importing_partition_loads_neither_pandas_nor_matplotlib() -> None:
+    # the diagnostics import them on call, keeping the partitioners numpy-only
+    code = (
+        "import sys, fedpipe.partition\n"
+        "print(sorted({'pandas', 'matplotlib'} & set(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
