@@ -49,18 +49,13 @@ def hand_loop(project: Path, rounds: int) -> float:
 
     from fedpipe import layout
     from fedpipe.config import load_params
-    from fedpipe.data import read_table, spec_for
-    from fedpipe.federation import federated_data, read_json
     from fedpipe.models import build_model
     from fedpipe.weights import load_weights
+    from tasks.runtime import data_for
 
     params = load_params()
-    spec = spec_for(params.data.source)
-    data = federated_data(
-        read_table(layout.raw_table(params.data.source)),
-        read_json(layout.MANIFEST),
-        spec,
-    )
+    data = data_for(layout.PREPARED_DIR, layout.MANIFEST)
+    spec = data.spec
     model = build_model(params.model.name, spec.input_shape, len(spec.classes))
     model.compile(
         optimizer=keras.optimizers.SGD(learning_rate=params.train.lr),
@@ -104,21 +99,16 @@ def library_loop(project: Path, rounds: int) -> float:
     os.chdir(project)
     from fedpipe import layout
     from fedpipe.config import load_params
-    from fedpipe.data import read_table, spec_for
-    from fedpipe.federation import federated_data, read_json, sample_clients
+    from fedpipe.federation import sample_clients
     from fedpipe.seeds import derive_seed
     from fedpipe.strategy import ClientUpdate, make_strategy
     from fedpipe.training import ModelRunner
     from fedpipe.weights import load_weights
     from flows.stages import model_spec
+    from tasks.runtime import data_for
 
     params = load_params()
-    spec = spec_for(params.data.source)
-    data = federated_data(
-        read_table(layout.raw_table(params.data.source)),
-        read_json(layout.MANIFEST),
-        spec,
-    )
+    data = data_for(layout.PREPARED_DIR, layout.MANIFEST)
     runner = ModelRunner(model_spec(params))
     strategy = make_strategy(params.strategy.name)
     weights = load_weights(layout.model_weights(0))
@@ -225,7 +215,7 @@ def main() -> None:
     text = params.read_text()
     params.write_text(re.sub(r"(?m)^  rounds: \d+", f"  rounds: {args.rounds}", text))
     subprocess.run(["fedpipe", "-C", str(project), "sync"], check=True)
-    for stage in ("ingest", "validate", "partition", "init"):
+    for stage in ("mnist5k", "ingest", "validate", "partition", "init"):
         subprocess.run(
             ["fedpipe", "-C", str(project), "stage", stage],
             check=True,

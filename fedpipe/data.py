@@ -10,9 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from fedpipe.config import DataParams
+    from fedpipe.ingest import IngestResult
 
 ID_COLUMN = "sample_id"
 LABEL_COLUMN = "label"
@@ -52,6 +57,21 @@ class DatasetSpec:
         """Names of the feature columns, ``px0 .. px{n-1}``."""
         return [f"{FEATURE_PREFIX}{i}" for i in range(self.n_features)]
 
+    @classmethod
+    def from_schema(cls, schema: dict) -> DatasetSpec:
+        """The spec of a prepared data set (its ``schema.json``)."""
+        return cls(
+            name=str(schema["source"]),
+            classes=tuple(int(c) for c in schema["classes"]),
+            input_shape=tuple(int(d) for d in schema["input_shape"]),
+            value_range=(
+                float(schema["value_range"][0]),
+                float(schema["value_range"][1]),
+            ),
+            scale=float(schema["scale"]),
+            n_samples=int(schema["n_samples"]),
+        )
+
 
 MNIST5K = DatasetSpec(
     name="mnist5k",
@@ -61,19 +81,6 @@ MNIST5K = DatasetSpec(
     scale=255.0,
     n_samples=5000,
 )
-
-SOURCES: dict[str, DatasetSpec] = {MNIST5K.name: MNIST5K}
-
-
-def spec_for(source: str) -> DatasetSpec:
-    """The :class:`DatasetSpec` of a ``data.source`` value."""
-    try:
-        return SOURCES[source]
-    except KeyError:
-        allowed = ", ".join(sorted(SOURCES))
-        raise ValueError(
-            f"data.source: unknown {source!r}; allowed: {allowed}"
-        ) from None
 
 
 def load_mnist5k() -> pd.DataFrame:
@@ -97,10 +104,40 @@ def make_table(x: np.ndarray, y: np.ndarray, *, prefix: str) -> pd.DataFrame:
     return pd.concat([head, features], axis=1)
 
 
-def ingest(source: str) -> pd.DataFrame:
-    """Load a ``data.source`` into the shared table layout."""
-    spec_for(source)
-    return load_mnist5k()
+def ingest(data: DataParams, out_dir: Path) -> IngestResult:
+    """Read ``data.source`` into the prepared format under ``out_dir``."""
+    from fedpipe.ingest import ingest_arrays, ingest_image_folder, ingest_table
+
+    path = Path(data.path)
+    if data.source == "images":
+        return ingest_image_folder(
+            path,
+            out_dir=out_dir,
+            image_size=data.image_size,
+            color_mode=data.color_mode,
+        )
+    if data.source == "table":
+        return ingest_table(
+            path,
+            out_dir=out_dir,
+            label_column=data.label_column,
+            feature_columns=data.feature_columns,
+            id_column=data.id_column,
+            client_column=data.client_column,
+            num_classes=data.num_classes,
+        )
+    df = read_table(path)
+    x = df[MNIST5K.feature_columns].to_numpy(dtype=np.uint8)
+    return ingest_arrays(
+        x.reshape((len(df), *MNIST5K.input_shape)),
+        df[LABEL_COLUMN].to_numpy(dtype=np.int64),
+        out_dir=out_dir,
+        source=MNIST5K.name,
+        class_names=[str(c) for c in MNIST5K.classes],
+        value_range=MNIST5K.value_range,
+        scale=MNIST5K.scale,
+        sample_ids=df[ID_COLUMN].astype(str).tolist(),
+    )
 
 
 def write_table(df: pd.DataFrame, path: Path) -> None:
@@ -118,18 +155,20 @@ def read_table(path: Path) -> pd.DataFrame:
     return pd.read_parquet(path)
 
 
-def to_arrays(
-    df: pd.DataFrame, spec: DatasetSpec, ids: Sequence[str] | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Features as float32 ``(n, *input_shape)`` scaled to [0, 1], labels as int32.
+def prepared_spec(prepared: Path) -> DatasetSpec:
+    """The :class:`DatasetSpec` of a prepared data set."""
+    from fedpipe.ingest import read_schema
 
-    Parameters
-    ----------
-    ids : sequence of str, optional
-        Keep only these samples, in this order. Default: all rows in table order.
-    """
-    if ids is not None:
-        df = df.set_index(ID_COLUMN).loc[list(ids)].reset_index()
-    x = df[spec.feature_columns].to_numpy(dtype=np.float32) / np.float32(spec.scale)
-    y = df[LABEL_COLUMN].to_numpy(dtype=np.int32)
-    return x.reshape((len(df), *spec.input_shape)), y
+    return DatasetSpec.from_schema(read_schema(prepared))
+
+
+def to_arrays(
+    features: np.ndarray,
+    labels: np.ndarray,
+    positions: Sequence[int],
+    spec: DatasetSpec,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``positions`` as float32 features scaled by ``spec.scale``, int32 labels."""
+    idx = np.asarray(positions, dtype=np.int64)
+    x = np.asarray(features[idx], dtype=np.float32) / np.float32(spec.scale)
+    return x.reshape((len(idx), *spec.input_shape)), labels[idx].astype(np.int32)

@@ -19,7 +19,7 @@ import pandas as pd
 
 from fedpipe.data import DatasetSpec, to_arrays
 from fedpipe.metrics import METRIC_NAMES, weighted_mean
-from fedpipe.partition import make_partitioner
+from fedpipe.partition import PartitionError, make_partitioner
 from fedpipe.partition.manifest import build_manifest, check_partition, split_heldout
 from fedpipe.seeds import rng_for
 
@@ -46,50 +46,78 @@ class FederatedData:
 
 
 def partition_table(
-    df: pd.DataFrame,
+    samples: pd.DataFrame,
     *,
     classes: Sequence[int],
     seed: int,
     test_fraction: float,
     method: str,
-    alpha: float,
-    min_samples: int,
     n_clients: int,
     local_test_fraction: float,
+    dedupe: bool,
+    settings: Mapping[str, Any],
 ) -> dict[str, Any]:
     """Hold out a global test split, deal the rest to clients, split each locally.
 
-    Returns the partition manifest (see
-    :func:`fedpipe.partition.manifest.build_manifest`).
+    Parameters
+    ----------
+    samples : DataFrame
+        ``samples.parquet`` of the prepared data (``sample_id``, ``label``,
+        ``content_hash``, optional ``client_key``).
+    dedupe : bool
+        Drop samples whose content repeats an earlier sample's (``data.dedupe``);
+        otherwise a duplicate on both sides of the held-out split is an error.
+    settings : mapping
+        The ``partition.*`` values (alpha, min_samples, min_classes, ...).
+
+    Returns
+    -------
+    dict
+        The manifest of :func:`fedpipe.partition.manifest.build_manifest`, plus
+        ``dropped_duplicates`` (ids) and, for natural partitions, ``client_keys``.
     """
-    ids = df["sample_id"].to_numpy(dtype=str)
-    labels = df["label"].to_numpy(dtype=np.int64)
+    dropped: list[str] = []
+    if dedupe and "content_hash" in samples:
+        repeated = samples["content_hash"].duplicated(keep="first")
+        dropped = samples.loc[repeated, "sample_id"].astype(str).tolist()
+        samples = samples.loc[~repeated].reset_index(drop=True)
+    ids = samples["sample_id"].to_numpy(dtype=str)
+    labels = samples["label"].to_numpy(dtype=np.int64)
     train_pos, test_pos = split_heldout(
-        len(df),
+        len(samples),
         test_fraction=test_fraction,
         rng=rng_for(seed, "heldout"),
         labels=labels,
     )
+    if not dedupe and "content_hash" in samples:
+        _check_no_leakage(samples, train_pos, test_pos)
     if n_clients > len(train_pos):
-        raise ValueError(
+        raise PartitionError(
             f"federation.clients={n_clients} exceeds the {len(train_pos)} training "
             f"samples; allowed: 1..{len(train_pos)}"
         )
-    partitioner = make_partitioner(method, alpha=alpha, min_samples=min_samples)
+    groups = None
+    if method == "natural" and "client_key" in samples:
+        groups = samples["client_key"].to_numpy(dtype=str)[train_pos]
+    partitioner = make_partitioner(method, **settings)
     parts = partitioner.partition(
-        labels[train_pos], n_clients, rng_for(seed, "partition")
+        labels[train_pos], n_clients, rng_for(seed, "partition"), groups=groups
     )
-    check_partition(parts, len(train_pos), min_samples=min_samples)
-    params = {
-        "alpha": alpha,
-        "min_samples": min_samples,
-        "seed": seed,
-        "test_fraction": test_fraction,
-        "local_test_fraction": local_test_fraction,
-    }
-    if method != "dirichlet":
-        params.pop("alpha")
-    return build_manifest(
+    check_partition(
+        parts,
+        len(train_pos),
+        min_samples=int(settings["min_samples"]),
+        labels=labels[train_pos],
+        min_classes=int(settings["min_classes"]),
+    )
+    recorded = {k: settings[k] for k in type(partitioner).settings if k in settings}
+    recorded.update(
+        seed=seed,
+        test_fraction=test_fraction,
+        local_test_fraction=local_test_fraction,
+        min_classes=settings["min_classes"],
+    )
+    manifest = build_manifest(
         sample_ids=ids[train_pos],
         labels=labels[train_pos],
         client_indices=parts,
@@ -98,19 +126,48 @@ def partition_table(
         rng=rng_for(seed, "local_split"),
         classes=list(classes),
         method=method,
-        params=params,
+        params=recorded,
     )
+    manifest["dropped_duplicates"] = sorted(dropped)
+    if groups is not None:
+        manifest["client_keys"] = sorted({str(g) for g in groups})
+    return manifest
+
+
+def _check_no_leakage(
+    samples: pd.DataFrame, train_pos: np.ndarray, test_pos: np.ndarray
+) -> None:
+    """Refuse a split with the same content on both sides (held-out leakage)."""
+    hashes = samples["content_hash"].to_numpy(dtype=str)
+    shared = set(hashes[train_pos]) & set(hashes[test_pos])
+    if shared:
+        leaked = samples.loc[samples["content_hash"].isin(shared), "sample_id"]
+        examples = ", ".join(leaked.astype(str).head(6))
+        raise PartitionError(
+            f"{len(shared)} sample contents appear in both the held-out test split and "
+            f"the training data (e.g. {examples}): the test would measure memory, not "
+            "generalisation; set data.dedupe: true to drop repeated contents"
+        )
 
 
 def federated_data(
-    df: pd.DataFrame, manifest: Mapping[str, Any], spec: DatasetSpec
+    features: np.ndarray,
+    samples: pd.DataFrame,
+    manifest: Mapping[str, Any],
+    spec: DatasetSpec,
 ) -> FederatedData:
     """Arrays for the held-out test set and each client, as the manifest assigns."""
-    x_test, y_test = to_arrays(df, spec, manifest["heldout"])
+    position = {sid: i for i, sid in enumerate(samples["sample_id"].astype(str))}
+    labels = samples["label"].to_numpy(dtype=np.int64)
+
+    def arrays(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        return to_arrays(features, labels, [position[i] for i in ids], spec)
+
+    x_test, y_test = arrays(manifest["heldout"])
     clients = []
     for entry in manifest["clients"]:
-        x_tr, y_tr = to_arrays(df, spec, entry["train"])
-        x_te, y_te = to_arrays(df, spec, entry["test"])
+        x_tr, y_tr = arrays(entry["train"])
+        x_te, y_te = arrays(entry["test"])
         clients.append(ClientData(entry["client"], x_tr, y_tr, x_te, y_te))
     return FederatedData(spec, x_test, y_test, tuple(clients))
 
@@ -227,29 +284,42 @@ def read_json(path: Path) -> Any:
 
 
 def preflight(params: Any) -> None:
-    """Checks that need the data's size but no work: stop before anything runs.
+    """Checks that need no work: stop before anything runs.
 
     Raises
     ------
     ParamsError
-        Naming the param key, e.g. more clients than training samples.
+        Naming the param key: a data path that does not exist, or (for the
+        built-in data, whose size is known) more clients than training samples.
     """
     from fedpipe.config import ParamsError
-    from fedpipe.data import spec_for
+    from fedpipe.data import MNIST5K
 
-    try:
-        spec = spec_for(params.data.source)
-    except ValueError as exc:
-        raise ParamsError(f"params.yaml: {exc}") from None
-    # the held-out size exactly as split_heldout computes it (half rounds up)
-    n_test = math.floor(params.data.test_fraction * spec.n_samples + 0.5)
-    n_train = spec.n_samples - min(max(n_test, 1), spec.n_samples - 1)
+    data = params.data
+    if data.source != "mnist5k":
+        path = Path(data.path)
+        if not path.exists():
+            raise ParamsError(f"params.yaml: data.path={data.path!r} does not exist")
+        if data.source == "images" and not path.is_dir():
+            raise ParamsError(
+                f"params.yaml: data.path={data.path!r} must be a folder with one "
+                "sub-folder per class for data.source=images"
+            )
+        if data.source == "table" and not path.is_file():
+            raise ParamsError(
+                f"params.yaml: data.path={data.path!r} must be a CSV or Parquet file "
+                "for data.source=table"
+            )
+        return
+    n = MNIST5K.n_samples
+    n_test = min(max(math.floor(data.test_fraction * n + 0.5), 1), n - 1)
+    n_train = n - n_test
     clients = params.federation.clients
     need = clients * params.partition.min_samples
     if clients > n_train:
         raise ParamsError(
             f"params.yaml: federation.clients={clients} exceeds the {n_train} training "
-            f"samples of {spec.name}; allowed: 1..{n_train}"
+            f"samples of {MNIST5K.name}; allowed: 1..{n_train}"
         )
     if need > n_train:
         raise ParamsError(

@@ -9,8 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 RAW_DIR = Path("data/raw")
+PREPARED_DIR = Path("data/prepared")
+PREPARED_SCHEMA = PREPARED_DIR / "schema.json"
 VALIDATION_DIR = Path("reports/validation")
 MANIFEST = Path("data/partition/manifest.json")
+PARTITION_REPORT_DIR = Path("reports/partition")
 MODELS_DIR = Path("models")
 ROUND_METRICS_DIR = Path("metrics/rounds")
 CLIENT_METRICS_DIR = Path("metrics/clients")
@@ -19,11 +22,6 @@ SUMMARY_METRICS = Path("metrics/summary.json")
 SUMMARY_TABLE = Path("reports/summary.md")
 
 ROUND_STAGE = "round"
-
-
-def raw_table(source: str) -> Path:
-    """The ingested table of a data source (one row per sample)."""
-    return RAW_DIR / f"{source}.parquet"
 
 
 def model_dir(round_: int) -> Path:
@@ -49,7 +47,7 @@ def client_metrics(round_: int) -> Path:
 def stage_names(rounds: int) -> list[str]:
     """Every DVC stage of the pipeline, in execution order."""
     return (
-        ["ingest", "validate", "partition", "init"]
+        ["mnist5k", "ingest", "validate", "partition", "init"]
         + [f"{ROUND_STAGE}@{k}" for k in range(1, rounds + 1)]
         + ["summary"]
     )

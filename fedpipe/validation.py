@@ -131,6 +131,7 @@ class ValidationReport:
     n_rows: int
     n_expectations: int
     failures: tuple[ExpectationFailure, ...]
+    warnings: tuple[ExpectationFailure, ...] = ()
 
     def summary_lines(self) -> list[str]:
         """Return short, actionable text lines.
@@ -141,12 +142,15 @@ class ValidationReport:
             ``["validation passed: N rows, M expectations"]`` on success, otherwise
             one line per failure.
         """
+        warned = [
+            "WARNING " + w.summary_line().removeprefix("FAILED ") for w in self.warnings
+        ]
         if self.success:
             return [
                 f"validation passed: {self.n_rows} rows, "
                 f"{self.n_expectations} expectations"
-            ]
-        return [failure.summary_line() for failure in self.failures]
+            ] + warned
+        return [failure.summary_line() for failure in self.failures] + warned
 
     def to_dict(self) -> dict[str, Any]:
         """Return a deterministic, JSON-serialisable dict (no timestamps or ids)."""
@@ -155,6 +159,7 @@ class ValidationReport:
             "n_rows": self.n_rows,
             "n_expectations": self.n_expectations,
             "failures": [failure.to_dict() for failure in self.failures],
+            "warnings": [warning.to_dict() for warning in self.warnings],
         }
 
 
@@ -830,3 +835,229 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
     return value
+
+
+# ------------------------------------------------------------ prepared data sets
+
+
+def validate_prepared(
+    summary: pd.DataFrame,
+    *,
+    classes: Sequence[int],
+    class_names: Sequence[str],
+    value_range: tuple[float, float],
+    min_rows: int,
+    imbalance_ratio: float = 10.0,
+    imbalance: str = "warn",
+    duplicates: str = "warn",
+    mixed_sizes: str = "warn",
+    report_dir: Path | None = None,
+) -> ValidationReport:
+    """Validate a prepared data set from its per-sample summary.
+
+    ``summary`` is :func:`fedpipe.ingest.row_summaries` (one row per sample with
+    ``sample_id``, ``label``, ``status``, ``content_hash``, feature min/max/NaN
+    count and, for images, the original height/width/channels).
+
+    Always fatal: fewer than ``min_rows`` samples, null or repeated ids, samples
+    that could not be read (listed by id: the file path for images, the row for
+    tables), labels outside ``classes``, a declared class without samples, NaN
+    features, values outside ``value_range``. Fatal or a warning, as the
+    ``imbalance``, ``duplicates`` and ``mixed_sizes`` arguments say ("fail" or
+    "warn"): the largest class above ``imbalance_ratio`` times the smallest;
+    repeated content (same pixels or feature values); images of different sizes or
+    channel counts before resizing.
+    """
+    spec = _Spec.build(
+        id_column="sample_id",
+        label_column="label",
+        feature_columns=(),
+        classes=classes,
+        value_range=value_range,
+        min_rows=min_rows,
+    )
+    frame = _prepared_frame(summary)
+    docs_dir = _prepare_report_dir(Path(report_dir)) if report_dir is not None else None
+    runner = _GxRunner(spec, docs_dir)
+    gxe = runner.gxe
+    names = {int(c): str(n) for c, n in zip(classes, class_names, strict=False)}
+    strict = _prepared_checks(gxe, spec, names)
+    soft: list[tuple[str, _Check]] = [(duplicates, _duplicate_check(gxe))]
+    if "orig_size" in frame:
+        soft.append((mixed_sizes, _size_check(gxe)))
+    strict += [check for action, check in soft if action == "fail"]
+    warn = [check for action, check in soft if action != "fail"]
+    outcomes = [runner.run("data", frame, strict)]
+    if warn:
+        outcomes.append(runner.run("warnings", frame, warn))
+    failures = list(_make_report(len(frame), outcomes[:1], spec).failures)
+    warnings = list(_make_report(len(frame), outcomes[1:], spec).failures)
+    skew = _imbalance_finding(frame, names, imbalance_ratio)
+    if skew is not None:
+        (failures if imbalance == "fail" else warnings).append(skew)
+    report = ValidationReport(
+        success=not failures,
+        n_rows=len(frame),
+        n_expectations=len(strict) + len(warn) + 1,
+        failures=tuple(failures),
+        warnings=tuple(warnings),
+    )
+    if report_dir is not None:
+        _write_reports(Path(report_dir), report, outcomes)
+    return report
+
+
+def _prepared_frame(summary: pd.DataFrame) -> pd.DataFrame:
+    """Add the derived columns the prepared checks run on."""
+    frame = summary.reset_index(drop=True).copy()
+    frame[ROW_NUMBER] = np.arange(len(frame), dtype=np.int64)
+    ok = frame["status"] == "ok"
+    # unreadable samples all have zero features: do not count them as duplicates
+    frame["content_key"] = frame["content_hash"].where(
+        ok, "unreadable:" + frame["sample_id"]
+    )
+    if {"orig_height", "orig_width", "orig_channels"} <= set(frame.columns):
+        size = (
+            frame["orig_height"].astype(str)
+            + "x"
+            + frame["orig_width"].astype(str)
+            + "x"
+            + frame["orig_channels"].astype(str)
+        )
+        frame["orig_size"] = size.where(ok, None)
+    return frame
+
+
+def _prepared_checks(gxe: Any, spec: _Spec, names: Mapping[int, str]) -> list[_Check]:
+    """The always-fatal expectations on a prepared data set."""
+    classes = _format_classes(spec.classes)
+    binary = (
+        " (exactly 0/1 for a two-class sigmoid model)" if len(spec.classes) == 2 else ""
+    )
+    low, high = _num(spec.low), _num(spec.high)
+    return [
+        _Check(
+            gxe.ExpectTableRowCountToBeBetween(min_value=spec.min_rows),
+            lambda r: (
+                f"need at least {spec.min_rows} samples (validation.min_rows); "
+                f"observed {r.get('observed_value')}"
+            ),
+        ),
+        _Check(
+            gxe.ExpectColumnValuesToNotBeNull(column="sample_id"),
+            lambda r: f"sample ids must not be null; {_have(r, 'a null id')}",
+        ),
+        _Check(
+            gxe.ExpectColumnValuesToBeUnique(column="sample_id"),
+            lambda r: f"sample ids must be unique; {_have(r, 'a repeated id')}",
+        ),
+        _Check(
+            gxe.ExpectColumnValuesToBeInSet(column="status", value_set=["ok"]),
+            lambda r: (
+                f"every sample must be readable; {_have(r, 'a problem')} "
+                f"(e.g. {_values(r)})"
+            ),
+        ),
+        _Check(
+            gxe.ExpectColumnValuesToBeInSet(
+                column="label", value_set=list(spec.classes)
+            ),
+            lambda r: (
+                f"labels must be class indices in {classes}{binary}; "
+                f"{_have(r, 'other values')} (e.g. {_values(r)})"
+            ),
+        ),
+        _Check(
+            gxe.ExpectColumnDistinctValuesToContainSet(
+                column="label", value_set=list(spec.classes)
+            ),
+            lambda r: _describe_missing_named(r, names),
+        ),
+        _Check(
+            gxe.ExpectColumnUniqueValueCountToBeBetween(column="label", min_value=2),
+            lambda r: (
+                "a classifier needs samples of at least 2 classes; found "
+                f"{r.get('observed_value')}"
+            ),
+        ),
+        _Check(
+            gxe.ExpectColumnValuesToBeInSet(column="feature_nan_count", value_set=[0]),
+            lambda r: (
+                "feature values must not be NaN or empty; "
+                f"{_have(r, 'NaN features')} (up to {_extreme(r, max)} per row)"
+            ),
+        ),
+        _Check(
+            gxe.ExpectColumnValuesToBeBetween(column=FEATURE_MIN, min_value=spec.low),
+            lambda r: (
+                f"feature values must be >= {low}; {_have(r, 'a smaller value')} "
+                f"(lowest {_extreme(r, min)})"
+            ),
+        ),
+        _Check(
+            gxe.ExpectColumnValuesToBeBetween(column=FEATURE_MAX, max_value=spec.high),
+            lambda r: (
+                f"feature values must be <= {high}; {_have(r, 'a larger value')} "
+                f"(highest {_extreme(r, max)})"
+            ),
+        ),
+    ]
+
+
+def _duplicate_check(gxe: Any) -> _Check:
+    return _Check(
+        gxe.ExpectColumnValuesToBeUnique(column="content_key"),
+        lambda r: (
+            f"samples should not repeat another sample's content; "
+            f"{_have(r, 'repeated content')} (validation.duplicates; data.dedupe "
+            "drops repeats before the held-out split)"
+        ),
+    )
+
+
+def _size_check(gxe: Any) -> _Check:
+    return _Check(
+        gxe.ExpectColumnUniqueValueCountToBeBetween(column="orig_size", max_value=1),
+        lambda r: (
+            "images differ in size or channel count before resizing (height x width "
+            f"x channels): {r.get('observed_value')} distinct shapes; they are "
+            "resized to data.image_size (validation.mixed_sizes)"
+        ),
+    )
+
+
+def _imbalance_finding(
+    frame: pd.DataFrame, names: Mapping[int, str], ratio: float
+) -> ExpectationFailure | None:
+    """Largest class more than ``ratio`` times the smallest (present) class."""
+    labels = frame.loc[frame["status"] == "ok", "label"]
+    counts = labels[labels.isin(list(names))].value_counts()
+    if len(counts) < 2:
+        return None
+    big, small = counts.idxmax(), counts.idxmin()
+    observed = counts[big] / counts[small]
+    if observed <= ratio:
+        return None
+    return ExpectationFailure(
+        expectation="fedpipe_class_imbalance",
+        column="label",
+        unexpected_count=0,
+        examples=(),
+        detail=(
+            f"class {names.get(int(big), big)!s} has {int(counts[big])} samples, "
+            f"{observed:.1f}x class {names.get(int(small), small)!s} "
+            f"({int(counts[small])}); validation.imbalance_ratio={ratio:g}"
+        ),
+    )
+
+
+def _describe_missing_named(
+    payload: Mapping[str, Any], names: Mapping[int, str]
+) -> str:
+    """Missing classes, by name (a class folder without images, for instance)."""
+    missing = payload.get("partial_missing_list") or []
+    shown = [names.get(int(v), str(v)) for v in missing if isinstance(v, numbers.Real)]
+    return (
+        "every declared class needs samples; none for "
+        f"{_short_list(sorted(shown), limit=10)}"
+    )

@@ -6,6 +6,11 @@ date are skipped; from the first stage that runs on, every later stage runs too
 (``dvc commit``) by a task that runs while the next stage computes; records are
 chained so they land in stage order. A run interrupted during round k therefore
 resumes at round k, or at round k-1 if k-1's record had not landed yet.
+
+Bad data never becomes the recorded state: a freshly ingested data set is recorded
+only once it has passed validation. If validation fails, the previous good
+``data/prepared`` is checked out again from DVC's cache and ``dvc.lock`` keeps
+describing the last good run.
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from fedpipe import layout
 from fedpipe.config import Params
 from flows.stages import run_stage
-from tasks.dvc import record_stage, stage_is_fresh
+from tasks.dvc import record_stage, restore_stage_outputs, stage_is_fresh
+
+# stages whose record waits for the stage named here to pass
+GATED_BY = {"ingest": "validate"}
 
 
 @flow(name="fedpipe-run", task_runner=ThreadPoolTaskRunner(max_workers=1))
@@ -29,20 +37,34 @@ def run_pipeline(params: Params, force: bool = False) -> list[str]:
     logger = get_run_logger()
     root = Path(".")
     ran: list[str] = []
+    waiting: list[str] = []  # ran, record deferred until their gate passes
     last_record: PrefectFuture | None = None
     for stage in layout.stage_names(params.federation.rounds):
         if not ran and not force and stage_is_fresh(root, stage):
             logger.info("%s: up to date (dvc.lock)", stage)
             continue
-        # A subflow's heartbeat thread sleeps in 1 s steps and is joined when the
-        # subflow ends: about 1 s per stage. The parent run keeps its heartbeat
-        # (crash detection); its stages, which live and die with it, go without.
-        with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-            run_stage(params, stage)
-        last_record = record_stage.submit(
-            root, stage, wait_for=[last_record] if last_record else None
-        )
+        try:
+            # A subflow's heartbeat thread sleeps in 1 s steps and is joined when
+            # the subflow ends: about 1 s per stage. The parent run keeps its
+            # heartbeat (crash detection); its stages go without.
+            with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+                run_stage(params, stage)
+        except Exception:
+            if last_record is not None:
+                last_record.wait()
+            for held in waiting:
+                logger.warning("%s: restoring its last recorded outputs", held)
+                restore_stage_outputs(root, held)
+            raise
         ran.append(stage)
+        if stage in GATED_BY:
+            waiting.append(stage)
+            continue
+        for done in [s for s in waiting if GATED_BY[s] == stage] + [stage]:
+            last_record = record_stage.submit(
+                root, done, wait_for=[last_record] if last_record else None
+            )
+        waiting = [s for s in waiting if GATED_BY[s] != stage]
     if last_record is not None:
         last_record.result()
     return ran

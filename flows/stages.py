@@ -8,12 +8,13 @@ of one run, in one process. Same code, same outputs, either way.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from prefect import flow, get_run_logger
 
 from fedpipe import layout
-from fedpipe.config import Params
-from fedpipe.data import spec_for
+from fedpipe.config import MNIST5K_PATH, Params
+from fedpipe.data import prepared_spec
 from fedpipe.federation import RoundRecord, sample_clients
 from fedpipe.history import progress_line
 from fedpipe.strategy import make_strategy
@@ -27,7 +28,7 @@ from tasks.runtime import data_for
 
 def model_spec(params: Params) -> ModelSpec:
     """The model the experiment trains, from ``model.*``, ``train.*`` and the data."""
-    spec = spec_for(params.data.source)
+    spec = prepared_spec(layout.PREPARED_DIR)
     return ModelSpec(
         name=params.model.name,
         input_shape=spec.input_shape,
@@ -37,20 +38,23 @@ def model_spec(params: Params) -> ModelSpec:
     )
 
 
+@flow(name="mnist5k")
+def mnist5k_stage(params: Params) -> None:
+    """Stage ``mnist5k``: the built-in digits as ``data/raw/mnist5k.parquet``."""
+    data_tasks.materialize_mnist5k(Path(MNIST5K_PATH))
+
+
 @flow(name="ingest")
 def ingest_stage(params: Params) -> None:
-    """Stage ``ingest``: the source's samples as the raw table under ``data/raw/``."""
-    data_tasks.ingest(params.data.source, layout.raw_table(params.data.source))
+    """Stage ``ingest``: ``data.source`` in the prepared format (``data/prepared``)."""
+    data_tasks.ingest(params.data, layout.PREPARED_DIR)
 
 
 @flow(name="validate")
 def validate_stage(params: Params) -> None:
-    """Stage ``validate``: Great Expectations checks on the raw table."""
+    """Stage ``validate``: Great Expectations checks on the prepared data."""
     data_tasks.validate(
-        layout.raw_table(params.data.source),
-        spec_for(params.data.source),
-        min_rows=params.validation.min_rows,
-        report_dir=layout.VALIDATION_DIR,
+        layout.PREPARED_DIR, params.validation, report_dir=layout.VALIDATION_DIR
     )
 
 
@@ -59,16 +63,17 @@ def partition_stage(params: Params) -> None:
     """Stage ``partition``: held-out test split, clients, local train/test splits."""
     p = params.partition
     data_tasks.partition(
-        layout.raw_table(params.data.source),
+        layout.PREPARED_DIR,
         layout.MANIFEST,
-        classes=spec_for(params.data.source).classes,
+        layout.PARTITION_REPORT_DIR,
+        classes=prepared_spec(layout.PREPARED_DIR).classes,
         seed=params.seed,
         test_fraction=params.data.test_fraction,
         method=p.method,
-        alpha=p.alpha,
-        min_samples=p.min_samples,
         n_clients=params.federation.clients,
         local_test_fraction=p.local_test_fraction,
+        dedupe=params.data.dedupe,
+        settings=p.model_dump(exclude={"method", "local_test_fraction"}),
     )
 
 
@@ -84,11 +89,7 @@ def round_stage(params: Params, round_: int) -> dict:
     evaluate, and write the new global model and the round's metrics."""
     started = time.perf_counter()
     spec = model_spec(params)
-    data = data_for(
-        layout.raw_table(params.data.source),
-        layout.MANIFEST,
-        spec_for(params.data.source),
-    )
+    data = data_for(layout.PREPARED_DIR, layout.MANIFEST)
     global_weights = load_weights(layout.model_weights(round_ - 1))
     selected = sample_clients(
         n_clients=len(data.clients),
@@ -149,6 +150,7 @@ def run_stage(params: Params, stage: str) -> None:
 
 
 STAGE_FLOWS = {
+    "mnist5k": mnist5k_stage,
     "ingest": ingest_stage,
     "validate": validate_stage,
     "partition": partition_stage,

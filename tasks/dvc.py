@@ -38,3 +38,17 @@ def record_stage(root: Path, stage: str) -> None:
     """Record ``stage``'s current deps, params and outputs in ``dvc.lock``."""
     with _repo(root) as repo:
         repo.commit(stage, force=True)
+
+
+def restore_stage_outputs(root: Path, stage: str) -> None:
+    """Check ``stage``'s outputs out again as ``dvc.lock`` records them (if it does).
+
+    Used when data that was just ingested fails validation: the workspace goes back
+    to the last good data set. Without a recorded version there is nothing to
+    restore and the (rejected) outputs stay for inspection.
+    """
+    with _repo(root) as repo:
+        try:
+            repo.checkout(targets=[stage], force=True)
+        except Exception:  # noqa: BLE001 - nothing recorded yet: keep what is there
+            return

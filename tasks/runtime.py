@@ -2,7 +2,7 @@
 
 Both are keyed by what they were made from (the model spec; the files' identity),
 so a change on disk is never served stale, and a process that runs many rounds pays
-for TensorFlow graph building and Parquet decoding once.
+for TensorFlow graph building and data decoding once.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from fedpipe.data import DatasetSpec, read_table
+from fedpipe.data import prepared_spec
 from fedpipe.federation import FederatedData, federated_data, read_json
+from fedpipe.ingest import FEATURES_FILE, SAMPLES_FILE, open_features, read_samples
 from fedpipe.training import ModelRunner, ModelSpec
 
 _lock = threading.Lock()
@@ -32,11 +33,17 @@ def _identity(path: Path) -> tuple:
     return (str(path.resolve()), st.st_mtime_ns, st.st_size)
 
 
-def data_for(table: Path, manifest: Path, spec: DatasetSpec) -> FederatedData:
-    """The federated arrays for these files (re-read when either file changes)."""
-    key = (_identity(table), _identity(manifest), spec)
+def data_for(prepared: Path, manifest: Path) -> FederatedData:
+    """The federated arrays for these files (re-read when any of them changes)."""
+    files = (prepared / FEATURES_FILE, prepared / SAMPLES_FILE, manifest)
+    key = tuple(_identity(f) for f in files)
     with _lock:
         if key not in _data:
             _data.clear()
-            _data[key] = federated_data(read_table(table), read_json(manifest), spec)
+            _data[key] = federated_data(
+                open_features(prepared),
+                read_samples(prepared),
+                read_json(manifest),
+                prepared_spec(prepared),
+            )
         return _data[key]

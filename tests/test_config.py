@@ -116,10 +116,28 @@ def test_unknown_top_level_key_is_named() -> None:
 
 
 def test_unknown_partition_method_names_key_and_allowed_values() -> None:
-    msg = _error(_raw(partition={"method": "shards"}))
+    msg = _error(_raw(partition={"method": "random"}))
     assert "partition.method" in msg
-    assert "'iid'" in msg and "'dirichlet'" in msg
-    assert "'shards'" in msg
+    for allowed in (
+        "iid",
+        "dirichlet",
+        "pathological",
+        "shards",
+        "quantity",
+        "natural",
+    ):
+        assert f"'{allowed}'" in msg
+    assert "'random'" in msg
+
+
+def test_natural_partition_needs_a_client_column() -> None:
+    msg = _error(_raw(partition={"method": "natural"}))
+    assert "data.client_column" in msg
+
+
+def test_mnist5k_source_fixes_the_path() -> None:
+    msg = _error(_raw(data={"path": "elsewhere.csv"}))
+    assert "data.path" in msg and "data/raw/mnist5k.parquet" in msg
 
 
 @pytest.mark.parametrize("alpha", [0, -0.5])
@@ -255,7 +273,7 @@ def test_sync_keeps_everything_above_the_block(tmp_path: Path) -> None:
     text = path.read_text()
     assert text.split(ROUND_CHAIN_MARKER)[0] == expected_head
     assert "# every random choice derives from this" in text
-    assert "# Dirichlet concentration (lower = more label skew)" in text
+    assert "# dirichlet: concentration (lower = more label skew)" in text
     before = yaml.safe_load(original)
     after = yaml.safe_load(text)
     before.pop("round_chain")

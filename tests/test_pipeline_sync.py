@@ -62,13 +62,20 @@ def test_round_stages_do_not_depend_on_the_number_of_rounds(stages: dict) -> Non
     assert "train" in params and "seed" in params
 
 
+def test_ingest_reads_data_path(stages: dict) -> None:
+    params = load_params(ROOT / "params.yaml")
+    deps = {str(d.def_path) for d in stages["ingest"].deps}
+    assert params.data.path in deps
+
+
 def test_data_stages_write_layout_paths(stages: dict) -> None:
     def outs(name: str) -> set[str]:
         return {str(o.def_path) for o in stages[name].outs}
 
-    assert str(layout.raw_table("mnist5k")) in outs("ingest")
+    assert outs("mnist5k") == {"data/raw/mnist5k.parquet"}
+    assert outs("ingest") == {str(layout.PREPARED_DIR)}
     assert str(layout.VALIDATION_DIR) in outs("validate")
-    assert str(layout.MANIFEST) in outs("partition")
+    assert {str(layout.MANIFEST), str(layout.PARTITION_REPORT_DIR)} <= outs("partition")
     assert str(layout.model_weights(0)) in outs("init")
     assert {str(layout.HISTORY_CSV), str(layout.SUMMARY_METRICS)} <= outs("summary")
 

@@ -20,6 +20,8 @@ MODULES = [
     "fedpipe.federation",
     "fedpipe.history",
     "fedpipe.partition",
+    "fedpipe.partition.diagnostics",
+    "fedpipe.ingest",
     "fedpipe.strategy",
     "fedpipe.validation",
     "fedpipe.scaffold",
