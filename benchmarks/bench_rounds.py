@@ -56,7 +56,12 @@ def hand_loop(project: Path, rounds: int) -> float:
     params = load_params()
     data = data_for(layout.PREPARED_DIR, layout.MANIFEST)
     spec = data.spec
-    model = build_model(params.model.name, spec.input_shape, len(spec.classes))
+    model = build_model(
+        params.model.name,
+        spec.input_shape,
+        len(spec.classes),
+        **params.model.settings(),
+    )
     model.compile(
         optimizer=keras.optimizers.SGD(learning_rate=params.train.lr),
         loss="sparse_categorical_crossentropy",
@@ -101,17 +106,18 @@ def library_loop(project: Path, rounds: int) -> float:
     from fedpipe.config import load_params
     from fedpipe.federation import sample_clients
     from fedpipe.seeds import derive_seed
-    from fedpipe.strategy import ClientUpdate, make_strategy
+    from fedpipe.strategy import ClientUpdate
     from fedpipe.training import ModelRunner
     from fedpipe.weights import load_weights
-    from flows.stages import model_spec
+    from flows.stages import model_spec, strategy_for
     from tasks.runtime import data_for
 
     params = load_params()
     data = data_for(layout.PREPARED_DIR, layout.MANIFEST)
     runner = ModelRunner(model_spec(params))
-    strategy = make_strategy(params.strategy.name)
+    strategy = strategy_for(params)
     weights = load_weights(layout.model_weights(0))
+    state = strategy.init_state(weights)
     start = time.perf_counter()
     for k in range(1, rounds + 1):
         selected = sample_clients(
@@ -133,7 +139,7 @@ def library_loop(project: Path, rounds: int) -> float:
             )
             runner.evaluate(trained, client.x_test, client.y_test)
             updates.append(ClientUpdate(c, trained, len(client.y_train)))
-        weights = strategy.aggregate_round(weights, updates)
+        weights, state = strategy.aggregate_round(weights, updates, state)
         splits = [(data.x_test, data.y_test)]
         splits += [(c.x_test, c.y_test) for c in data.clients]
         held_out, *_ = runner.evaluate_splits(weights, splits)

@@ -127,15 +127,62 @@ class TrainParams(_Section):
 
 
 class ModelParams(_Section):
-    """Which model the federation trains."""
+    """Which model the federation trains, and its dials (null = the model's default).
 
-    name: Literal["small_cnn", "seed_cnn", "mlp"] = "small_cnn"
+    ``depth``, ``width`` and ``kernel_size`` are the dials of the seed paper
+    (deeper models diverge more under federated learning; wider models and smaller
+    receptive fields help); see :mod:`fedpipe.models` for what each model reads.
+    """
+
+    name: Literal["small_cnn", "seed_cnn", "mlp", "deep_mlp", "cnn", "resnet"] = (
+        "small_cnn"
+    )
+    depth: int | None = Field(None, ge=1)
+    width: int | None = Field(None, ge=1)
+    kernel_size: int | None = Field(None, ge=1)
+    batch_norm: bool | None = None
+    blocks_per_stage: int | None = Field(None, ge=1)
+    width_multiplier: float | None = Field(None, gt=0.0)
+    dropout: float | None = Field(None, ge=0.0, lt=1.0)
+
+    def settings(self) -> dict[str, Any]:
+        """The dials that are set (passed to the model builder)."""
+        return {
+            k: v for k, v in self.model_dump(exclude={"name"}).items() if v is not None
+        }
 
 
 class StrategyParams(_Section):
-    """How the server aggregates client updates."""
+    """How the server aggregates client updates (null = the strategy's default)."""
 
-    name: Literal["fedavg"] = "fedavg"
+    name: Literal[
+        "fedavg",
+        "fedprox",
+        "fedavgm",
+        "fedadam",
+        "fedyogi",
+        "fedadagrad",
+        "fedmedian",
+        "fedtrimmedavg",
+        "krum",
+        "multikrum",
+        "scaffold",
+    ] = "fedavg"
+    proximal_mu: float | None = Field(None, ge=0.0)
+    server_lr: float | None = Field(None, gt=0.0)
+    server_momentum: float | None = Field(None, ge=0.0, lt=1.0)
+    beta_1: float | None = Field(None, ge=0.0, lt=1.0)
+    beta_2: float | None = Field(None, ge=0.0, lt=1.0)
+    tau: float | None = Field(None, gt=0.0)
+    beta: float | None = Field(None, ge=0.0, lt=0.5)
+    num_byzantine: int | None = Field(None, ge=0)
+    num_selected: int | None = Field(None, ge=1)
+
+    def settings(self) -> dict[str, Any]:
+        """The settings that are set (passed to the strategy)."""
+        return {
+            k: v for k, v in self.model_dump(exclude={"name"}).items() if v is not None
+        }
 
 
 class ValidationParams(_Section):

@@ -184,13 +184,42 @@ def sample_clients(
 
 @dataclass(frozen=True)
 class ClientResult:
-    """A selected client's outcome: trained weights and its local model's metrics."""
+    """A selected client's outcome: trained weights and its local model's metrics.
+
+    ``extras`` is what the strategy needs besides the weights (SCAFFOLD's control
+    delta); ``state`` is what the client keeps for the next round (its control
+    variate), or None.
+    """
 
     client: int
     n_train: int
     n_test: int
     weights: list[np.ndarray] = field(repr=False)
     local: dict[str, float]
+    extras: dict[str, list[np.ndarray]] = field(default_factory=dict, repr=False)
+    state: list[np.ndarray] | None = field(default=None, repr=False)
+
+
+def client_arrays(
+    states: Mapping[str, np.ndarray], client: int, like: Sequence[np.ndarray]
+) -> list[np.ndarray]:
+    """Client ``client``'s arrays from a round's client state (zeros if it has none)."""
+    prefix = f"client-{client:04d}/"
+    return [
+        np.asarray(states.get(f"{prefix}{j:03d}", np.zeros(a.shape, np.float32)))
+        for j, a in enumerate(like)
+    ]
+
+
+def with_client_arrays(
+    states: Mapping[str, np.ndarray], updates: Mapping[int, Sequence[np.ndarray]]
+) -> dict[str, np.ndarray]:
+    """A copy of ``states`` with the given clients' arrays replaced."""
+    out = dict(states)
+    for client, arrays in updates.items():
+        for j, array in enumerate(arrays):
+            out[f"client-{client:04d}/{j:03d}"] = np.asarray(array, np.float32)
+    return out
 
 
 @dataclass(frozen=True)

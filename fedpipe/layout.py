@@ -34,6 +34,16 @@ def model_weights(round_: int) -> Path:
     return model_dir(round_) / "weights.npz"
 
 
+def server_state(round_: int) -> Path:
+    """The strategy's server state after ``round_`` (momentum, moments, ...)."""
+    return model_dir(round_) / "server_state.npz"
+
+
+def client_state(round_: int) -> Path:
+    """State each client keeps across rounds (SCAFFOLD's control variates)."""
+    return model_dir(round_) / "client_state.npz"
+
+
 def round_metrics(round_: int) -> Path:
     """The round's metrics: global test and client means."""
     return ROUND_METRICS_DIR / f"round-{round_}.json"

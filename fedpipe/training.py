@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
@@ -58,18 +59,24 @@ class ModelSpec:
     n_classes: int
     optimizer: str
     lr: float
+    settings: tuple[tuple[str, Any], ...] = ()
+
+    def build(self) -> keras.Model:
+        """The uncompiled model (``model.name`` with its ``model.*`` dials)."""
+        return build_model(
+            self.name, self.input_shape, self.n_classes, **dict(self.settings)
+        )
 
 
 def initial_weights(spec: ModelSpec, seed: int) -> list[np.ndarray]:
     """The global model before round 1, from ``seed`` alone."""
     keras.utils.set_random_seed(derive_seed(seed, "init"))
-    model = build_model(spec.name, spec.input_shape, spec.n_classes)
-    return [np.array(w) for w in model.get_weights()]
+    return [np.array(w) for w in spec.build().get_weights()]
 
 
 def count_params(spec: ModelSpec) -> int:
     """Number of parameters of the model."""
-    return int(build_model(spec.name, spec.input_shape, spec.n_classes).count_params())
+    return int(spec.build().count_params())
 
 
 class ModelRunner:
@@ -83,7 +90,7 @@ class ModelRunner:
     def __init__(self, spec: ModelSpec) -> None:
         enable_determinism()
         self.spec = spec
-        self.model = build_model(spec.name, spec.input_shape, spec.n_classes)
+        self.model = spec.build()
         optimizer = (
             keras.optimizers.SGD(learning_rate=spec.lr)
             if spec.optimizer == "sgd"
@@ -103,6 +110,18 @@ class ModelRunner:
         ]
         self._predict = tf.function(self._predict_step, reduce_retracing=True)
         self._train_step = tf.function(self._train_step_fn, reduce_retracing=True)
+        self._prox_step = tf.function(self._prox_step_fn, reduce_retracing=True)
+        self._anchor = [
+            tf.Variable(v, trainable=False) for v in self.model.trainable_variables
+        ]
+        self._correction = [
+            tf.Variable(tf.zeros_like(v), trainable=False)
+            for v in self.model.trainable_variables
+        ]
+        self._corrected_step = tf.function(
+            self._corrected_step_fn, reduce_retracing=True
+        )
+        self.last_steps = 0
         self.last_train_loss = float("nan")
 
     def _reset(self, weights: list[np.ndarray], seed: int) -> None:
@@ -123,29 +142,53 @@ class ModelRunner:
         epochs: int,
         batch_size: int,
         seed: int,
+        proximal_mu: float = 0.0,
+        gradient_correction: list[np.ndarray] | None = None,
     ) -> list[np.ndarray]:
         """Train from ``weights`` on (x, y) and return the trained weights.
 
         Samples are shuffled each epoch by a generator seeded with ``seed``; the
-        layers' random state is reset from ``seed`` too.
+        layers' random state is reset from ``seed`` too. ``proximal_mu`` > 0 adds
+        FedProx's proximal term mu/2 * ||w - w_global||^2 to the local loss
+        (Li et al., 2020); 0 (the default) trains plain local SGD.
+        ``gradient_correction`` (one array per trainable variable) is added to every
+        gradient: SCAFFOLD's ``c - c_i`` (Karimireddy et al., 2020). The number of
+        local steps taken is left in :attr:`last_steps`.
         """
         self._reset(weights, seed)
+        mu = tf.constant(proximal_mu, dtype=tf.float32)
+        if gradient_correction is not None:
+            for var, value in zip(self._correction, gradient_correction, strict=True):
+                var.assign(value)
+        if proximal_mu > 0:
+            for anchor, var in zip(
+                self._anchor, self.model.trainable_variables, strict=True
+            ):
+                anchor.assign(var)
         rng = np.random.default_rng(seed)
         losses = []
         for _ in range(epochs):
             order = rng.permutation(len(x))
             xs, ys = x[order], self._target(y[order])
             for start in range(0, len(order), batch_size):
-                losses.append(
-                    self._train_step(
-                        tf.constant(xs[start : start + batch_size]),
-                        tf.constant(ys[start : start + batch_size]),
-                    )
-                )
+                xb = tf.constant(xs[start : start + batch_size])
+                yb = tf.constant(ys[start : start + batch_size])
+                if gradient_correction is not None:
+                    losses.append(self._corrected_step(xb, yb))
+                elif proximal_mu > 0:
+                    losses.append(self._prox_step(xb, yb, mu))
+                else:
+                    losses.append(self._train_step(xb, yb))
+        self.last_steps = len(losses)
         self.last_train_loss = (
             float(np.mean([float(v) for v in losses])) if losses else float("nan")
         )
         return [np.array(w) for w in self.model.get_weights()]
+
+    def trainable_indices(self) -> list[int]:
+        """Positions of the trainable variables in ``model.get_weights()``."""
+        ids = {id(v) for v in self.model.trainable_variables}
+        return [i for i, v in enumerate(self.model.weights) if id(v) in ids]
 
     def _target(self, y: np.ndarray) -> np.ndarray:
         """Labels shaped for the loss: a column for one sigmoid output."""
@@ -159,6 +202,36 @@ class ModelRunner:
             if self.model.losses:
                 loss = loss + tf.add_n(self.model.losses)
         grads = tape.gradient(loss, self.model.trainable_variables)
+        self.optimizer.apply(grads, self.model.trainable_variables)
+        return loss
+
+    def _corrected_step_fn(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        """:meth:`_train_step_fn` with a fixed correction added to each gradient."""
+        with tf.GradientTape() as tape:
+            loss = self._train_loss(y, self.model(x, training=True))
+            if self.model.losses:
+                loss = loss + tf.add_n(self.model.losses)
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        grads = [g + c for g, c in zip(grads, self._correction, strict=True)]
+        self.optimizer.apply(grads, self.model.trainable_variables)
+        return loss
+
+    def _prox_step_fn(self, x: tf.Tensor, y: tf.Tensor, mu: tf.Tensor) -> tf.Tensor:
+        """:meth:`_train_step_fn` with FedProx's proximal term added to the loss."""
+        with tf.GradientTape() as tape:
+            loss = self._train_loss(y, self.model(x, training=True))
+            if self.model.losses:
+                loss = loss + tf.add_n(self.model.losses)
+            prox = tf.add_n(
+                [
+                    tf.reduce_sum(tf.square(v - a))
+                    for v, a in zip(
+                        self.model.trainable_variables, self._anchor, strict=True
+                    )
+                ]
+            )
+            total = loss + 0.5 * mu * prox
+        grads = tape.gradient(total, self.model.trainable_variables)
         self.optimizer.apply(grads, self.model.trainable_variables)
         return loss
 

@@ -40,3 +40,29 @@ def load_weights(path: Path) -> list[np.ndarray]:
     with np.load(path) as archive:
         names = sorted(archive.files, key=lambda name: int(name.lstrip("w")))
         return [archive[name] for name in names]
+
+
+def save_state(path: Path, state: dict[str, np.ndarray]) -> None:
+    """Write named arrays (a strategy's server state) as a deterministic ``.npz``.
+
+    Names are written in sorted order with a fixed timestamp, so the same state
+    gives the same bytes. An empty state writes an empty archive.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name in sorted(state):
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.asarray(state[name], order="C"))
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=_EPOCH)
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, buf.getvalue())
+    tmp.replace(path)
+
+
+def load_state(path: Path) -> dict[str, np.ndarray]:
+    """Read named arrays written by :func:`save_state`."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: server state not found")
+    with np.load(path) as archive:
+        return {name: archive[name] for name in archive.files}

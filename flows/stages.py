@@ -15,11 +15,17 @@ from prefect import flow, get_run_logger
 from fedpipe import layout
 from fedpipe.config import MNIST5K_PATH, Params
 from fedpipe.data import prepared_spec
-from fedpipe.federation import RoundRecord, sample_clients
+from fedpipe.federation import (
+    RoundRecord,
+    client_arrays,
+    sample_clients,
+    with_client_arrays,
+)
 from fedpipe.history import progress_line
-from fedpipe.strategy import make_strategy
+from fedpipe.strategy import Strategy, make_strategy
+from fedpipe.strategy.scaffold import Scaffold
 from fedpipe.training import ModelSpec
-from fedpipe.weights import load_weights
+from fedpipe.weights import load_state, load_weights
 from tasks import data as data_tasks
 from tasks import federation as fed_tasks
 from tasks.report import summarize
@@ -35,6 +41,16 @@ def model_spec(params: Params) -> ModelSpec:
         n_classes=len(spec.classes),
         optimizer=params.train.optimizer,
         lr=params.train.lr,
+        settings=tuple(sorted(params.model.settings().items())),
+    )
+
+
+def strategy_for(params: Params) -> Strategy:
+    """The server strategy from ``strategy.name`` and its ``strategy.*`` settings."""
+    return make_strategy(
+        params.strategy.name,
+        total_clients=params.federation.clients,
+        **params.strategy.settings(),
     )
 
 
@@ -80,7 +96,14 @@ def partition_stage(params: Params) -> None:
 @flow(name="init-model")
 def init_stage(params: Params) -> None:
     """Stage ``init``: the global model before round 1."""
-    fed_tasks.init_model(model_spec(params), params.seed, layout.model_weights(0))
+    fed_tasks.init_model(
+        model_spec(params),
+        params.seed,
+        strategy_for(params),
+        weights_out=layout.model_weights(0),
+        state_out=layout.server_state(0),
+        client_state_out=layout.client_state(0),
+    )
 
 
 @flow(name="federation-round", flow_run_name="round {round_}")
@@ -91,6 +114,15 @@ def round_stage(params: Params, round_: int) -> dict:
     spec = model_spec(params)
     data = data_for(layout.PREPARED_DIR, layout.MANIFEST)
     global_weights = load_weights(layout.model_weights(round_ - 1))
+    server_state = load_state(layout.server_state(round_ - 1))
+    strategy = strategy_for(params)
+    proximal_mu = float(strategy.client_settings().get("proximal_mu", 0.0))
+    client_states = load_state(layout.client_state(round_ - 1))
+    server_control = (
+        strategy.server_control(server_state)
+        if isinstance(strategy, Scaffold)
+        else None
+    )
     selected = sample_clients(
         n_clients=len(data.clients),
         per_round=params.federation.clients_per_round(),
@@ -106,11 +138,18 @@ def round_stage(params: Params, round_: int) -> dict:
             seed=params.seed,
             epochs=params.train.epochs,
             batch_size=params.train.batch_size,
+            proximal_mu=proximal_mu,
+            controls=None
+            if server_control is None
+            else (server_control, client_arrays(client_states, c, global_weights)),
         )
         for c in selected
     ]
-    new_weights, weight_sum = fed_tasks.aggregate(
-        make_strategy(params.strategy.name), global_weights, results
+    client_states = with_client_arrays(
+        client_states, {r.client: r.state for r in results if r.state is not None}
+    )
+    new_weights, new_state, weight_sum = fed_tasks.aggregate(
+        strategy, global_weights, server_state, results
     )
     record: RoundRecord = fed_tasks.evaluate(
         spec, new_weights, data, results, round_=round_, weight_sum=weight_sum
@@ -118,7 +157,11 @@ def round_stage(params: Params, round_: int) -> dict:
     fed_tasks.write_round(
         record,
         new_weights,
+        new_state,
+        client_states,
         model_out=layout.model_weights(round_),
+        state_out=layout.server_state(round_),
+        client_state_out=layout.client_state(round_),
         metrics_out=layout.round_metrics(round_),
         clients_out=layout.client_metrics(round_),
     )

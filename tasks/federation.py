@@ -15,19 +15,35 @@ from fedpipe.federation import (
     RoundRecord,
     write_json,
 )
+from fedpipe.models import describe_model
 from fedpipe.seeds import derive_seed
 from fedpipe.strategy import ClientUpdate, Strategy
 from fedpipe.strategy.aggregate import normalized
-from fedpipe.training import ModelSpec, count_params, initial_weights
-from fedpipe.weights import save_weights
+from fedpipe.strategy.scaffold import CONTROL_DELTA, client_control_update
+from fedpipe.training import ModelSpec, initial_weights
+from fedpipe.weights import save_state, save_weights
 from tasks.runtime import runner_for
 
 
 @task(name="init-model", cache_policy=NO_CACHE)
-def init_model(spec: ModelSpec, seed: int, out: Path) -> None:
-    """Write the initial global model (round 0) from the seed."""
-    save_weights(out, initial_weights(spec, seed))
-    get_run_logger().info("model %s: %d parameters", spec.name, count_params(spec))
+def init_model(
+    spec: ModelSpec,
+    seed: int,
+    strategy: Strategy,
+    *,
+    weights_out: Path,
+    state_out: Path,
+    client_state_out: Path,
+) -> None:
+    """Write the initial global model (round 0), the strategy's initial state and
+    the clients' (empty) state."""
+    weights = initial_weights(spec, seed)
+    save_weights(weights_out, weights)
+    save_state(state_out, strategy.init_state(weights))
+    save_state(client_state_out, {})
+    get_run_logger().info(
+        "%s; strategy %s", describe_model(spec.build()), strategy.name
+    )
 
 
 @task(
@@ -45,9 +61,21 @@ def train_client(
     seed: int,
     epochs: int,
     batch_size: int,
+    proximal_mu: float = 0.0,
+    controls: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
 ) -> ClientResult:
-    """Train one client from the global weights; evaluate its local model."""
+    """Train one client from the global weights; evaluate its local model.
+
+    ``controls`` = (server control c, the client's control c_i) makes this a
+    SCAFFOLD client: gradients are corrected by c - c_i, and the result carries
+    the control delta (for the server) and the new c_i (kept for next round).
+    """
     runner = runner_for(spec)
+    trainable = runner.trainable_indices()
+    correction = None
+    if controls is not None:
+        c, c_i = controls
+        correction = [(c[j] - c_i[j]).astype(np.float32) for j in trainable]
     weights = runner.fit(
         global_weights,
         client.x_train,
@@ -55,21 +83,45 @@ def train_client(
         epochs=epochs,
         batch_size=batch_size,
         seed=derive_seed(seed, "train", round_, client.client),
+        proximal_mu=proximal_mu,
+        gradient_correction=correction,
     )
+    extras: dict[str, list[np.ndarray]] = {}
+    state = None
+    if controls is not None:
+        state, delta = client_control_update(
+            x=global_weights,
+            y=weights,
+            c=controls[0],
+            c_i=controls[1],
+            steps=runner.last_steps,
+            lr=spec.lr,
+            trainable=trainable,
+        )
+        extras = {CONTROL_DELTA: delta}
     local = runner.evaluate(weights, client.x_test, client.y_test)
     return ClientResult(
-        client.client, len(client.y_train), len(client.y_test), weights, local
+        client.client,
+        len(client.y_train),
+        len(client.y_test),
+        weights,
+        local,
+        extras=extras,
+        state=state,
     )
 
 
 @task(name="aggregate", cache_policy=NO_CACHE)
 def aggregate(
-    strategy: Strategy, global_weights: list[np.ndarray], results: list[ClientResult]
-) -> tuple[list[np.ndarray], float]:
-    """New global weights; also the sum of the aggregation coefficients applied."""
-    updates = [ClientUpdate(r.client, r.weights, r.n_train) for r in results]
-    new = strategy.aggregate_round(global_weights, updates)
-    return new, float(normalized([u.n_samples for u in updates]).sum())
+    strategy: Strategy,
+    global_weights: list[np.ndarray],
+    state: dict[str, np.ndarray],
+    results: list[ClientResult],
+) -> tuple[list[np.ndarray], dict[str, np.ndarray], float]:
+    """New global weights and server state; also the sum of the sample weights."""
+    updates = [ClientUpdate(r.client, r.weights, r.n_train, r.extras) for r in results]
+    new, new_state = strategy.aggregate_round(global_weights, updates, state)
+    return new, new_state, float(normalized([u.n_samples for u in updates]).sum())
 
 
 @task(name="evaluate", cache_policy=NO_CACHE)
@@ -101,13 +153,19 @@ def evaluate(
 def write_round(
     record: RoundRecord,
     weights: list[np.ndarray],
+    state: dict[str, np.ndarray],
+    client_state: dict[str, np.ndarray],
     *,
     model_out: Path,
+    state_out: Path,
+    client_state_out: Path,
     metrics_out: Path,
     clients_out: Path,
 ) -> None:
     """Write the round's versioned outputs: global weights and metrics."""
     save_weights(model_out, weights)
+    save_state(state_out, state)
+    save_state(client_state_out, client_state)
     write_json(metrics_out, record.summary())
     clients_out.parent.mkdir(parents=True, exist_ok=True)
     record.client_table().to_csv(clients_out, index=False, float_format="%.6g")

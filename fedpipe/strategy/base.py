@@ -1,13 +1,34 @@
-"""The strategy contract: how the server turns client updates into new weights."""
+"""The strategy contract: how the server turns client updates into new weights.
+
+A strategy is a small, stateless object built from its ``strategy.*`` settings.
+Whatever it must remember between rounds (momentum, moments, control variates)
+lives in an explicit :data:`State` that the caller stores and passes back, so a
+round can be re-run from files alone::
+
+    strategy = make_strategy("fedadam", server_lr=0.1)
+    state = strategy.init_state(weights)                        # before round 1
+    weights, state = strategy.aggregate_round(weights, updates, state)
+"""
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import ClassVar
+import itertools
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Self
+
+import numpy as np
 
 from fedpipe.strategy.aggregate import AggregationError, Weights, first_non_finite
+
+State = dict[str, np.ndarray]
+"""Server state: flat names to arrays, e.g. ``"m/003"`` for layer 3's first moment."""
+
+
+# ---------------------------------------------------------------- client updates
 
 
 @dataclass(frozen=True)
@@ -21,43 +42,328 @@ class ClientUpdate:
     weights : list of ndarray
         The client's full weight list after local training.
     n_samples : int
-        Number of local training samples (FedAvg's weight).
+        Number of local training samples (the weight of weighted averages).
+    extras : mapping of str to list of ndarray, default empty
+        Further per-layer arrays a strategy needs, laid out like ``weights``;
+        e.g. Scaffold reads ``extras["control_delta"]``. Other strategies ignore
+        them.
     """
 
     client: int
     weights: Weights
     n_samples: int
+    extras: Mapping[str, Weights] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- state layout
+
+
+def state_key(prefix: str, layer: int) -> str:
+    """The state name of ``prefix``'s array for ``layer``: ``"m/003"``."""
+    return f"{prefix}/{layer:03d}"
+
+
+def state_arrays(
+    state: Mapping[str, np.ndarray], prefix: str, n_layers: int
+) -> Weights:
+    """``prefix``'s per-layer arrays from ``state``, in layer order, as float64."""
+    return [
+        np.asarray(state[state_key(prefix, k)], dtype=np.float64)
+        for k in range(n_layers)
+    ]
+
+
+def pack_state(**per_layer: Sequence[np.ndarray]) -> State:
+    """A :data:`State` from per-layer arrays: ``pack_state(m=[...], v=[...])``."""
+    return {
+        state_key(prefix, k): np.asarray(a)
+        for prefix, arrays in per_layer.items()
+        for k, a in enumerate(arrays)
+    }
+
+
+# ---------------------------------------------------------------- settings
+
+
+def check_float(
+    key: str,
+    value: Any,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    lt: float | None = None,
+) -> float:
+    """``value`` as a float, or ValueError naming ``strategy.<key>`` and the range."""
+    parts = []
+    if ge is not None:
+        parts.append(f"{key} >= {ge:g}")
+    if gt is not None:
+        parts.append(f"{key} > {gt:g}")
+    if lt is not None:
+        parts.append(f"{key} < {lt:g}")
+    allowed = " and ".join(parts) or "a finite number"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(
+            f"strategy.{key}: {value!r} is not a number; allowed: {allowed}"
+        )
+    x = float(value)
+    ok = math.isfinite(x)
+    ok = ok and (ge is None or x >= ge) and (gt is None or x > gt)
+    ok = ok and (lt is None or x < lt)
+    if not ok:
+        raise ValueError(
+            f"strategy.{key}: {value!r} is out of range; allowed: {allowed}"
+        )
+    return x
+
+
+def check_int(key: str, value: Any, *, ge: int) -> int:
+    """``value`` as an int, or ValueError naming ``strategy.<key>`` and the range."""
+    allowed = f"an integer {key} >= {ge}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(
+            f"strategy.{key}: {value!r} is not an integer; allowed: {allowed}"
+        )
+    if value < ge:
+        raise ValueError(
+            f"strategy.{key}: {value!r} is out of range; allowed: {allowed}"
+        )
+    return int(value)
+
+
+# ---------------------------------------------------------------- the contract
 
 
 class Strategy(abc.ABC):
-    """A server strategy.
+    """A server strategy: new global weights from the current ones and updates.
 
-    Subclasses implement :meth:`aggregate`. Implementations must be deterministic
-    for a fixed seed and must not depend on the order updates arrive in: the
-    caller passes updates sorted by client id, and :meth:`aggregate_round` refuses
-    non-finite updates before aggregation, naming the client that sent them.
+    Subclasses set :attr:`name` (the ``strategy.name`` value), list the
+    ``strategy.*`` keys they read in :attr:`settings` (each one a keyword-only
+    constructor argument and an attribute of the same name) and implement
+    :meth:`aggregate`. Callers use :meth:`aggregate_round`, which checks and
+    orders the updates first.
+
+    Contract for :meth:`aggregate` implementations
+
+    * deterministic: no randomness, float64 arithmetic in the given (client-id)
+      order, results cast back to each global layer's dtype;
+    * pure: inputs arrive read-only and must not be modified; the new state is a
+      new dict;
+    * stateless: everything carried between rounds is in the returned state.
+
+    Attributes
+    ----------
+    name : str
+        The ``strategy.name`` this class is registered under.
+    settings : tuple of str
+        The ``strategy.*`` keys this strategy reads.
+    state_names : tuple of str
+        Per-layer float64 state arrays, named ``"<prefix>/<layer:03d>"`` and
+        initialised to zeros by :meth:`init_state`.
+    required_extras : tuple of str
+        Keys every :attr:`ClientUpdate.extras` must hold, laid out like the weights.
     """
 
     name: ClassVar[str]
+    settings: ClassVar[tuple[str, ...]] = ()
+    state_names: ClassVar[tuple[str, ...]] = ()
+    required_extras: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_params(cls, **settings: Any) -> Self:
+        """Build from ``strategy.*`` settings.
+
+        Takes the keys in :attr:`settings` (``None`` means the default) and
+        ignores the rest, so one flat ``strategy`` section serves every strategy.
+
+        Raises
+        ------
+        ValueError
+            A bad value, naming ``strategy.<key>`` and the allowed range.
+        """
+        chosen = {k: settings[k] for k in cls.settings if settings.get(k) is not None}
+        return cls(**chosen)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.settings)
+        return f"{type(self).__name__}({args})"
+
+    # ------------------------------------------------------------ state
+
+    def init_state(self, global_weights: Weights) -> State:
+        """The server state before round 1: zeros (float64) per :attr:`state_names`."""
+        return {
+            name: np.zeros(shape, dtype=np.float64)
+            for name, shape in self.state_shapes(global_weights).items()
+        }
+
+    def state_shapes(self, global_weights: Weights) -> dict[str, tuple[int, ...]]:
+        """Name and shape of every state array for a model shaped like this."""
+        return {
+            state_key(prefix, k): np.shape(w)
+            for prefix in self.state_names
+            for k, w in enumerate(global_weights)
+        }
+
+    # ------------------------------------------------------------ aggregation
 
     @abc.abstractmethod
     def aggregate(
-        self, global_weights: Weights, updates: Sequence[ClientUpdate]
-    ) -> Weights:
-        """Return the new global weights from the current ones and client updates."""
+        self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State
+    ) -> tuple[Weights, State]:
+        """New global weights and server state from checked, ordered updates.
+
+        Parameters
+        ----------
+        global_weights : list of ndarray
+            The weights the clients started from (read-only).
+        updates : sequence of ClientUpdate
+            At least one, sorted by client id, finite and shaped like
+            ``global_weights`` (read-only).
+        state : State
+            This strategy's state after the previous round (read-only).
+        """
 
     def aggregate_round(
-        self, global_weights: Weights, updates: Sequence[ClientUpdate]
-    ) -> Weights:
-        """Check updates, order them by client id, and aggregate."""
+        self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State
+    ) -> tuple[Weights, State]:
+        """Check updates and state, order updates by client id, and aggregate.
+
+        Refuses, with :class:`AggregationError` naming the client: no updates, two
+        updates from one client, a negative sample count, a layer count or shape
+        that differs from the global model, NaN or inf in weights or extras, a
+        missing required extra. Also refuses a state that does not fit (wrong
+        names or shapes) and a result that is not finite. Inputs are not modified.
+
+        Returns
+        -------
+        weights : list of ndarray
+            New arrays, each with the global layer's shape and dtype.
+        state : State
+            New server state.
+        """
+        reference = [_readonly(w) for w in global_weights]
+        layer = first_non_finite(reference)
+        if layer is not None:
+            raise AggregationError(
+                f"the global weights hold non-finite values in layer {layer}"
+            )
         if not updates:
             raise AggregationError("no client updates to aggregate")
-        for update in updates:
-            layer = first_non_finite(update.weights)
-            if layer is not None:
-                raise AggregationError(
-                    f"client {update.client} sent non-finite values in layer {layer}; "
-                    "refusing to aggregate (lower train.lr or check its data)"
-                )
         ordered = sorted(updates, key=lambda u: u.client)
-        return self.aggregate(global_weights, ordered)
+        for before, after in itertools.pairwise(ordered):
+            if before.client == after.client:
+                raise AggregationError(
+                    f"client {after.client} sent more than one update this round"
+                )
+        checked = [self._checked_update(u, reference) for u in ordered]
+        current = self._checked_state(state, reference)
+        new_weights, new_state = self.aggregate(reference, checked, current)
+        return self._checked_result(new_weights, reference), {
+            k: np.array(v) for k, v in new_state.items()
+        }
+
+    def client_settings(self) -> dict[str, float]:
+        """Settings clients need for local training (FedProx: ``proximal_mu``)."""
+        return {}
+
+    # ------------------------------------------------------------ checks
+
+    def _checked_update(self, update: ClientUpdate, reference: Weights) -> ClientUpdate:
+        who = f"client {update.client}"
+        if update.n_samples < 0:
+            raise AggregationError(f"{who} reports n_samples = {update.n_samples}")
+        weights = _checked_layers(update.weights, reference, who, "")
+        missing = [k for k in self.required_extras if k not in update.extras]
+        if missing:
+            raise AggregationError(
+                f"{who} sent no extras[{missing[0]!r}], which strategy.name = "
+                f"{self.name!r} needs from every client"
+            )
+        extras = {
+            key: _checked_layers(arrays, reference, who, f" of extras[{key!r}]")
+            for key, arrays in update.extras.items()
+        }
+        return replace(update, weights=weights, extras=extras)
+
+    def _checked_state(
+        self, state: Mapping[str, np.ndarray], reference: Weights
+    ) -> State:
+        expected = self.state_shapes(reference)
+        missing = sorted(set(expected) - set(state))
+        extra = sorted(set(state) - set(expected))
+        if missing or extra:
+            raise AggregationError(
+                f"server state does not fit strategy {self.name!r}: missing "
+                f"{missing[:3]}, unexpected {extra[:3]}; start from "
+                "strategy.init_state(weights) (did strategy.name change?)"
+            )
+        out: State = {}
+        for key, shape in expected.items():
+            arr = _readonly(state[key])
+            if arr.shape != shape:
+                raise AggregationError(
+                    f"server state {key!r}: shape {arr.shape} differs from the "
+                    f"model's {shape}"
+                )
+            if not np.all(np.isfinite(arr)):
+                raise AggregationError(f"server state {key!r} holds non-finite values")
+            out[key] = arr
+        return out
+
+    def _checked_result(self, weights: Weights, reference: Weights) -> Weights:
+        if len(weights) != len(reference):
+            raise AggregationError(
+                f"{self.name} returned {len(weights)} layers for a "
+                f"{len(reference)}-layer model"
+            )
+        out = [
+            np.array(w, dtype=r.dtype) for w, r in zip(weights, reference, strict=True)
+        ]
+        for k, (w, r) in enumerate(zip(out, reference, strict=True)):
+            if w.shape != r.shape:
+                raise AggregationError(
+                    f"{self.name} returned shape {w.shape} for layer {k} of shape "
+                    f"{r.shape}"
+                )
+        layer = first_non_finite(out)
+        if layer is not None:
+            hint = (
+                " (lower strategy.server_lr?)" if "server_lr" in self.settings else ""
+            )
+            raise AggregationError(
+                f"{self.name} produced non-finite weights in layer {layer}{hint}"
+            )
+        return out
+
+
+def _readonly(array: Any) -> np.ndarray:
+    """A read-only view, so an implementation cannot modify the caller's arrays."""
+    view = np.asarray(array).view()
+    view.flags.writeable = False
+    return view
+
+
+def _checked_layers(
+    arrays: Sequence[np.ndarray], reference: Weights, who: str, what: str
+) -> Weights:
+    """Read-only views of ``arrays`` after checking layout and finiteness."""
+    if len(arrays) != len(reference):
+        raise AggregationError(
+            f"{who} sent {len(arrays)} layers{what}; the global model has "
+            f"{len(reference)}"
+        )
+    out = [_readonly(a) for a in arrays]
+    for k, (got, ref) in enumerate(zip(out, reference, strict=True)):
+        if got.shape != ref.shape:
+            raise AggregationError(
+                f"{who}: layer {k}{what} has shape {got.shape}; the global model's "
+                f"is {ref.shape}"
+            )
+    layer = first_non_finite(out)
+    if layer is not None:
+        raise AggregationError(
+            f"{who} sent non-finite values in layer {layer}{what}; refusing to "
+            "aggregate (lower train.lr or check its data)"
+        )
+    return out

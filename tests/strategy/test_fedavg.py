@@ -1,4 +1,4 @@
-"""Tests for fedpipe.strategy: weighted_average, FedAvg and make_strategy."""
+"""Tests for FedAvg and its math (weighted_average), and the registry."""
 
 from __future__ import annotations
 
@@ -123,7 +123,8 @@ def test_update_and_weight_counts_must_match() -> None:
 
 def test_fedavg_aggregate_round_weights_by_samples() -> None:
     updates = _updates([10, 30, 60])
-    result = FedAvg().aggregate_round(_weights(0), updates)
+    result, state = FedAvg().aggregate_round(_weights(0), updates, {})
+    assert state == {}
     expected = _reference([u.weights for u in updates], [10, 30, 60])
     for got, want in zip(result, expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
@@ -142,7 +143,7 @@ def test_result_does_not_depend_on_update_order() -> None:
         for i, n in enumerate(counts)
     ]
     strategy = FedAvg()
-    forward = strategy.aggregate_round(_weights(0), updates)
+    forward, _ = strategy.aggregate_round(_weights(0), updates, {})
     for order in ([3, 1, 0, 2], [2, 3, 1, 0], [3, 2, 1, 0]):
         shuffled = [updates[i] for i in order]
         unsorted = weighted_average(
@@ -151,7 +152,7 @@ def test_result_does_not_depend_on_update_order() -> None:
         assert any(
             a.tobytes() != b.tobytes() for a, b in zip(unsorted, forward, strict=True)
         ), "fixture too easy: order makes no difference even without sorting"
-        result = strategy.aggregate_round(_weights(0), shuffled)
+        result, _ = strategy.aggregate_round(_weights(0), shuffled, {})
         for got, want in zip(result, forward, strict=True):
             assert got.tobytes() == want.tobytes()
 
@@ -163,12 +164,12 @@ def test_non_finite_update_names_the_client(bad: float) -> None:
     broken[1][0] = bad
     updates[2] = ClientUpdate(client=7, weights=broken, n_samples=30)
     with pytest.raises(AggregationError, match="client 7 .* in layer 1"):
-        FedAvg().aggregate_round(_weights(0), updates)
+        FedAvg().aggregate_round(_weights(0), updates, {})
 
 
 def test_no_updates_raise() -> None:
     with pytest.raises(AggregationError, match="no client updates"):
-        FedAvg().aggregate_round(_weights(0), [])
+        FedAvg().aggregate_round(_weights(0), [], {})
 
 
 def test_aggregate_round_rejects_mismatched_shapes() -> None:
@@ -177,7 +178,7 @@ def test_aggregate_round_rejects_mismatched_shapes() -> None:
     wrong[0] = np.zeros((2, 3), dtype=np.float32)
     updates[1] = ClientUpdate(client=1, weights=wrong, n_samples=1)
     with pytest.raises(AggregationError, match="layer 0"):
-        FedAvg().aggregate_round(_weights(0), updates)
+        FedAvg().aggregate_round(_weights(0), updates, {})
 
 
 # ---------------------------------------------------------------- registry
@@ -186,7 +187,10 @@ def test_aggregate_round_rejects_mismatched_shapes() -> None:
 def test_make_strategy_returns_fedavg() -> None:
     strategy = make_strategy("fedavg")
     assert isinstance(strategy, FedAvg)
-    assert set(STRATEGIES) == {"fedavg"}
+    assert set(STRATEGIES) == {
+        "fedavg", "fedprox", "fedavgm", "fedadagrad", "fedadam", "fedyogi",
+        "fedmedian", "fedtrimmedavg", "krum", "multikrum", "scaffold",
+    }  # fmt: skip
 
 
 def test_make_strategy_unknown_names_the_key() -> None:
@@ -195,4 +199,4 @@ def test_make_strategy_unknown_names_the_key() -> None:
     msg = str(info.value)
     assert "strategy.name" in msg
     assert "'nope'" in msg
-    assert "allowed: fedavg" in msg
+    assert "allowed: fedadagrad, fedadam, fedavg, fedavgm, " in msg
