@@ -152,6 +152,21 @@ class ModelParams(_Section):
         }
 
 
+STRATEGY_NAMES = (
+    "fedavg",
+    "fedprox",
+    "fedavgm",
+    "fedadam",
+    "fedyogi",
+    "fedadagrad",
+    "fedmedian",
+    "fedtrimmedavg",
+    "krum",
+    "multikrum",
+    "scaffold",
+)
+
+
 class StrategyParams(_Section):
     """How the server aggregates client updates (null = the strategy's default)."""
 

@@ -35,9 +35,14 @@ def stage_is_fresh(root: Path, stage: str) -> bool:
 
 @task(name="record-stage", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 3])
 def record_stage(root: Path, stage: str) -> None:
-    """Record ``stage``'s current deps, params and outputs in ``dvc.lock``."""
+    """Record ``stage``'s current deps, params and outputs in ``dvc.lock``.
+
+    The outputs are copied into DVC's cache without relinking the workspace files
+    (``relink=False``): this runs while the next stage already reads them, and a
+    relink replaces each file for a moment.
+    """
     with _repo(root) as repo:
-        repo.commit(stage, force=True)
+        repo.commit(stage, force=True, relink=False)
 
 
 def restore_stage_outputs(root: Path, stage: str) -> None:

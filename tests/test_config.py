@@ -417,3 +417,19 @@ def test_preflight_counts_training_samples_like_split_heldout(
     )
     with pytest.raises(ParamsError, match=f"the {n_train} training samples"):
         preflight(too_many)
+
+
+def test_config_names_match_the_registries() -> None:
+    import typing
+
+    from fedpipe.config import STRATEGY_NAMES, ModelParams
+    from fedpipe.models import MODELS
+    from fedpipe.partition import PARTITIONERS
+    from fedpipe.strategy import STRATEGIES
+
+    assert set(STRATEGY_NAMES) == set(STRATEGIES)
+    assert set(typing.get_args(ModelParams.model_fields["name"].annotation)) == set(
+        MODELS
+    )
+    method = PartitionParams.model_fields["method"].annotation
+    assert set(typing.get_args(method)) == set(PARTITIONERS)
