@@ -32,6 +32,13 @@ class ParamsError(ValueError):
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    def settings(self) -> dict[str, Any]:
+        """The section's values other than ``name`` that are set (not null): what
+        a model builder or strategy receives as keyword arguments."""
+        return {
+            k: v for k, v in self.model_dump(exclude={"name"}).items() if v is not None
+        }
+
 
 class DataParams(_Section):
     """Where the samples come from, how they are read, and the held-out share.
@@ -145,12 +152,6 @@ class ModelParams(_Section):
     width_multiplier: float | None = Field(None, gt=0.0)
     dropout: float | None = Field(None, ge=0.0, lt=1.0)
 
-    def settings(self) -> dict[str, Any]:
-        """The dials that are set (passed to the model builder)."""
-        return {
-            k: v for k, v in self.model_dump(exclude={"name"}).items() if v is not None
-        }
-
 
 STRATEGY_NAMES = (
     "fedavg",
@@ -192,12 +193,6 @@ class StrategyParams(_Section):
     beta: float | None = Field(None, ge=0.0, lt=0.5)
     num_byzantine: int | None = Field(None, ge=0)
     num_selected: int | None = Field(None, ge=1)
-
-    def settings(self) -> dict[str, Any]:
-        """The settings that are set (passed to the strategy)."""
-        return {
-            k: v for k, v in self.model_dump(exclude={"name"}).items() if v is not None
-        }
 
 
 class ValidationParams(_Section):
