@@ -171,19 +171,7 @@ STRATEGY_NAMES = (
 class StrategyParams(_Section):
     """How the server aggregates client updates (null = the strategy's default)."""
 
-    name: Literal[
-        "fedavg",
-        "fedprox",
-        "fedavgm",
-        "fedadam",
-        "fedyogi",
-        "fedadagrad",
-        "fedmedian",
-        "fedtrimmedavg",
-        "krum",
-        "multikrum",
-        "scaffold",
-    ] = "fedavg"
+    name: Literal[STRATEGY_NAMES] = "fedavg"  # type: ignore[valid-type]
     proximal_mu: float | None = Field(None, ge=0.0)
     server_lr: float | None = Field(None, gt=0.0)
     server_momentum: float | None = Field(None, ge=0.0, lt=1.0)
