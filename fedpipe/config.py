@@ -183,6 +183,42 @@ class StrategyParams(_Section):
     num_selected: int | None = Field(None, ge=1)
 
 
+PERSONALIZATION_METHODS = ("none", "fedper", "fedbn", "finetune", "ditto")
+
+
+class PersonalizationParams(_Section):
+    """Personalized federated learning: what each client keeps of its own.
+
+    ``method`` is ``none`` (one global model), ``fedper`` (the layers named in
+    ``layers``, or the last ``last_k`` weight-bearing layers, stay on the client
+    and are never averaged; Arivazhagan et al., 2019), ``fedbn`` (normalization
+    layers stay local; Li et al., 2021), ``finetune`` (``finetune_epochs`` of local
+    training on the new global model before each client's evaluation) or ``ditto``
+    (a personal model per client trained towards the global one with proximal
+    weight ``ditto_lambda``; Li et al., 2021). Works with every strategy.
+    """
+
+    method: Literal[PERSONALIZATION_METHODS] = "none"  # type: ignore[valid-type]
+    layers: list[str] | None = None
+    last_k: int | None = Field(None, ge=1)
+    finetune_epochs: int | None = Field(None, ge=1)
+    ditto_lambda: float | None = Field(None, ge=0.0)
+
+    @model_validator(mode="after")
+    def _settings_fit_method(self) -> PersonalizationParams:
+        if self.layers is not None and self.last_k is not None:
+            raise ValueError(
+                "personalization.layers and personalization.last_k both set; "
+                "fedper keeps either the named layers or the last k: set one"
+            )
+        if self.layers is not None and not self.layers:
+            raise ValueError(
+                "personalization.layers is empty; name at least one layer or use "
+                "null (fedper then keeps the last personalization.last_k layers)"
+            )
+        return self
+
+
 class ValidationParams(_Section):
     """Data validation thresholds and which findings stop the run."""
 
@@ -203,6 +239,7 @@ class Params(_Section):
     train: TrainParams = TrainParams()
     model: ModelParams = ModelParams()
     strategy: StrategyParams = StrategyParams()
+    personalization: PersonalizationParams = PersonalizationParams()
     validation: ValidationParams = ValidationParams()
     round_chain: dict[int, int] = Field(default_factory=dict)
 

@@ -188,7 +188,8 @@ class ClientResult:
 
     ``extras`` is what the strategy needs besides the weights (SCAFFOLD's control
     delta); ``state`` is what the client keeps for the next round (its control
-    variate), or None.
+    variate), or None; ``kept`` is what personalization keeps on the client (by
+    position in the weight list), or None.
     """
 
     client: int
@@ -198,6 +199,7 @@ class ClientResult:
     local: dict[str, float]
     extras: dict[str, list[np.ndarray]] = field(default_factory=dict, repr=False)
     state: list[np.ndarray] | None = field(default=None, repr=False)
+    kept: dict[int, np.ndarray] | None = field(default=None, repr=False)
 
 
 def client_arrays(
@@ -235,6 +237,9 @@ class RoundRecord:
     local : dict
         Client id -> its locally trained model on its own local test split
         (selected clients only).
+    personalized : list of dict, optional
+        Each client's personalized model on its own local test split (all
+        clients), when personalization is on.
     """
 
     round: int
@@ -244,10 +249,23 @@ class RoundRecord:
     global_clients: list[dict[str, float]]
     local: dict[int, dict[str, float]]
     aggregation_weight_sum: float
+    personalized: list[dict[str, float]] | None = None
 
     def global_clients_mean(self) -> dict[str, float]:
         """Global model on client test splits, mean weighted by test size."""
         return weighted_mean(self.global_clients, self.n_test)
+
+    def global_clients_std(self) -> dict[str, float]:
+        """Standard deviation of the global model's metrics across clients."""
+        return _std(self.global_clients)
+
+    def personalized_mean(self) -> dict[str, float]:
+        """Personalized models on their own test splits, weighted by test size."""
+        return weighted_mean(self.personalized or [], self.n_test)
+
+    def personalized_std(self) -> dict[str, float]:
+        """Standard deviation of personalized-model metrics across clients."""
+        return _std(self.personalized or [])
 
     def local_mean(self) -> dict[str, float]:
         """Local models on their own test splits, weighted by test size."""
@@ -256,22 +274,24 @@ class RoundRecord:
 
     def local_std(self) -> dict[str, float]:
         """Standard deviation of local-model metrics across selected clients."""
-        return {
-            m: float(np.nanstd([self.local[c][m] for c in self.selected]))
-            for m in METRIC_NAMES
-        }
+        return _std([self.local[c] for c in self.selected])
 
     def summary(self) -> dict[str, Any]:
         """The round's metrics file: global test, client means, bookkeeping."""
-        return {
+        out = {
             "round": self.round,
             "clients_selected": self.selected,
             "aggregation_weight_sum": self.aggregation_weight_sum,
             "global": _rounded(self.global_test),
             "global_on_clients": _rounded(self.global_clients_mean()),
+            "global_on_clients_std": _rounded(self.global_clients_std()),
             "local": _rounded(self.local_mean()),
             "local_std": _rounded(self.local_std()),
         }
+        if self.personalized is not None:
+            out["personalized"] = _rounded(self.personalized_mean())
+            out["personalized_std"] = _rounded(self.personalized_std())
+        return out
 
     def client_table(self) -> pd.DataFrame:
         """One row per client: local-model and global-model metrics side by side."""
@@ -285,8 +305,18 @@ class RoundRecord:
             }
             row.update({f"local_{m}": local[m] for m in METRIC_NAMES})
             row.update({f"global_{m}": global_row[m] for m in METRIC_NAMES})
+            if self.personalized is not None:
+                own = self.personalized[c]
+                row.update({f"personalized_{m}": own[m] for m in METRIC_NAMES})
             rows.append(row)
         return pd.DataFrame(rows)
+
+
+def _std(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Per-metric standard deviation across rows (NaN values ignored)."""
+    if not rows:
+        return {m: float("nan") for m in METRIC_NAMES}
+    return {m: float(np.nanstd([r[m] for r in rows])) for m in METRIC_NAMES}
 
 
 def _rounded(metrics: Mapping[str, float]) -> dict[str, float | None]:

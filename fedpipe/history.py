@@ -13,17 +13,21 @@ from fedpipe.federation import read_json
 from fedpipe.metrics import METRIC_NAMES
 
 GROUPS = ("global", "global_on_clients", "local", "local_std")
+# present only when personalization.method is not none
+PERSONALIZED_GROUPS = ("personalized", "personalized_std")
 GROUP_TITLES = {
     "global": "global model, held-out test",
-    "global_on_clients": "global model, client tests (mean)",
+    "global_on_clients": "global model, client tests (mean ± std)",
     "local": "local models, own tests (mean ± std)",
+    "personalized": "personalized models, own tests (mean ± std)",
 }
 
 
 def flatten(summary: Mapping[str, Any]) -> dict[str, Any]:
     """``{"global": {"loss": ..}}`` -> ``{"global_loss": ..}`` plus the round number."""
     row: dict[str, Any] = {"round": summary["round"]}
-    for group in GROUPS:
+    extra = PERSONALIZED_GROUPS if "personalized" in summary else ()
+    for group in GROUPS + extra:
         for name in METRIC_NAMES:
             value = summary.get(group, {}).get(name)
             row[f"{group}_{name}"] = float("nan") if value is None else value
@@ -57,19 +61,17 @@ def progress_line(summary: Mapping[str, Any], rounds: int, seconds: float) -> st
 
 def final_table(summary: Mapping[str, Any]) -> str:
     """Markdown table of global vs local metrics for one round's summary."""
-    header = "| metric | " + " | ".join(GROUP_TITLES.values()) + " |"
-    lines = [header, "|---|" + "---:|" * len(GROUP_TITLES)]
+    groups = [g for g in GROUP_TITLES if g in summary]
+    header = "| metric | " + " | ".join(GROUP_TITLES[g] for g in groups) + " |"
+    lines = [header, "|---|" + "---:|" * len(groups)]
     for name in METRIC_NAMES:
         cells = []
-        for group in GROUP_TITLES:
+        for group in groups:
             value = summary[group][name]
             cell = "n/a" if value is None else f"{value:.4f}"
-            if (
-                group == "local"
-                and summary["local_std"][name] is not None
-                and value is not None
-            ):
-                cell += f" ± {summary['local_std'][name]:.4f}"
+            spread = summary.get(f"{group}_std", {}).get(name)
+            if spread is not None and value is not None:
+                cell += f" ± {spread:.4f}"
             cells.append(cell)
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -16,6 +16,8 @@ PURPOSES = {
     "init": 4,
     "sample": 5,
     "train": 6,
+    "finetune": 7,
+    "ditto": 8,
 }
 
 

@@ -143,6 +143,7 @@ class ModelRunner:
         batch_size: int,
         seed: int,
         proximal_mu: float = 0.0,
+        anchor: Sequence[np.ndarray] | None = None,
         gradient_correction: list[np.ndarray] | None = None,
     ) -> list[np.ndarray]:
         """Train from ``weights`` on (x, y) and return the trained weights.
@@ -150,7 +151,9 @@ class ModelRunner:
         Samples are shuffled each epoch by a generator seeded with ``seed``; the
         layers' random state is reset from ``seed`` too. ``proximal_mu`` > 0 adds
         FedProx's proximal term mu/2 * ||w - w_global||^2 to the local loss
-        (Li et al., 2020); 0 (the default) trains plain local SGD.
+        (Li et al., 2020); 0 (the default) trains plain local SGD. ``anchor`` (a
+        full weight list) is the point the proximal term pulls towards when it is
+        not ``weights`` itself (Ditto's personal model, pulled to the global one).
         ``gradient_correction`` (one array per trainable variable) is added to every
         gradient: SCAFFOLD's ``c - c_i`` (Karimireddy et al., 2020). The number of
         local steps taken is left in :attr:`last_steps`.
@@ -161,10 +164,13 @@ class ModelRunner:
             for var, value in zip(self._correction, gradient_correction, strict=True):
                 var.assign(value)
         if proximal_mu > 0:
-            for anchor, var in zip(
-                self._anchor, self.model.trainable_variables, strict=True
-            ):
-                anchor.assign(var)
+            targets = (
+                self.model.trainable_variables
+                if anchor is None
+                else [anchor[j] for j in self.trainable_indices()]
+            )
+            for slot, value in zip(self._anchor, targets, strict=True):
+                slot.assign(value)
         rng = np.random.default_rng(seed)
         losses = []
         for _ in range(epochs):

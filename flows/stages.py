@@ -22,6 +22,7 @@ from fedpipe.federation import (
     with_client_arrays,
 )
 from fedpipe.history import progress_line
+from fedpipe.personalization import Personalization, kept_arrays, with_kept_arrays
 from fedpipe.strategy import Strategy, make_strategy
 from fedpipe.strategy.scaffold import Scaffold
 from fedpipe.training import ModelSpec
@@ -51,6 +52,14 @@ def strategy_for(params: Params) -> Strategy:
         params.strategy.name,
         total_clients=params.federation.clients,
         **params.strategy.settings(),
+    )
+
+
+def personalization_for(params: Params, spec: ModelSpec) -> Personalization:
+    """``personalization.*`` resolved against the model's layers."""
+    p = params.personalization
+    return fed_tasks.personalization_for(
+        spec, p.method, **p.model_dump(exclude={"method"})
     )
 
 
@@ -96,8 +105,10 @@ def partition_stage(params: Params) -> None:
 @flow(name="init-model")
 def init_stage(params: Params) -> None:
     """Stage ``init``: the global model before round 1."""
+    spec = model_spec(params)
+    personalization_for(params, spec)  # a bad personalization.* stops here
     fed_tasks.init_model(
-        model_spec(params),
+        spec,
         params.seed,
         strategy_for(params),
         weights_out=layout.model_weights(0),
@@ -116,6 +127,7 @@ def round_stage(params: Params, round_: int) -> dict:
     global_weights = load_weights(layout.model_weights(round_ - 1))
     server_state = load_state(layout.server_state(round_ - 1))
     strategy = strategy_for(params)
+    personal = personalization_for(params, spec)
     proximal_mu = float(strategy.client_settings().get("proximal_mu", 0.0))
     client_states = load_state(layout.client_state(round_ - 1))
     server_control = (
@@ -142,17 +154,41 @@ def round_stage(params: Params, round_: int) -> dict:
             controls=None
             if server_control is None
             else (server_control, client_arrays(client_states, c, global_weights)),
+            personalization=personal,
+            kept=kept_arrays(client_states, c),
         )
         for c in selected
     ]
     client_states = with_client_arrays(
         client_states, {r.client: r.state for r in results if r.state is not None}
     )
+    client_states = with_kept_arrays(
+        client_states, {r.client: r.kept for r in results if r.kept is not None}
+    )
     new_weights, new_state, weight_sum = fed_tasks.aggregate(
         strategy, global_weights, server_state, results
     )
+    new_weights = personal.restore_personal(new_weights, global_weights)
+    personalized = None
+    if personal.enabled:
+        personalized = fed_tasks.evaluate_personalized(
+            spec,
+            personal,
+            new_weights,
+            data,
+            {c.client: kept_arrays(client_states, c.client) for c in data.clients},
+            round_=round_,
+            seed=params.seed,
+            batch_size=params.train.batch_size,
+        )
     record: RoundRecord = fed_tasks.evaluate(
-        spec, new_weights, data, results, round_=round_, weight_sum=weight_sum
+        spec,
+        new_weights,
+        data,
+        results,
+        round_=round_,
+        weight_sum=weight_sum,
+        personalized=personalized,
     )
     fed_tasks.write_round(
         record,

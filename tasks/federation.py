@@ -15,7 +15,8 @@ from fedpipe.federation import (
     RoundRecord,
     write_json,
 )
-from fedpipe.models import describe_model
+from fedpipe.models import describe_model, layer_groups, normalization_layers
+from fedpipe.personalization import NO_PERSONALIZATION, Personalization, resolve
 from fedpipe.seeds import derive_seed
 from fedpipe.strategy import ClientUpdate, Strategy
 from fedpipe.strategy.aggregate import normalized
@@ -63,13 +64,21 @@ def train_client(
     batch_size: int,
     proximal_mu: float = 0.0,
     controls: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
+    personalization: Personalization = NO_PERSONALIZATION,
+    kept: dict[int, np.ndarray] | None = None,
 ) -> ClientResult:
     """Train one client from the global weights; evaluate its local model.
 
     ``controls`` = (server control c, the client's control c_i) makes this a
     SCAFFOLD client: gradients are corrected by c - c_i, and the result carries
     the control delta (for the server) and the new c_i (kept for next round).
+    ``personalization`` with the client's ``kept`` arrays: fedper/fedbn train from
+    the global weights with the client's own personal layers and send only the
+    shared ones; ditto also trains the client's personal model. What the client
+    keeps for the next round is in the result's ``kept``.
     """
+    kept = kept or {}
+    start = personalization.start_weights(global_weights, kept)
     runner = runner_for(spec)
     trainable = runner.trainable_indices()
     correction = None
@@ -77,7 +86,7 @@ def train_client(
         c, c_i = controls
         correction = [(c[j] - c_i[j]).astype(np.float32) for j in trainable]
     weights = runner.fit(
-        global_weights,
+        start,
         client.x_train,
         client.y_train,
         epochs=epochs,
@@ -100,6 +109,22 @@ def train_client(
         )
         extras = {CONTROL_DELTA: delta}
     local = runner.evaluate(weights, client.x_test, client.y_test)
+    new_kept: dict[int, np.ndarray] | None = None
+    if personalization.keeps_layers:
+        new_kept = personalization.kept_part(weights)
+        weights = personalization.shared_part(weights, global_weights)
+    elif personalization.method == "ditto":
+        personal = runner.fit(
+            personalization.personal_model(global_weights, kept),
+            client.x_train,
+            client.y_train,
+            epochs=epochs,
+            batch_size=batch_size,
+            seed=derive_seed(seed, "ditto", round_, client.client),
+            proximal_mu=personalization.ditto_lambda,
+            anchor=global_weights,
+        )
+        new_kept = dict(enumerate(personal))
     return ClientResult(
         client.client,
         len(client.y_train),
@@ -108,7 +133,69 @@ def train_client(
         local,
         extras=extras,
         state=state,
+        kept=new_kept,
     )
+
+
+def personalization_for(
+    spec: ModelSpec,
+    method: str,
+    *,
+    layers: list[str] | None = None,
+    last_k: int | None = None,
+    finetune_epochs: int | None = None,
+    ditto_lambda: float | None = None,
+) -> Personalization:
+    """``personalization.*`` resolved against the model's layers (raises
+    ParamsError naming the key when they do not fit the model)."""
+    model = runner_for(spec).model
+    return resolve(
+        method,
+        layer_groups(model),
+        normalization_layers(model),
+        layers=layers,
+        last_k=last_k,
+        finetune_epochs=finetune_epochs,
+        ditto_lambda=ditto_lambda,
+    )
+
+
+@task(name="evaluate-personalized", cache_policy=NO_CACHE)
+def evaluate_personalized(
+    spec: ModelSpec,
+    personalization: Personalization,
+    weights: list[np.ndarray],
+    data: FederatedData,
+    kept: dict[int, dict[int, np.ndarray]],
+    *,
+    round_: int,
+    seed: int,
+    batch_size: int,
+) -> list[dict[str, float]]:
+    """Every client's personalized model on its own local test split.
+
+    fedper/fedbn: the new global model with the client's personal layers; ditto:
+    the client's personal model; finetune: the new global model trained
+    ``finetune_epochs`` on the client's training split. A client that has not
+    trained yet uses the global model's layers.
+    """
+    runner = runner_for(spec)
+    out = []
+    for client in data.clients:
+        own = kept.get(client.client, {})
+        if personalization.method == "finetune":
+            model = runner.fit(
+                weights,
+                client.x_train,
+                client.y_train,
+                epochs=personalization.finetune_epochs,
+                batch_size=batch_size,
+                seed=derive_seed(seed, "finetune", round_, client.client),
+            )
+        else:
+            model = personalization.personal_model(weights, own)
+        out.append(runner.evaluate(model, client.x_test, client.y_test))
+    return out
 
 
 @task(name="aggregate", cache_policy=NO_CACHE)
@@ -133,6 +220,7 @@ def evaluate(
     *,
     round_: int,
     weight_sum: float,
+    personalized: list[dict[str, float]] | None = None,
 ) -> RoundRecord:
     """The new global model on the held-out set and on every client's test split."""
     runner = runner_for(spec)
@@ -146,6 +234,7 @@ def evaluate(
         global_clients=on_clients,
         local={r.client: r.local for r in results},
         aggregation_weight_sum=weight_sum,
+        personalized=personalized,
     )
 
 

@@ -2,8 +2,9 @@
 
 The strategies and models run in-process (one TensorFlow start for all) through
 `run_pipeline`, the flow `fedpipe run` calls, against the session's Prefect
-server. SCAFFOLD, which carries state on both the server and every client from
-round to round, also runs through `dvc repro` and must give the same bits.
+server. SCAFFOLD with Ditto, which carry state on the server and on every client
+(control variates, personal models) from round to round, also run through
+`dvc repro` and must give the same bits.
 """
 
 from __future__ import annotations
@@ -73,6 +74,13 @@ VARIANTS = [{"strategy": {"name": name}} for name in STRATEGY_NAMES] + [
     },
     {"model": {"name": "resnet", "blocks_per_stage": 1, "width_multiplier": 0.5}},
     {"model": {"name": "seed_cnn"}},
+    {"personalization": {"method": "fedper"}},
+    {
+        "personalization": {"method": "fedbn"},
+        "model": {"name": "cnn", "depth": 2, "width": 8, "batch_norm": True},
+    },
+    {"personalization": {"method": "finetune"}, "strategy": {"name": "fedmedian"}},
+    {"personalization": {"method": "ditto"}, "strategy": {"name": "fedadam"}},
 ]
 
 
@@ -110,14 +118,56 @@ def test_variant_runs_end_to_end(
         assert summary["global"]["accuracy"] > 0.3
     assert summary["aggregation_weight_sum"] == pytest.approx(1.0)
     assert (project / "models/round-2/server_state.npz").is_file()
+    method = params.get("personalization", {}).get("method", "none")
+    if method != "none":
+        _check_personalized(project, method, summary, batch_norm=bool(batch_norm))
+    else:
+        assert "personalized" not in summary
 
 
-def test_scaffold_state_reproduces_through_dvc_repro(
+def _check_personalized(
+    project: Path, method: str, summary: dict, *, batch_norm: bool
+) -> None:
+    """Personalized metrics side by side with the global ones, per client and as
+    mean ± std; what the method keeps really persists in the round's outputs."""
+    for group in ("personalized", "personalized_std"):
+        assert set(summary[group]) >= {"loss", "accuracy", "precision", "recall", "auc"}
+    if not batch_norm:
+        assert summary["personalized"]["accuracy"] > 0.3
+    table = (project / "metrics/clients/round-2.csv").read_text().splitlines()
+    assert "personalized_accuracy" in table[0] and "global_accuracy" in table[0]
+    assert len(table) == 1 + 4  # every client has a personalized model
+    with (
+        np.load(project / "models/round-1/weights.npz") as w1,
+        np.load(project / "models/round-2/weights.npz") as w2,
+        np.load(project / "models/round-2/client_state.npz") as kept,
+    ):
+        names = sorted(w1.files)
+        kept_files = [f for f in kept.files if f.startswith("personal/")]
+        if method == "finetune":
+            assert kept_files == []  # fine-tuning keeps nothing between rounds
+            return
+        assert kept_files
+        positions = {int(f.rsplit("/", 1)[1]) for f in kept_files}
+        if method == "ditto":
+            assert positions == set(range(len(names)))
+            return
+        # fedper / fedbn: the global model's personal layers are never averaged
+        for j in positions:
+            assert np.array_equal(w1[names[j]], w2[names[j]])
+        assert any(
+            not np.array_equal(w1[names[j]], w2[names[j]])
+            for j in range(len(names))
+            if j not in positions
+        )
+
+
+def test_client_state_reproduces_through_dvc_repro(
     base: Path, tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     by_run, by_repro = tmp_path / "run", tmp_path / "repro"
     shutil.copytree(base, by_run, symlinks=True)
-    _set(by_run, strategy={"name": "scaffold"})
+    _set(by_run, strategy={"name": "scaffold"}, personalization={"method": "ditto"})
     shutil.copytree(by_run, by_repro, symlinks=True)
     run_cli([FEDPIPE, "run", "--no-server-start"], by_run, cli_env)
     run_cli([FEDPIPE, "sync"], by_repro, cli_env)
@@ -125,7 +175,8 @@ def test_scaffold_state_reproduces_through_dvc_repro(
     pattern = "models/round-*/*.npz"
     assert len(file_hashes(by_run, pattern)) == 9  # 3 rounds x weights + 2 states
     assert file_hashes(by_run, pattern) == file_hashes(by_repro, pattern)
-    # the clients' control variates are really carried: not empty after round 2
+    # the clients' control variates and personal models are really carried
     with np.load(by_run / "models/round-2/client_state.npz") as states:
-        assert len(states.files) > 0
-        assert any(np.abs(states[f]).sum() > 0 for f in states.files)
+        for kind in ("client-", "personal/"):
+            files = [f for f in states.files if f.startswith(kind)]
+            assert any(np.abs(states[f]).sum() > 0 for f in files), kind
