@@ -98,6 +98,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     env = dict(os.environ, DVC_NO_ANALYTICS="1", TF_CPP_MIN_LOG_LEVEL="3")
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     project = args.out.resolve() / "project"
     if not project.exists():
         subprocess.run(
