@@ -90,6 +90,16 @@ def start_background_server(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) 
         "--analytics-off",
     ]
     proc = subprocess.run(cmd, env=server_env(), capture_output=True, text=True)
+    if "already running" in proc.stdout + proc.stderr and not is_healthy(url):
+        # a PID file left by a server that no longer runs (a reboot, a kill -9):
+        # `prefect server stop` clears it; then start for real
+        subprocess.run(
+            [_prefect_exe(), "server", "stop"],
+            env=server_env(),
+            capture_output=True,
+            text=True,
+        )
+        proc = subprocess.run(cmd, env=server_env(), capture_output=True, text=True)
     if proc.returncode != 0 and not is_healthy(url):
         raise PrefectServerError(
             f"could not start a Prefect server ({' '.join(cmd)}):\n"
