@@ -288,6 +288,8 @@ _SERIES = (
 
 def metrics_svg(history: pd.DataFrame) -> str:
     """Loss and accuracy per round: global, global on clients, local mean ± std."""
+    from matplotlib.ticker import MaxNLocator
+
     fig = _new_figure(10.0, 3.8)
     rounds = history["round"].to_numpy(dtype=float)
     for i, metric in enumerate(("loss", "accuracy")):
@@ -310,6 +312,8 @@ def metrics_svg(history: pd.DataFrame) -> str:
         ax.grid(alpha=0.3)
         if len(rounds) <= 20:
             ax.set_xticks(rounds)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if i == 0:
             ax.legend(fontsize=8)
     return _svg(fig, label="loss and accuracy per round")
@@ -349,7 +353,7 @@ def divergence_svg(health: Sequence[Mapping[str, Any]]) -> str:
     mesh = ax.pcolormesh(
         np.ma.masked_invalid(matrix), cmap=cmap, vmin=0.0, vmax=1.0, edgecolors="w"
     )
-    fig.colorbar(mesh, ax=ax, label="divergence D (0 agree, 1 unrelated)")
+    fig.colorbar(mesh, ax=ax, label="divergence D")
     ax.set_xticks(np.arange(n_rounds) + 0.5, labels=[str(r) for r in rounds])
     ax.set_yticks(np.arange(n_layers) + 0.5, labels=labels)
     ax.invert_yaxis()
@@ -375,6 +379,8 @@ def divergence_svg(health: Sequence[Mapping[str, Any]]) -> str:
 
 def norms_svg(health: Sequence[Mapping[str, Any]]) -> str:
     """Each selected client's update norm per round, with the per-round median."""
+    from matplotlib.ticker import MaxNLocator
+
     points: dict[int, list[tuple[int, float]]] = {}
     medians: list[tuple[int, float]] = []
     for record in health:
@@ -400,6 +406,7 @@ def norms_svg(health: Sequence[Mapping[str, Any]]) -> str:
     values = [v for pts in points.values() for _, v in pts]
     if values and min(values) > 0 and max(values) / min(values) > 100:
         ax.set_yscale("log")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("round")
     ax.set_ylabel("update norm ||w_k - w_global||")
     ax.grid(alpha=0.3)
