@@ -42,7 +42,6 @@ import numpy as np
 import yaml
 
 from fedpipe import layout
-from fedpipe.metrics import METRIC_NAMES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -483,6 +482,8 @@ def _rounds_text(rounds: Sequence[int]) -> str:
 
 
 def _final_round_table(history: pd.DataFrame) -> str:
+    from fedpipe.metrics import METRIC_NAMES
+
     last = history.iloc[-1]
     rows = []
     for name in METRIC_NAMES:
