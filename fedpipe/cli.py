@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         default=None,
-        help="where to write (default: reports/report.html in the project)",
+        help="where to write, relative to the project (default: reports/report.html)",
     )
     report.set_defaults(func=cmd_report)
     return parser

@@ -671,8 +671,8 @@ def _metrics_section(root: Path) -> str:
 
 
 _NO_HEALTH = (
-    f"not recorded: no {HEALTH_DIR}/round-K.json (written by each round stage of a "
-    "fedpipe that records round health; rerun the rounds: `fedpipe run --force`)"
+    f"not recorded: no {HEALTH_DIR}/round-K.json (the round stage writes one per "
+    "round; rerun the rounds: `fedpipe run --force`)"
 )
 
 
