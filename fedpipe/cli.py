@@ -104,6 +104,13 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from fedpipe.report import write_report
+
+    print(write_report(Path("."), args.out).resolve())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fedpipe",
@@ -169,6 +176,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-git", action="store_true", help="do not run git init / dvc init"
     )
     init.set_defaults(func=cmd_init)
+
+    report = sub.add_parser(
+        "report",
+        help="write one self-contained HTML page about the run (reports/report.html)",
+        description="Metrics per round, layer divergence, client update norms, label "
+        "distribution, the doctor's findings and lineage, in one offline HTML file. "
+        "Sections whose inputs are missing say which command records them.",
+    )
+    report.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where to write, relative to the project (default: reports/report.html)",
+    )
+    report.set_defaults(func=cmd_report)
     return parser
 
 

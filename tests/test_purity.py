@@ -26,6 +26,7 @@ MODULES = [
     "fedpipe.validation",
     "fedpipe.scaffold",
     "fedpipe.cli",
+    "fedpipe.report",
 ]
 
 # ---------------------------------------------------------------- helpers
@@ -67,3 +68,13 @@ def test_the_check_sees_imports() -> None:
 
 def test_config_import_does_not_load_tensorflow() -> None:
     assert _imported_after(["fedpipe.config"], ["tensorflow", "keras"]) == []
+
+
+def test_cli_import_loads_neither_matplotlib_nor_pandas() -> None:
+    # `fedpipe --help` stays instant: `fedpipe report` imports its module lazily
+    watched = ["matplotlib", "pandas", "tensorflow"]
+    assert _imported_after(["fedpipe.cli"], watched) == []
+
+
+def test_report_import_does_not_load_tensorflow() -> None:
+    assert _imported_after(["fedpipe.report"], ["tensorflow", "keras"]) == []

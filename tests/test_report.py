@@ -1,0 +1,337 @@
+"""fedpipe.report: the run's HTML page from synthetic run files (contract formats)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import types
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pytest
+from report_fixtures import FINDINGS, write_run
+
+from fedpipe import report
+from fedpipe.report import (
+    SECTION_TITLES,
+    build_report,
+    read_history,
+    read_label_counts,
+    read_lineage,
+    render_findings,
+    run_doctor,
+    write_report,
+)
+
+
+def _section(page: str, key: str) -> str:
+    """The HTML of section ``key``."""
+    match = re.search(rf'<section id="{key}">(.*?)</section>', page, re.S)
+    assert match, f"no section {key}"
+    return match.group(1)
+
+
+@pytest.fixture
+def no_doctor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behave as a fedpipe without fedpipe.doctor, whether or not it exists."""
+    monkeypatch.setitem(sys.modules, "fedpipe.doctor", None)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_run(
+        tmp_path_factory.mktemp("run"), git=shutil.which("git") is not None
+    )
+
+
+@pytest.fixture(scope="module")
+def full_page(run_dir: Path) -> str:
+    return build_report(run_dir, findings=FINDINGS)
+
+
+# ---------------------------------------------------------------- whole page
+
+
+def test_every_section_present_in_order(full_page: str) -> None:
+    headings = re.findall(r"<h2>(.*?)</h2>", full_page)
+    assert headings == [report.html.escape(t) for t in SECTION_TITLES.values()]
+
+
+def test_complete_run_has_four_plots_and_no_missing_notes(full_page: str) -> None:
+    plots = re.findall(r'<figure class="plot" data-plot="(\w+)"><svg ', full_page)
+    assert plots == ["metrics", "divergence", "norms", "labels"]
+    assert 'class="missing"' not in full_page
+
+
+def test_page_is_self_contained(full_page: str) -> None:
+    # nothing fetched: no external scripts, stylesheets, images or fonts
+    assert "<link" not in full_page
+    assert "<script" not in full_page
+    refs = re.findall(r'(?:src|href)="([^"]*)"', full_page)
+    # in-page anchors, SVG marker references, and colorbars matplotlib embeds as PNG
+    assert refs and all(r.startswith(("#", "data:image/png;base64,")) for r in refs)
+    assert re.findall(r"url\((?!#)", full_page) == []  # only in-page clip paths
+    assert "@import" not in full_page
+
+
+def test_svg_plots_keep_text_and_no_timestamp(full_page: str) -> None:
+    metrics = _section(full_page, "metrics")
+    assert ">round</text>" in metrics  # svg.fonttype none: labels are text
+    assert "<dc:date>" not in full_page
+
+
+def test_final_round_table_shows_local_mean_and_std(
+    run_dir: Path, full_page: str
+) -> None:
+    last = json.loads((run_dir / "metrics/rounds/round-4.json").read_text())
+    metrics = _section(full_page, "metrics")
+    assert "Final round (4)" in metrics
+    assert f"{last['global']['loss']:.4f}" in metrics
+    assert (
+        f"{last['local']['accuracy']:.4f} ± {last['local_std']['accuracy']:.4f}"
+        in metrics
+    )
+
+
+def test_divergence_heatmap_names_every_layer_and_round(full_page: str) -> None:
+    divergence = _section(full_page, "divergence")
+    for label in (
+        "0 dense (dense)",
+        "1 batch_normalization (norm)",
+        "2 dense_1 (dense)",
+    ):
+        assert f">{label}</text>" in divergence
+    assert all(f">{k}</text>" in divergence for k in range(1, 5))
+
+
+def test_label_section_shows_skew_and_counts(run_dir: Path, full_page: str) -> None:
+    labels = _section(full_page, "labels")
+    skew = json.loads((run_dir / "reports/partition/skew.json").read_text())
+    assert f"label_skew {skew['label_skew']:.3f}" in labels
+    assert "reports/partition/class_counts.csv" in labels
+
+
+def test_lineage_shows_commit_data_and_final_model(
+    run_dir: Path, full_page: str
+) -> None:
+    lineage = _section(full_page, "lineage")
+    final = re.search(r"<h4>Final model</h4>(.*?)</table>", lineage, re.S).group(1)
+    assert "models/round-4/weights.npz" in final
+    assert f"{104:032x}" in final  # the lock's md5 of round 4's weights
+    assert "models/round-3" not in final
+    data = re.search(r"<h4>Data</h4>(.*?)</table>", lineage, re.S).group(1)
+    assert "data/partition/manifest.json" in data and f"{2:032x}" in data
+    assert "<code>partition.alpha</code></td><td><code>0.3</code>" in lineage
+    assert "round_chain" not in lineage
+    if shutil.which("git"):
+        head = subprocess.run(
+            ["git", "-C", str(run_dir), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert f"<code>{head}</code> (work tree clean)" in lineage
+
+
+# ---------------------------------------------------------------- missing inputs
+
+
+def test_empty_directory_gives_a_note_per_section(
+    tmp_path: Path, no_doctor: None
+) -> None:
+    page = build_report(tmp_path)
+    notes = {
+        key: re.findall(r'class="missing">(.*?)</p>', _section(page, key))
+        for key in SECTION_TITLES
+    }
+    assert "run `fedpipe run`" in notes["metrics"][0]
+    assert notes["divergence"][0].startswith(
+        "not recorded: no metrics/health/round-K.json"
+    )
+    assert notes["norms"] == notes["divergence"]
+    assert "run `fedpipe stage partition`" in notes["labels"][0]
+    assert notes["doctor"] == [
+        "doctor not available (this fedpipe has no fedpipe.doctor)"
+    ]
+    assert len(notes["lineage"]) == 3  # git, dvc.lock, params.yaml
+    assert "<svg" not in page
+
+
+def test_run_without_health_records_keeps_the_other_plots(tmp_path: Path) -> None:
+    write_run(tmp_path)
+    shutil.rmtree(tmp_path / "metrics/health")
+    page = build_report(tmp_path, findings=[])
+    assert re.findall(r'data-plot="(\w+)"', page) == ["metrics", "labels"]
+    assert "rerun the rounds" in _section(page, "norms")
+
+
+def test_history_csv_is_used_when_round_files_are_gone(tmp_path: Path) -> None:
+    write_run(tmp_path)
+    shutil.rmtree(tmp_path / "metrics/rounds")
+    history, source = read_history(tmp_path)
+    assert source == "metrics/history.csv"
+    assert list(history["round"]) == [1, 2, 3, 4]
+    assert "from metrics/history.csv" in build_report(tmp_path, findings=[])
+
+
+def test_round_files_sort_numerically(tmp_path: Path) -> None:
+    write_run(tmp_path, rounds=11)
+    history, _ = read_history(tmp_path)
+    assert list(history["round"]) == list(range(1, 12))
+
+
+def test_label_counts_fall_back_to_the_manifest(tmp_path: Path) -> None:
+    write_run(tmp_path)
+    from_csv, _ = read_label_counts(tmp_path)
+    shutil.rmtree(tmp_path / "reports/partition")
+    from_manifest, source = read_label_counts(tmp_path)
+    assert source == "data/partition/manifest.json"
+    assert from_manifest.equals(from_csv)
+
+
+def test_unreadable_file_is_named_and_other_sections_render(tmp_path: Path) -> None:
+    write_run(tmp_path)
+    (tmp_path / "metrics/health/round-2.json").write_text("{not json")
+    page = build_report(tmp_path, findings=[])
+    assert "could not read the health records: JSONDecodeError" in _section(
+        page, "divergence"
+    )
+    assert re.findall(r'data-plot="(\w+)"', page) == ["metrics", "labels"]
+
+
+def test_null_values_do_not_break_plots(tmp_path: Path) -> None:
+    write_run(tmp_path)
+    path = tmp_path / "metrics/health/round-3.json"
+    record = json.loads(path.read_text())
+    for layer in record["layers"]:
+        layer["divergence"] = None
+    record["clients"][0]["update_norm"] = None
+    path.write_text(json.dumps(record))
+    rounds = tmp_path / "metrics/rounds/round-3.json"
+    summary = json.loads(rounds.read_text())
+    summary["global"]["auc"] = None
+    rounds.write_text(json.dumps(summary))
+    page = build_report(tmp_path, findings=[])
+    assert re.findall(r'data-plot="(\w+)"', page) == [
+        "metrics",
+        "divergence",
+        "norms",
+        "labels",
+    ]
+
+
+# ---------------------------------------------------------------- findings
+
+
+def test_findings_keep_order_severity_and_escape_text() -> None:
+    html = render_findings(FINDINGS)
+    assert html.index("loss-rising-accuracy-holds") < html.index("nonfinite-update")
+    assert "1 warning, 1 error" in html
+    assert '<span class="badge error">error</span>' in html
+    assert "Client 1 sent &lt;NaN&gt; weights" in html and "<NaN>" not in html
+    assert "rounds 2–4" in html
+    assert "Fix: lower train.lr (e.g. 0.01)" in html
+
+
+def test_no_findings_and_no_doctor_are_told_apart() -> None:
+    assert "found nothing to report" in render_findings([])
+    assert "doctor not available" in render_findings(None, "doctor not available (x)")
+
+
+def test_missing_doctor_module(tmp_path: Path, no_doctor: None) -> None:
+    assert run_doctor(tmp_path) == (
+        None,
+        "doctor not available (this fedpipe has no fedpipe.doctor)",
+    )
+
+
+@dataclass(frozen=True)
+class _Finding:  # the contract's Finding, as fedpipe.doctor defines it
+    code: str
+    severity: str
+    title: str
+    evidence: list[str] = field(default_factory=list)
+    fix: str = ""
+    rounds: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _doctor_module(diagnose) -> types.ModuleType:  # type: ignore[no-untyped-def]
+    module = types.ModuleType("fedpipe.doctor")
+    module.diagnose = diagnose  # type: ignore[attr-defined]
+    return module
+
+
+def test_doctor_findings_are_called_with_root_and_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = []
+
+    def diagnose(root: Path) -> list[_Finding]:
+        seen.append(root)
+        return [_Finding(**f) for f in FINDINGS]
+
+    monkeypatch.setitem(sys.modules, "fedpipe.doctor", _doctor_module(diagnose))
+    page = build_report(tmp_path)
+    assert seen == [tmp_path]
+    assert "Global loss rises while accuracy holds" in _section(page, "doctor")
+
+
+def test_failing_doctor_is_reported_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def diagnose(root: Path) -> list:
+        raise RuntimeError("no rounds")
+
+    monkeypatch.setitem(sys.modules, "fedpipe.doctor", _doctor_module(diagnose))
+    assert run_doctor(tmp_path) == (None, "doctor failed: RuntimeError: no rounds")
+
+
+# ---------------------------------------------------------------- lineage, writing, CLI
+
+
+def test_lineage_without_git_or_lock(tmp_path: Path) -> None:
+    (tmp_path / "params.yaml").write_text("seed: 1\n")
+    lineage = read_lineage(tmp_path)
+    assert lineage["params"] == {"seed": 1}
+    assert lineage["outs"] is None
+    assert lineage["commit"] is None  # tmp_path is in no git repository
+
+
+def test_write_report_default_path(run_dir: Path, tmp_path: Path) -> None:
+    out = write_report(run_dir, findings=[])
+    assert out == run_dir / "reports/report.html"
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    custom = write_report(tmp_path, Path("a/b.html"), findings=None)
+    assert custom == tmp_path / "a/b.html" and custom.is_file()
+
+
+def test_cli_report_prints_the_path(tmp_path: Path) -> None:
+    (tmp_path / "params.yaml").write_text("seed: 3\n")  # no plots: a fast process
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fedpipe.cli",
+            "-C",
+            str(tmp_path),
+            "report",
+            "--out",
+            "r.html",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str((tmp_path / "r.html").resolve())
+    assert (
+        "<code>seed</code></td><td><code>3</code>" in (tmp_path / "r.html").read_text()
+    )
