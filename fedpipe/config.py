@@ -131,6 +131,7 @@ class TrainParams(_Section):
     batch_size: int = Field(32, ge=1)
     lr: float = Field(0.05, gt=0.0)
     optimizer: Literal["sgd", "adam"] = "sgd"
+    local_steps: int | None = Field(None, ge=1)
 
 
 class ModelParams(_Section):

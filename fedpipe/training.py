@@ -145,6 +145,7 @@ class ModelRunner:
         proximal_mu: float = 0.0,
         anchor: Sequence[np.ndarray] | None = None,
         gradient_correction: list[np.ndarray] | None = None,
+        max_steps: int | None = None,
     ) -> list[np.ndarray]:
         """Train from ``weights`` on (x, y) and return the trained weights.
 
@@ -155,8 +156,10 @@ class ModelRunner:
         full weight list) is the point the proximal term pulls towards when it is
         not ``weights`` itself (Ditto's personal model, pulled to the global one).
         ``gradient_correction`` (one array per trainable variable) is added to every
-        gradient: SCAFFOLD's ``c - c_i`` (Karimireddy et al., 2020). The number of
-        local steps taken is left in :attr:`last_steps`.
+        gradient: SCAFFOLD's ``c - c_i`` (Karimireddy et al., 2020). ``max_steps``
+        stops training after that many minibatch steps (``train.local_steps``);
+        None runs every batch of every epoch. The number of local steps taken is
+        left in :attr:`last_steps`.
         """
         self._reset(weights, seed)
         mu = tf.constant(proximal_mu, dtype=tf.float32)
@@ -174,9 +177,13 @@ class ModelRunner:
         rng = np.random.default_rng(seed)
         losses = []
         for _ in range(epochs):
+            if max_steps is not None and len(losses) >= max_steps:
+                break
             order = rng.permutation(len(x))
             xs, ys = x[order], self._target(y[order])
             for start in range(0, len(order), batch_size):
+                if max_steps is not None and len(losses) >= max_steps:
+                    break
                 xb = tf.constant(xs[start : start + batch_size])
                 yb = tf.constant(ys[start : start + batch_size])
                 if gradient_correction is not None:

@@ -156,6 +156,7 @@ def round_stage(params: Params, round_: int) -> dict:
             else (server_control, client_arrays(client_states, c, global_weights)),
             personalization=personal,
             kept=kept_arrays(client_states, c),
+            max_steps=params.train.local_steps,
         )
         for c in selected
     ]

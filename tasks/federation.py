@@ -66,6 +66,7 @@ def train_client(
     controls: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
     personalization: Personalization = NO_PERSONALIZATION,
     kept: dict[int, np.ndarray] | None = None,
+    max_steps: int | None = None,
 ) -> ClientResult:
     """Train one client from the global weights; evaluate its local model.
 
@@ -94,6 +95,7 @@ def train_client(
         seed=derive_seed(seed, "train", round_, client.client),
         proximal_mu=proximal_mu,
         gradient_correction=correction,
+        max_steps=max_steps,
     )
     extras: dict[str, list[np.ndarray]] = {}
     state = None
@@ -123,6 +125,7 @@ def train_client(
             seed=derive_seed(seed, "ditto", round_, client.client),
             proximal_mu=personalization.ditto_lambda,
             anchor=global_weights,
+            max_steps=max_steps,
         )
         new_kept = dict(enumerate(personal))
     return ClientResult(
