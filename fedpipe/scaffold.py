@@ -7,6 +7,7 @@ import re
 import secrets
 import shutil
 import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def init_project(
         if not (directory / ".git").exists():
             subprocess.run(["git", "init", "-q"], cwd=directory, check=True)
         if not (directory / ".dvc").exists():
-            dvc = shutil.which("dvc") or "dvc"
+            dvc = _dvc_exe()
             subprocess.run([dvc, "init", "-q"], cwd=directory, check=True, env=env)
             url = remote or default_remote_url(directory.resolve().name)
             subprocess.run(
@@ -74,3 +75,9 @@ def init_project(
                 env=env,
             )
     return directory.resolve()
+
+
+def _dvc_exe() -> str:
+    """``dvc`` beside this interpreter (a venv not activated), else on PATH."""
+    beside = Path(sys.executable).with_name("dvc")
+    return str(beside) if beside.exists() else (shutil.which("dvc") or "dvc")
