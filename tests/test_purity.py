@@ -26,6 +26,7 @@ MODULES = [
     "fedpipe.validation",
     "fedpipe.scaffold",
     "fedpipe.cli",
+    "fedpipe.lineage",
 ]
 
 # ---------------------------------------------------------------- helpers
@@ -67,3 +68,9 @@ def test_the_check_sees_imports() -> None:
 
 def test_config_import_does_not_load_tensorflow() -> None:
     assert _imported_after(["fedpipe.config"], ["tensorflow", "keras"]) == []
+
+
+def test_lineage_path_stays_light() -> None:
+    # `fedpipe lineage` answers in well under a second: no TensorFlow, pandas or GX
+    heavy = ["tensorflow", "keras", "pandas", "numpy", "great_expectations"]
+    assert _imported_after(["fedpipe.cli", "fedpipe.lineage"], heavy) == []
