@@ -202,9 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="trace an artifact back to the raw data and verify it against dvc.lock",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Print the chain of stages from TARGET back to the raw data: "
-        "each stage's command, the params it read, its input and output md5s "
-        "(dvc.lock), the validation result, the partition manifest, the clients of "
-        "each round and the git commit. Files on disk are hashed and compared with "
+        "each stage's\ncommand, the params it read, its input and output md5s "
+        "(dvc.lock), the\nvalidation result, the partition manifest, the clients of "
+        "each round and the\ngit commit. Files on disk are hashed and compared with "
         "dvc.lock.",
         epilog="""targets:
   (none)                     the whole pipeline (up to the last stage recorded)

@@ -693,7 +693,7 @@ def _dir_detail(
     return tuple(out)
 
 
-def _check_out(root: Path, disk: _Disk, stage: str, rec: Recorded) -> Check:
+def _check_out(root: Path, disk: _Disk, rec: Recorded) -> Check:
     kind = disk.kind(rec.path)
     if kind is None:
         return Check(rec.path, rec.md5, "missing", nfiles=rec.nfiles)
@@ -980,7 +980,7 @@ def _audit_stage(
     flags.extend(_check_params(root, stage, params_files))
     outs = []
     for rec in stage.outs:
-        check = _check_out(root, disk, stage.name, rec)
+        check = _check_out(root, disk, rec)
         outs.append(check)
         if check.status == "missing":
             flags.append(
