@@ -97,9 +97,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from fedpipe.scaffold import init_project
+    from fedpipe.scaffold import REMOTE_ENV, init_project
 
-    path = init_project(Path(args.directory), git=not args.no_git)
+    remote = args.remote or os.environ.get(REMOTE_ENV) or None
+    path = init_project(Path(args.directory), git=not args.no_git, remote=remote)
     print(f"initialized a fedpipe project in {path}; next: cd {path} && fedpipe run")
     return 0
 
@@ -109,6 +110,25 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     print(write_report(Path("."), args.out).resolve())
     return 0
+
+
+def cmd_lineage(args: argparse.Namespace) -> int:
+    from fedpipe.lineage import (
+        LineageError,
+        audit,
+        format_json,
+        format_mermaid,
+        format_text,
+    )
+
+    try:
+        lineage = audit(Path("."), args.target)
+    except LineageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_PARAMS
+    formats = {"text": format_text, "json": format_json, "mermaid": format_mermaid}
+    print(formats[args.format](lineage))
+    return 0 if lineage.verified else EXIT_FAILED
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -175,6 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument(
         "--no-git", action="store_true", help="do not run git init / dvc init"
     )
+    init.add_argument(
+        "--remote",
+        metavar="URL",
+        help="default DVC remote (any `dvc remote add` URL: a folder, s3://..., "
+        "ssh://...); default: $FEDPIPE_DVC_REMOTE, else a folder of the project's "
+        "own under ~/.local/share/fedpipe/dvc-remote/",
+    )
     init.set_defaults(func=cmd_init)
 
     report = sub.add_parser(
@@ -191,6 +218,49 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to write, relative to the project (default: reports/report.html)",
     )
     report.set_defaults(func=cmd_report)
+    lineage = sub.add_parser(
+        "lineage",
+        help="trace an artifact back to the raw data and verify it against dvc.lock",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Print the chain of stages from TARGET back to the raw data: "
+        "each stage's\ncommand, the params it read, its input and output md5s "
+        "(dvc.lock), the\nvalidation result, the partition manifest, the clients of "
+        "each round and the\ngit commit. Files on disk are hashed and compared with "
+        "dvc.lock.",
+        epilog="""targets:
+  (none)                     the whole pipeline (up to the last stage recorded)
+  round N | N                round N's global model (0 = the initial model)
+  STAGE                      a stage: mnist5k, ingest, validate, partition, init,
+                             round@K, summary
+  PATH                       a file or directory a stage produces, e.g.
+                             models/round-4/weights.npz, data/prepared/schema.json
+
+flagged (exit 1):
+  changed  a file's md5 on disk differs from dvc.lock
+  missing  a recorded input or output is not on disk
+  stale    a stage ran on an input its upstream stage no longer records, on
+           params that differ from params.yaml now, or with another command
+           than dvc.yaml now gives it
+The git state (HEAD, uncommitted changes) is reported but never flagged.
+
+exit status: 0 everything verifies, 1 something is flagged, 2 bad target
+(unknown round, a path no stage produces) or no dvc.lock.
+
+examples:
+  fedpipe lineage round 4
+  fedpipe lineage models/round-4/weights.npz --format json
+  fedpipe lineage --format mermaid > lineage.mmd""",
+    )
+    lineage.add_argument(
+        "target", nargs="*", help="round N, N, a stage name or a path (see below)"
+    )
+    lineage.add_argument(
+        "--format",
+        choices=["text", "json", "mermaid"],
+        default="text",
+        help="text (default), json, or a mermaid flowchart with flagged stages styled",
+    )
+    lineage.set_defaults(func=cmd_lineage)
     return parser
 
 

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import shutil
 import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
 TEMPLATE_FILES = ("dvc.yaml", "params.yaml")
+
+REMOTE_NAME = "storage"
+# Outside every clone, the same for every clone of a project on this machine: DVC
+# expands "~" when it uses the remote, so the URL in .dvc/config stays as written.
+REMOTE_ROOT = "~/.local/share/fedpipe/dvc-remote"
+REMOTE_ENV = "FEDPIPE_DVC_REMOTE"  # overrides the default URL for `fedpipe init`
 
 
 def template_text(name: str) -> str:
@@ -20,10 +29,29 @@ def template_text(name: str) -> str:
     return resources.files("fedpipe").joinpath("templates", f"{name}.in").read_text()
 
 
-def init_project(directory: Path, *, git: bool = True) -> Path:
+def default_remote_url(project: str) -> str:
+    """The default DVC remote of a new project: a folder of its own under
+    ``REMOTE_ROOT``.
+
+    Named after the project plus a random suffix, so that two projects never share
+    a folder (``dvc gc --cloud`` in one would delete the other's data). The URL is
+    written into the committed ``.dvc/config``, so every clone reaches the same
+    folder wherever it is checked out.
+    """
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", project).strip("-.") or "project"
+    return f"{REMOTE_ROOT}/{slug}-{secrets.token_hex(4)}"
+
+
+def init_project(
+    directory: Path, *, git: bool = True, remote: str | None = None
+) -> Path:
     """Write ``dvc.yaml`` and ``params.yaml`` into ``directory``; git + dvc init.
 
-    Refuses to overwrite existing files, so nothing already there is lost.
+    Refuses to overwrite existing files, so nothing already there is lost. With
+    ``git``, a newly initialised DVC repository gets a default remote named
+    ``REMOTE_NAME`` at ``remote`` (any DVC remote URL; default
+    ``default_remote_url(directory.name)``), so ``dvc push`` / ``dvc pull`` work
+    at once.
     """
     directory.mkdir(parents=True, exist_ok=True)
     for name in TEMPLATE_FILES:
@@ -37,6 +65,19 @@ def init_project(directory: Path, *, git: bool = True) -> Path:
         if not (directory / ".git").exists():
             subprocess.run(["git", "init", "-q"], cwd=directory, check=True)
         if not (directory / ".dvc").exists():
-            dvc = shutil.which("dvc") or "dvc"
+            dvc = _dvc_exe()
             subprocess.run([dvc, "init", "-q"], cwd=directory, check=True, env=env)
+            url = remote or default_remote_url(directory.resolve().name)
+            subprocess.run(
+                [dvc, "remote", "add", "-q", "-d", REMOTE_NAME, url],
+                cwd=directory,
+                check=True,
+                env=env,
+            )
     return directory.resolve()
+
+
+def _dvc_exe() -> str:
+    """``dvc`` beside this interpreter (a venv not activated), else on PATH."""
+    beside = Path(sys.executable).with_name("dvc")
+    return str(beside) if beside.exists() else (shutil.which("dvc") or "dvc")

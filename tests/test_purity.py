@@ -27,6 +27,7 @@ MODULES = [
     "fedpipe.scaffold",
     "fedpipe.cli",
     "fedpipe.report",
+    "fedpipe.lineage",
 ]
 
 # ---------------------------------------------------------------- helpers
@@ -78,3 +79,9 @@ def test_cli_import_loads_neither_matplotlib_nor_pandas() -> None:
 
 def test_report_import_does_not_load_tensorflow() -> None:
     assert _imported_after(["fedpipe.report"], ["tensorflow", "keras"]) == []
+
+
+def test_lineage_path_stays_light() -> None:
+    # `fedpipe lineage` answers in well under a second: no TensorFlow, pandas or GX
+    heavy = ["tensorflow", "keras", "pandas", "numpy", "great_expectations"]
+    assert _imported_after(["fedpipe.cli", "fedpipe.lineage"], heavy) == []
