@@ -20,7 +20,10 @@ CLIENT_METRICS_DIR = Path("metrics/clients")
 HISTORY_CSV = Path("metrics/history.csv")
 SUMMARY_METRICS = Path("metrics/summary.json")
 SUMMARY_TABLE = Path("reports/summary.md")
-REPORT_HTML = Path("reports/report.html")  # `fedpipe report`; not a pipeline output
+REPORT_HTML = Path("reports/report.html")
+CENTRALIZED_METRICS = Path(
+    "metrics/centralized.json"
+)  # `fedpipe centralized`  # `fedpipe report`; not a pipeline output
 
 ROUND_STAGE = "round"
 

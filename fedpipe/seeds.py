@@ -18,6 +18,7 @@ PURPOSES = {
     "train": 6,
     "finetune": 7,
     "ditto": 8,
+    "centralized": 9,
 }
 
 

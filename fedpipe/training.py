@@ -68,6 +68,20 @@ class ModelSpec:
         )
 
 
+def model_spec_for(params: Any, dataset: Any) -> ModelSpec:
+    """The model an experiment trains: ``model.*`` and ``train.*`` of ``params``
+    (a :class:`fedpipe.config.Params`) on data described by ``dataset`` (a
+    :class:`fedpipe.data.DatasetSpec`)."""
+    return ModelSpec(
+        name=params.model.name,
+        input_shape=tuple(dataset.input_shape),
+        n_classes=len(dataset.classes),
+        optimizer=params.train.optimizer,
+        lr=params.train.lr,
+        settings=tuple(sorted(params.model.settings().items())),
+    )
+
+
 def initial_weights(spec: ModelSpec, seed: int) -> list[np.ndarray]:
     """The global model before round 1, from ``seed`` alone."""
     keras.utils.set_random_seed(derive_seed(seed, "init"))

@@ -25,7 +25,7 @@ from fedpipe.history import progress_line
 from fedpipe.personalization import Personalization, kept_arrays, with_kept_arrays
 from fedpipe.strategy import Strategy, make_strategy
 from fedpipe.strategy.scaffold import Scaffold
-from fedpipe.training import ModelSpec
+from fedpipe.training import ModelSpec, model_spec_for
 from fedpipe.weights import load_state, load_weights
 from tasks import data as data_tasks
 from tasks import federation as fed_tasks
@@ -35,15 +35,7 @@ from tasks.runtime import data_for
 
 def model_spec(params: Params) -> ModelSpec:
     """The model the experiment trains, from ``model.*``, ``train.*`` and the data."""
-    spec = prepared_spec(layout.PREPARED_DIR)
-    return ModelSpec(
-        name=params.model.name,
-        input_shape=spec.input_shape,
-        n_classes=len(spec.classes),
-        optimizer=params.train.optimizer,
-        lr=params.train.lr,
-        settings=tuple(sorted(params.model.settings().items())),
-    )
+    return model_spec_for(params, prepared_spec(layout.PREPARED_DIR))
 
 
 def strategy_for(params: Params) -> Strategy:

@@ -152,3 +152,40 @@ def test_evaluate_on_empty_data_gives_nans(mlp_runner: ModelRunner) -> None:
     y = np.zeros(0, dtype=np.int32)
     metrics = mlp_runner.evaluate(initial_weights(_spec(), seed=2), x, y)
     assert all(np.isnan(v) for v in metrics.values())
+
+
+# ---------------------------------------------------------------- local steps
+
+
+def test_max_steps_stops_training_after_that_many_batches(
+    mlp_runner: ModelRunner,
+) -> None:
+    weights = initial_weights(_spec(), seed=1)
+    x, y = _data(3)  # 64 samples, batch 16: 4 steps per epoch
+    full = mlp_runner.fit(weights, x, y, epochs=2, batch_size=16, seed=5)
+    assert mlp_runner.last_steps == 8
+    one = mlp_runner.fit(weights, x, y, epochs=2, batch_size=16, seed=5, max_steps=1)
+    assert mlp_runner.last_steps == 1
+    five = mlp_runner.fit(weights, x, y, epochs=2, batch_size=16, seed=5, max_steps=5)
+    assert mlp_runner.last_steps == 5  # crosses into the second epoch
+    assert _differs(one, weights) and _differs(one, five) and _differs(five, full)
+    again = mlp_runner.fit(weights, x, y, epochs=2, batch_size=16, seed=5, max_steps=9)
+    _assert_bitwise_equal(again, full)  # more steps than batches: all of them
+
+
+def test_proximal_anchor_pulls_towards_the_given_weights(
+    mlp_runner: ModelRunner,
+) -> None:
+    weights = initial_weights(_spec(), seed=1)
+    far = [w + 1.0 for w in weights]
+    x, y = _data(3)
+    free = mlp_runner.fit(weights, x, y, epochs=1, batch_size=16, seed=5)
+    pulled = mlp_runner.fit(
+        weights, x, y, epochs=1, batch_size=16, seed=5, proximal_mu=5.0, anchor=far
+    )
+    # without an anchor the proximal term pulls towards the start: a weaker move
+    to_far = sum(float(np.sum((p - f) ** 2)) for p, f in zip(pulled, far, strict=True))
+    free_to_far = sum(
+        float(np.sum((p - f) ** 2)) for p, f in zip(free, far, strict=True)
+    )
+    assert to_far < free_to_far
