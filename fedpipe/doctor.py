@@ -21,7 +21,7 @@ import itertools
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,10 @@ OUTLIER_SEVERE_RATIO = 10.0
 #: round of local training moved the weights further than their own size
 #: (healthy rounds move them a few percent)
 LR_STEP_RATIO = 1.0
+#: ... that alone is only supporting evidence (Adam moves every weight by ~lr per
+#: step whatever the gradient, so 20 steps at lr 0.01 already reach ~1x while
+#: training well); this many times the weight norm is an explosion on its own
+LR_STEP_SEVERE = 10.0
 #: median local training loss above this multiple of the chance loss ln(C): the
 #: clients ended worse than a model that guesses (healthy training starts at ~1x)
 LR_LOSS_FACTOR = 3.0
@@ -270,7 +274,7 @@ def robust_z(values: Sequence[float]) -> np.ndarray:
     median = float(np.median(x))
     mad = 1.4826 * float(np.median(np.abs(x - median)))
     if mad == 0.0:
-        return np.where(x == median, 0.0, np.sign(x - median) * np.inf)
+        return np.where(x > median, np.inf, np.where(x < median, -np.inf, 0.0))
     return (x - median) / mad
 
 
@@ -374,64 +378,82 @@ def _clients_holding(run: Run, bad: set[int]) -> list[tuple[int, int]]:
 
 
 def check_learning_rate(run: Run) -> list[Finding]:
-    """Non-finite values, exploding updates or training losses, oscillation."""
+    """Non-finite values, exploding training losses or updates, oscillation.
+
+    Rounds after one where a single client's update dominated
+    (:data:`OUTLIER_SEVERE_RATIO`) are not judged: what follows is that client's
+    doing (see :func:`check_outliers`), whatever the learning rate.
+    """
+    severe_outliers = [
+        k
+        for rounds in outlier_rounds(run).values()
+        for k, r in rounds.items()
+        if r["ratio"] >= OUTLIER_SEVERE_RATIO
+    ]
+    horizon = min(severe_outliers, default=math.inf)
+    triggers: set[int] = set()
     evidence: list[str] = []
-    rounds: set[int] = set()
+    supporting: list[str] = []
     severe = False
+    chance = math.log(run.n_classes) if run.n_classes else None
     for k, h in run.health.items():
+        if k > horizon:
+            continue
         clients = h.get("clients", [])
         broken = [c["client"] for c in clients if c.get("nonfinite")]
         if broken:
             severe = True
-            rounds.add(k)
+            triggers.add(k)
             evidence.append(
                 f"round {k}: NaN/inf in the trained weights of "
                 f"{len(broken)}/{len(clients)} clients ({_list(broken)})"
             )
         if h.get("global", {}).get("nonfinite"):
             severe = True
-            rounds.add(k)
+            triggers.add(k)
             evidence.append(f"round {k}: NaN/inf in the new global weights")
-        norms = [c["update_norm"] for c in _finite_clients(h)]
-        size = h.get("global", {}).get("weight_norm_before")
-        if norms and size:
-            ratio = statistics.median(norms) / size
-            if ratio > LR_STEP_RATIO:
-                severe = True
-                rounds.add(k)
-                evidence.append(
-                    f"round {k}: the median client update "
-                    f"({_fmt(statistics.median(norms))}) is {ratio:.3g}x the global "
-                    f"weight norm ({_fmt(size)})"
-                )
         losses = [c["train_loss"] for c in clients if c.get("train_loss") is not None]
-        chance = math.log(run.n_classes) if run.n_classes else None
         if losses and chance:
             median = statistics.median(losses)
             if median > LR_LOSS_FACTOR * chance:
                 severe = True
-                rounds.add(k)
+                triggers.add(k)
                 evidence.append(
                     f"round {k}: median local training loss {_fmt(median)} is "
                     f"{median / chance:.3g}x the loss of guessing (ln {run.n_classes}"
                     f" = {chance:.3g})"
                 )
-    series = _global_series(run, "loss")
+        norms = [c["update_norm"] for c in _finite_clients(h)]
+        size = h.get("global", {}).get("weight_norm_before")
+        if norms and size:
+            ratio = statistics.median(norms) / size
+            line = (
+                f"round {k}: the median client update "
+                f"({_fmt(statistics.median(norms))}) is {ratio:.3g}x the global "
+                f"weight norm ({_fmt(size)})"
+            )
+            if ratio > LR_STEP_SEVERE:
+                severe = True
+                triggers.add(k)
+                evidence.append(line)
+            elif ratio > LR_STEP_RATIO:
+                supporting.append(line)
+    series = {k: v for k, v in _global_series(run, "loss").items() if k <= horizon}
     accuracy = _global_series(run, "accuracy")
     lost = [k for k, v in series.items() if v is None and accuracy.get(k) is not None]
     if lost:
         severe = True
-        rounds.update(lost)
+        triggers.update(lost)
         evidence.append(f"global loss is NaN/inf in {_rounds_text(lost)}")
     swings = _oscillation(series)
     if swings:
-        rounds.update(swings)
+        triggers.update(swings)
         values = ", ".join(_fmt(series[k]) for k in sorted(swings))
         evidence.append(
             f"global loss swings up and down by more than {OSCILLATION_JUMP:.0%} "
             f"in {_rounds_text(swings)} ({values})"
         )
-    if not evidence:
+    if not triggers:
         return []
     lr = _param(run, "train.lr")
     optimizer = _param(run, "train.optimizer")
@@ -442,10 +464,10 @@ def check_learning_rate(run: Run) -> list[Finding]:
             code="learning-rate-too-high",
             severity="error" if severe else "warning",
             title="the learning rate is too high: local training blows up",
-            evidence=evidence,
+            evidence=evidence + supporting,
             fix=f"lower train.lr{now}{suggestion}; if only a few clients blow up, "
             "also check their data scaling",
-            rounds=sorted(rounds),
+            rounds=sorted(triggers),
         )
     ]
 
@@ -982,6 +1004,44 @@ CHECKS: tuple[Callable[[Run], list[Finding]], ...] = (
 )
 
 
+#: a finding on the left, when present, explains these others: they are kept but
+#: demoted to info and marked as its likely consequence, so the fix a person reads
+#: first is the root cause's (lowering train.lr does not cure labels of 2)
+EXPLAINS: dict[str, tuple[str, ...]] = {
+    "labels-outside-loss-range": (
+        "learning-rate-too-high",
+        "aggregation-weights-not-normalized",
+        "client-update-outlier",
+        "client-drift",
+        "loss-rising-accuracy-holds",
+    ),
+    "aggregation-weights-not-normalized": (
+        "learning-rate-too-high",
+        "loss-rising-accuracy-holds",
+    ),
+    "learning-rate-too-high": ("loss-rising-accuracy-holds",),
+    "client-update-outlier": ("loss-rising-accuracy-holds",),
+}
+
+
+def explain(findings: Sequence[Finding]) -> list[Finding]:
+    """Demote findings that another present finding explains (see EXPLAINS)."""
+    present = {f.code for f in findings}
+    out = []
+    for f in findings:
+        causes = [c for c in present if f.code in EXPLAINS.get(c, ())]
+        if causes:
+            cause = min(causes, key=lambda c: PRIORITY.get(c, 8))
+            f = replace(
+                f,
+                severity="info",
+                title=f"{f.title} (likely a consequence of {cause})",
+                evidence=[*f.evidence, f"explained by the {cause} finding"],
+            )
+        out.append(f)
+    return out
+
+
 def rank(findings: Sequence[Finding]) -> list[Finding]:
     """Errors first, then warnings, then info; root causes before symptoms."""
     return sorted(
@@ -1003,7 +1063,7 @@ def diagnose(root: Path) -> list[Finding]:
         If the run has no recorded round.
     """
     run = load_run(Path(root))
-    return rank([f for check in CHECKS for f in check(run)])
+    return rank(explain([f for check in CHECKS for f in check(run)]))
 
 
 # ---------------------------------------------------------------- formatting

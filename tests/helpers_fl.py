@@ -72,8 +72,10 @@ def fedavg_sum(total: float) -> Aggregator:
         n = np.array([u.n_samples for u in updates], dtype=np.float64)
         a = total * n / n.sum()
         return [
-            sum(ak * np.asarray(u.weights[j], np.float64) for ak, u in zip(a, updates))
-            .astype(w.dtype)
+            sum(
+                ak * np.asarray(u.weights[j], np.float64)
+                for ak, u in zip(a, updates, strict=True)
+            ).astype(w.dtype)
             for j, w in enumerate(before)
         ]
 
