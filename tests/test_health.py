@@ -391,7 +391,8 @@ def test_health_and_doctor_do_not_load_tensorflow() -> None:
 
     code = (
         "import sys, fedpipe.health, fedpipe.doctor\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'keras'}))"
+        "loaded = {m.split('.')[0] for m in sys.modules}\n"
+        "print(sorted(loaded & {'tensorflow', 'keras'}))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
