@@ -174,6 +174,21 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     return 0 if lineage.verified else EXIT_FAILED
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    import json
+
+    from fedpipe.doctor import diagnose, exit_code, format_markdown, format_text
+
+    findings = diagnose(Path("."))
+    if args.format == "json":
+        print(json.dumps([f.to_dict() for f in findings], indent=2))
+    elif args.format == "markdown":
+        print(format_markdown(findings))
+    else:
+        print(format_text(findings))
+    return exit_code(findings, fail_on=args.fail_on)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fedpipe",
@@ -230,6 +245,28 @@ def build_parser() -> argparse.ArgumentParser:
         "sync", help="regenerate params.yaml's round_chain from federation.rounds"
     )
     sync.set_defaults(func=cmd_sync)
+
+    doctor = sub.add_parser(
+        "doctor",
+        help="diagnose a finished (or stopped) run from its recorded files",
+        description="Read metrics/rounds, metrics/health, metrics/clients, "
+        "params.yaml, the prepared data and the partition manifest; print findings "
+        "(most important first) with evidence and a suggested fix, or 'no "
+        "findings'. Exit 0 when no finding reaches --fail-on, 1 otherwise.",
+    )
+    doctor.add_argument(
+        "--format",
+        choices=["text", "json", "markdown"],
+        default="text",
+        help="output format (default: text)",
+    )
+    doctor.add_argument(
+        "--fail-on",
+        choices=["error", "warning", "info", "never"],
+        default="error",
+        help="exit 1 if a finding of this severity or worse exists (default: error)",
+    )
+    doctor.set_defaults(func=cmd_doctor)
 
     init = sub.add_parser(
         "init", help="create a new fedpipe project (dvc.yaml, params.yaml, git, dvc)"

@@ -17,6 +17,7 @@ PARTITION_REPORT_DIR = Path("reports/partition")
 MODELS_DIR = Path("models")
 ROUND_METRICS_DIR = Path("metrics/rounds")
 CLIENT_METRICS_DIR = Path("metrics/clients")
+HEALTH_METRICS_DIR = Path("metrics/health")
 HISTORY_CSV = Path("metrics/history.csv")
 SUMMARY_METRICS = Path("metrics/summary.json")
 SUMMARY_TABLE = Path("reports/summary.md")
@@ -56,6 +57,11 @@ def round_metrics(round_: int) -> Path:
 def client_metrics(round_: int) -> Path:
     """The round's per-client table."""
     return CLIENT_METRICS_DIR / f"round-{round_}.csv"
+
+
+def health_metrics(round_: int) -> Path:
+    """The round's health record (:func:`fedpipe.health.round_health`)."""
+    return HEALTH_METRICS_DIR / f"round-{round_}.json"
 
 
 def stage_names(rounds: int) -> list[str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 import numbers
 from collections.abc import Callable
-from typing import TypeGuard
+from typing import NamedTuple, TypeGuard
 
 import keras
 import numpy as np
@@ -520,6 +520,60 @@ def layer_groups(model: keras.Model) -> list[tuple[str, list[int]]]:
     if missing:  # variables owned by the model itself, not by a layer
         groups.append((model.name, missing))
     return groups
+
+
+class LayerInfo(NamedTuple):
+    """One weight-bearing layer: see :func:`layer_info`."""
+
+    name: str
+    indices: list[int]
+    kind: str
+    trainable: list[int]
+
+
+def layer_kind(layer: keras.layers.Layer) -> str:
+    """``dense``, ``conv``, ``norm`` (batch/layer/group normalization) or ``other``."""
+    names = [cls.__name__ for cls in type(layer).__mro__]
+    if any("Normalization" in n for n in names):
+        return "norm"
+    if any("Conv" in n for n in names):
+        return "conv"
+    if any(n in ("Dense", "EinsumDense") for n in names):
+        return "dense"
+    return "other"
+
+
+def layer_info(model: keras.Model) -> list[LayerInfo]:
+    """:func:`layer_groups` with each layer's kind and trainable indices.
+
+    Parameters
+    ----------
+    model : keras.Model
+        A built model.
+
+    Returns
+    -------
+    list of LayerInfo
+        ``(name, indices, kind, trainable)`` per weight-bearing layer, in the
+        order of :func:`layer_groups`; ``kind`` from :func:`layer_kind` (``other``
+        for variables owned by the model itself); ``trainable`` the subset of
+        ``indices`` that are trainable variables (a batch norm's moving mean and
+        variance are not). What :func:`fedpipe.health.round_health` takes.
+    """
+    trainable_ids = {id(v) for v in model.trainable_variables}
+    position_trainable = {
+        i for i, v in enumerate(model.weights) if id(v) in trainable_ids
+    }
+    kinds = {layer.name: layer_kind(layer) for layer in model.layers}
+    return [
+        LayerInfo(
+            name,
+            indices,
+            kinds.get(name, "other"),
+            [i for i in indices if i in position_trainable],
+        )
+        for name, indices in layer_groups(model)
+    ]
 
 
 def describe_model(model: keras.Model) -> str:

@@ -25,6 +25,8 @@ MODULES = [
     "fedpipe.strategy",
     "fedpipe.validation",
     "fedpipe.scaffold",
+    "fedpipe.health",
+    "fedpipe.doctor",
     "fedpipe.cli",
     "fedpipe.report",
     "fedpipe.lineage",

@@ -1,0 +1,332 @@
+"""A tiny in-process federation that writes a run's files, for doctor tests.
+
+The same library pieces a real round uses (ingest, partition, ModelRunner,
+strategies, RoundRecord, round_health), without Prefect or DVC, on a few hundred
+of the built-in MNIST digits and a tiny model, so a test can produce a symptom on
+purpose and run the doctor on the files:
+
+    run_federation(tmp_path, lr=5.0)
+    findings = diagnose(tmp_path)
+
+Hooks make the symptoms: ``relabel`` (labels as stored), ``client_data`` (one
+client's arrays, e.g. shuffled labels or rescaled inputs), ``client_update`` (a
+client's trained weights, e.g. scaled x50) and ``aggregator`` (replaces the
+strategy, e.g. weights that sum to 1.8).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from fedpipe import layout
+from fedpipe.config import Params, round_chain
+from fedpipe.data import DatasetSpec, load_mnist5k
+from fedpipe.federation import (
+    ClientData,
+    FederatedData,
+    RoundRecord,
+    federated_data,
+    partition_table,
+    write_json,
+)
+from fedpipe.health import round_health
+from fedpipe.ingest import ingest_arrays, open_features, read_samples, read_schema
+from fedpipe.models import layer_info
+from fedpipe.seeds import derive_seed
+from fedpipe.strategy import AggregationError, ClientUpdate, make_strategy
+from fedpipe.training import ModelRunner, ModelSpec, initial_weights
+
+Weights = list[np.ndarray]
+Aggregator = Callable[[Weights, list[ClientUpdate]], Weights]
+
+
+@functools.cache
+def digits() -> tuple[np.ndarray, np.ndarray]:
+    """The 5,000 built-in MNIST digits as uint8 (N, 28, 28, 1) and int64 labels."""
+    table = load_mnist5k()
+    x = table.filter(like="px").to_numpy(dtype=np.uint8).reshape(-1, 28, 28, 1)
+    return x, table["label"].to_numpy(dtype=np.int64)
+
+
+_runners: dict[ModelSpec, ModelRunner] = {}
+
+
+def runner_for(spec: ModelSpec) -> ModelRunner:
+    """One compiled model per spec for the whole test session."""
+    if spec not in _runners:
+        _runners[spec] = ModelRunner(spec)
+    return _runners[spec]
+
+
+def fedavg_sum(total: float) -> Aggregator:
+    """An aggregator computing ``Σ_k a_k w_k`` with ``a ∝ n_k`` summing to ``total``:
+    the bug of dividing by the wrong sample count."""
+
+    def aggregate(before: Weights, updates: list[ClientUpdate]) -> Weights:
+        n = np.array([u.n_samples for u in updates], dtype=np.float64)
+        a = total * n / n.sum()
+        return [
+            sum(
+                ak * np.asarray(u.weights[j], np.float64)
+                for ak, u in zip(a, updates, strict=True)
+            ).astype(w.dtype)
+            for j, w in enumerate(before)
+        ]
+
+    return aggregate
+
+
+def run_federation(
+    root: Path,
+    *,
+    model: str = "mlp",
+    model_settings: Sequence[tuple[str, Any]] = (),
+    n_samples: int = 1000,
+    classes: Sequence[int] | None = None,
+    relabel: Callable[[np.ndarray], np.ndarray] | None = None,
+    n_classes: int | None = None,
+    clients: int = 10,
+    rounds: int = 4,
+    epochs: int = 1,
+    batch_size: int = 32,
+    lr: float = 0.05,
+    optimizer: str = "sgd",
+    partition: str = "iid",
+    alpha: float = 0.5,
+    strategy: str = "fedavg",
+    seed: int = 0,
+    client_data: Callable[[ClientData], ClientData] | None = None,
+    client_update: Callable[[int, int, Weights], Weights] | None = None,
+    aggregator: Aggregator | None = None,
+) -> list[dict[str, Any]]:
+    """Run a small federation and write its files under ``root``.
+
+    Writes ``params.yaml``, ``data/prepared``, ``data/partition/manifest.json`` and
+    per round ``metrics/rounds``, ``metrics/clients`` and ``metrics/health``. Stops
+    (like the round stage) at the first round whose aggregation is refused, after
+    writing that round's health record with ``after=None``.
+
+    Parameters
+    ----------
+    classes : sequence of int, optional
+        Keep only these digits (e.g. ``(0, 1)`` for a binary task), relabelled
+        ``0 .. len(classes) - 1`` before ``relabel``.
+    n_classes : int, optional
+        Classes declared in the schema (and so the model's outputs); default the
+        number of distinct labels.
+
+    Returns
+    -------
+    list of dict
+        Each round's summary (``RoundRecord.summary()``).
+    """
+    x, y = digits()
+    if classes is not None:
+        keep = np.isin(y, classes)
+        x, y = x[keep], np.searchsorted(np.asarray(sorted(classes)), y[keep])
+    pick = np.random.default_rng(1234).permutation(len(y))[:n_samples]  # mixed digits
+    x, y = x[pick], y[pick]
+    if relabel is not None:
+        y = relabel(y)
+    declared = n_classes or len(np.unique(y))
+    params = _params(
+        model=model,
+        model_settings=model_settings,
+        clients=clients,
+        rounds=rounds,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        optimizer=optimizer,
+        partition=partition,
+        alpha=alpha,
+        strategy=strategy,
+        seed=seed,
+    )
+    (root / "params.yaml").write_text(
+        yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False)
+    )
+    prepared = root / layout.PREPARED_DIR
+    ingest_arrays(
+        x,
+        y,
+        out_dir=prepared,
+        source="digits",
+        class_names=[str(c) for c in range(declared)],
+        value_range=(0.0, 255.0),
+        scale=255.0,
+    )
+    samples = read_samples(prepared)
+    spec = DatasetSpec.from_schema(read_schema(prepared))
+    present = sorted(set(range(declared)) | {int(v) for v in np.unique(y)})
+    settings = params.partition.model_dump(exclude={"method", "local_test_fraction"})
+    manifest = partition_table(
+        samples,
+        classes=present,  # also the labels the schema does not declare
+        seed=seed,
+        test_fraction=params.data.test_fraction,
+        method=partition,
+        n_clients=clients,
+        local_test_fraction=params.partition.local_test_fraction,
+        dedupe=True,
+        settings=settings,
+    )
+    write_json(root / layout.MANIFEST, manifest)
+    data = federated_data(open_features(prepared), samples, manifest, spec)
+    if client_data is not None:
+        data = FederatedData(
+            data.spec, data.x_test, data.y_test, tuple(map(client_data, data.clients))
+        )
+    model_spec = ModelSpec(
+        name=model,
+        input_shape=spec.input_shape,
+        n_classes=len(spec.classes),
+        optimizer=optimizer,
+        lr=lr,
+        settings=tuple(sorted(model_settings)),
+    )
+    runner = runner_for(model_spec)
+    layers = layer_info(runner.model)
+    trainable = runner.trainable_indices()
+    aggregate_with = make_strategy(strategy, total_clients=clients)
+    weights = initial_weights(model_spec, seed)
+    state = aggregate_with.init_state(weights)
+    summaries = []
+    for k in range(1, rounds + 1):
+        trained: dict[int, Weights] = {}
+        losses: dict[int, float] = {}
+        local: dict[int, dict[str, float]] = {}
+        for c in data.clients:
+            w = runner.fit(
+                weights,
+                c.x_train,
+                c.y_train,
+                epochs=epochs,
+                batch_size=batch_size,
+                seed=derive_seed(seed, "train", k, c.client),
+            )
+            losses[c.client] = runner.last_train_loss
+            if client_update is not None:
+                w = client_update(c.client, k, w)
+            trained[c.client] = w
+            local[c.client] = runner.evaluate(w, c.x_test, c.y_test)
+        n_train = {c.client: len(c.y_train) for c in data.clients}
+        updates = [ClientUpdate(c, trained[c], n_train[c]) for c in sorted(trained)]
+        try:
+            if aggregator is not None:
+                after = aggregator(weights, updates)
+            else:
+                after, state = aggregate_with.aggregate_round(weights, updates, state)
+        except AggregationError:
+            health = round_health(
+                k,
+                before=weights,
+                after=None,
+                client_weights=trained,
+                n_train=n_train,
+                train_loss=losses,
+                layers=layers,
+                trainable=trainable,
+            )
+            write_json(root / layout.health_metrics(k), health)
+            break
+        splits = [(data.x_test, data.y_test)] + [
+            (c.x_test, c.y_test) for c in data.clients
+        ]
+        held_out, *on_clients = runner.evaluate_splits(after, splits)
+        record = RoundRecord(
+            round=k,
+            selected=sorted(trained),
+            n_test=[len(c.y_test) for c in data.clients],
+            global_test=held_out,
+            global_clients=on_clients,
+            local=local,
+            aggregation_weight_sum=1.0,
+        )
+        probs, sample_losses = runner.predict(after, data.x_test, data.y_test)
+        health = round_health(
+            k,
+            before=weights,
+            after=after,
+            client_weights=trained,
+            n_train=n_train,
+            train_loss=losses,
+            layers=layers,
+            trainable=trainable,
+            probs=probs,
+            labels=data.y_test,
+            losses=sample_losses,
+            record=record,
+        )
+        write_json(root / layout.round_metrics(k), record.summary())
+        write_json(root / layout.health_metrics(k), health)
+        table = root / layout.client_metrics(k)
+        table.parent.mkdir(parents=True, exist_ok=True)
+        record.client_table().to_csv(table, index=False, float_format="%.6g")
+        summaries.append(record.summary())
+        weights = after
+    return summaries
+
+
+def _params(
+    *,
+    model: str,
+    model_settings: Sequence[tuple[str, Any]],
+    clients: int,
+    rounds: int,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    optimizer: str,
+    partition: str,
+    alpha: float,
+    strategy: str,
+    seed: int,
+) -> Params:
+    return Params.model_validate(
+        {
+            "seed": seed,
+            "partition": {"method": partition, "alpha": alpha, "min_samples": 5},
+            "federation": {"clients": clients, "rounds": rounds, "min_clients": 1},
+            "train": {
+                "epochs": epochs,
+                "batch_size": batch_size,
+                "lr": lr,
+                "optimizer": optimizer,
+            },
+            "model": {"name": model, **dict(model_settings)},
+            "strategy": {"name": strategy},
+            "round_chain": round_chain(rounds),
+        }
+    )
+
+
+def shuffled_labels(client: int, seed: int = 0) -> Callable[[ClientData], ClientData]:
+    """``client_data`` hook: ``client``'s training labels in random order."""
+
+    def hook(c: ClientData) -> ClientData:
+        if c.client != client:
+            return c
+        y = np.random.default_rng(seed).permutation(c.y_train)
+        return ClientData(c.client, c.x_train, y, c.x_test, c.y_test)
+
+    return hook
+
+
+def scaled_inputs(factor: float, clients: Sequence[int]) -> Callable:
+    """``client_data`` hook: the inputs of ``clients`` (train and test) times
+    ``factor``, as if their sensors or preprocessing used another unit."""
+
+    def hook(c: ClientData) -> ClientData:
+        if c.client not in clients:
+            return c
+        f = np.float32(factor)
+        return ClientData(c.client, c.x_train * f, c.y_train, c.x_test * f, c.y_test)
+
+    return hook

@@ -1,0 +1,274 @@
+"""Tests for fedpipe.doctor: each finding, produced on purpose by a real tiny run.
+
+Every scenario is a small federation (tests/helpers_fl.py: the built-in digits,
+ModelRunner, the strategies, round_health) with one thing broken; the test checks
+that the doctor names it, with the right rounds, layers or clients in the evidence.
+Runs are made on first use and shared by the tests of this module.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers_fl import fedavg_sum, run_federation, scaled_inputs, shuffled_labels
+
+from fedpipe import layout
+from fedpipe.cli import main
+from fedpipe.doctor import Finding, diagnose, robust_z
+from fedpipe.federation import write_json
+
+TINY = {"lr": 0.1, "epochs": 2, "rounds": 4}
+BATCH_NORM_CNN = {
+    "model": "cnn",
+    "model_settings": (("batch_norm", True), ("depth", 2), ("width", 4)),
+    "n_samples": 500,
+    "rounds": 3,
+}
+
+
+def _times_50(client: int) -> Callable[[int, int, list], list]:
+    def hook(c: int, round_: int, weights: list) -> list:
+        return [w * np.float32(50) for w in weights] if c == client else weights
+
+    return hook
+
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "healthy": dict(TINY),
+    "healthy-batch-norm": dict(TINY, **BATCH_NORM_CNN),
+    # (a) binary digits 4/9, Adam, many local epochs: the held-out loss doubles
+    # while accuracy holds (the seed question's pattern)
+    "over-confident": dict(
+        classes=(4, 9),
+        n_samples=600,
+        epochs=10,
+        lr=0.03,
+        optimizer="adam",
+        rounds=5,
+    ),
+    # (b) the server sums n_k-weighted client weights with shares summing to 1.8
+    "weights-sum-1.8": dict(TINY, rounds=3, aggregator=fedavg_sum(1.8)),
+    # (c) a binary task stored with labels 0/2 for the one sigmoid output
+    "labels-0-2": dict(
+        TINY, rounds=3, classes=(0, 1), relabel=lambda y: y * 2, n_classes=2
+    ),
+    # (d) client 3 trains on shuffled labels / sends its weights x50
+    "shuffled-client": dict(TINY, client_data=shuffled_labels(3)),
+    "scaled-client": dict(TINY, rounds=3, client_update=_times_50(3)),
+    # (e) lr 5 with plain SGD
+    "lr-5": dict(TINY, rounds=3, lr=5.0),
+    # (f) Dirichlet(0.1) label skew
+    "dirichlet": dict(TINY, partition="dirichlet", alpha=0.1),
+    # (g) batch norm; clients 5-9 see inputs x10 (another unit / preprocessing)
+    "scaled-inputs-batch-norm": dict(
+        TINY, **BATCH_NORM_CNN, client_data=scaled_inputs(10.0, [5, 6, 7, 8, 9])
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """The directory of a scenario's run (run on first use)."""
+    made: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            root = tmp_path_factory.mktemp(name)
+            run_federation(root, **SCENARIOS[name])
+            made[name] = root
+        return made[name]
+
+    return get
+
+
+def _one(findings: list[Finding], code: str) -> Finding:
+    matching = [f for f in findings if f.code == code]
+    assert len(matching) == 1, [f.code for f in findings]
+    return matching[0]
+
+
+def _text(finding: Finding) -> str:
+    return "\n".join([finding.title, *finding.evidence, finding.fix])
+
+
+# ---------------------------------------------------------------- healthy runs
+
+
+@pytest.mark.parametrize("name", ["healthy", "healthy-batch-norm"])
+def test_a_healthy_run_has_no_findings(run_dir, name: str) -> None:
+    assert diagnose(run_dir(name)) == []
+
+
+def test_cli_says_no_findings_and_exits_0(run_dir, capsys) -> None:
+    assert main(["-C", str(run_dir("healthy")), "doctor"]) == 0
+    assert capsys.readouterr().out.strip() == "no findings"
+
+
+# ---------------------------------------------------------------- (a)
+
+
+def test_loss_rising_while_accuracy_holds(run_dir) -> None:
+    findings = diagnose(run_dir("over-confident"))
+    f = _one(findings, "loss-rising-accuracy-holds")
+    assert f.severity == "warning"
+    assert findings[0] is f  # nothing else explains it
+    text = _text(f)
+    assert "round 5" in text and 5 in f.rounds
+    assert "mean confidence" in text and "ECE" in text
+    assert "worst 1% of held-out samples carry" in text
+    assert "layers that grew: hidden" in text  # the hidden layer grew most
+    assert "train.lr" in f.fix
+
+
+# ---------------------------------------------------------------- (b)
+
+
+def test_aggregation_weights_summing_to_1_8(run_dir) -> None:
+    findings = diagnose(run_dir("weights-sum-1.8"))
+    f = findings[0]
+    assert f.code == "aggregation-weights-not-normalized"
+    assert f.severity == "error"
+    assert f.rounds == [1, 2, 3]
+    assert "1.8" in f.title
+    assert "round 1: effective weights sum to 1.8" in _text(f)
+    # the symptom it causes is named, as its consequence
+    rising = _one(findings, "loss-rising-accuracy-holds")
+    assert rising.severity == "info" and "consequence" in rising.title
+
+
+# ---------------------------------------------------------------- (c)
+
+
+# no test label is 1, so every client's AUC is nan and so is their std
+@pytest.mark.filterwarnings("ignore:Degrees of freedom <= 0:RuntimeWarning")
+def test_labels_outside_the_sigmoid_range(run_dir) -> None:
+    findings = diagnose(run_dir("labels-0-2"))
+    f = findings[0]
+    assert f.code == "labels-outside-loss-range"
+    assert f.severity == "error"
+    text = _text(f)
+    assert "labels 2 (" in text and "0/1 (one sigmoid output)" in text
+    assert "clients training on them: client" in text
+    assert "negative" in text  # the held-out loss went below zero
+
+
+# ---------------------------------------------------------------- (d)
+
+
+def test_a_client_with_shuffled_labels_is_an_outlier(run_dir) -> None:
+    findings = diagnose(run_dir("shuffled-client"))
+    f = _one(findings, "client-update-outlier")
+    assert findings[0] is f
+    assert "client 3" in f.title and "pointing away" in f.title
+    assert f.rounds == [1, 2, 3, 4]
+    assert "cosine to the mean update" in _text(f)
+    assert "strategy.name: fedmedian" in f.fix
+
+
+def test_a_client_scaling_its_weights_by_50_is_an_outlier(run_dir) -> None:
+    findings = diagnose(run_dir("scaled-client"))
+    f = findings[0]
+    assert f.code == "client-update-outlier"
+    assert f.severity == "error"
+    assert "client 3" in f.title and "far larger" in f.title
+    assert "round 1: update norm" in _text(f)
+    # what it does to the global model is not blamed on the learning rate
+    assert "learning-rate-too-high" not in [g.code for g in findings]
+
+
+# ---------------------------------------------------------------- (e)
+
+
+def test_learning_rate_5_blows_up(run_dir) -> None:
+    findings = diagnose(run_dir("lr-5"))
+    f = findings[0]
+    assert f.code == "learning-rate-too-high"
+    assert f.severity == "error"
+    assert 1 in f.rounds
+    assert "median local training loss" in _text(f)
+    assert "train.lr (now 5, sgd); try 0.5" in f.fix
+
+
+def test_an_oscillating_loss_is_a_learning_rate_warning(tmp_path: Path) -> None:
+    # the global loss alone, written as a round stage would
+    for k, loss in enumerate([2.0, 1.0, 2.5, 0.9, 2.4, 1.0], start=1):
+        write_json(
+            tmp_path / layout.round_metrics(k),
+            {"round": k, "global": {"loss": loss, "accuracy": 0.5}},
+        )
+    findings = diagnose(tmp_path)
+    f = _one(findings, "learning-rate-too-high")
+    assert f.severity == "warning"
+    assert f.rounds == [2, 3, 4, 5, 6]
+    assert "swings up and down" in _text(f)
+
+
+# ---------------------------------------------------------------- (f)
+
+
+def test_dirichlet_skew_is_client_drift(run_dir) -> None:
+    findings = diagnose(run_dir("dirichlet"))
+    f = findings[0]
+    assert f.code == "client-drift"
+    text = _text(f)
+    assert "partition: dirichlet (alpha=0.1)" in text
+    assert "divergence" in text and "median cosine" in text
+    assert "most divergent layers: " in text
+    assert "fedprox" in f.fix and "train.epochs" in f.fix
+
+
+# ---------------------------------------------------------------- (g)
+
+
+def test_batch_norm_statistics_disagree_between_scaled_clients(run_dir) -> None:
+    findings = diagnose(run_dir("scaled-inputs-batch-norm"))
+    f = findings[0]
+    assert f.code == "norm-statistics-disagree"
+    assert _text(f).count("bn_01:") == 1
+    assert "personalization.method: fedbn" in f.fix
+
+
+# ---------------------------------------------------------------- reading the files
+
+
+def test_rounds_without_health_records_are_reported(run_dir, tmp_path) -> None:
+    root = tmp_path / "run"
+    shutil.copytree(run_dir("healthy"), root)
+    (root / layout.health_metrics(3)).unlink()
+    (root / layout.health_metrics(4)).unlink()
+    [f] = diagnose(root)
+    assert (f.code, f.severity, f.rounds) == ("health-records-missing", "info", [3, 4])
+
+
+def test_no_recorded_round_is_a_clear_error(tmp_path, capsys) -> None:
+    with pytest.raises(FileNotFoundError, match="no round-K.json"):
+        diagnose(tmp_path)
+    assert main(["-C", str(tmp_path), "doctor"]) == 1
+    assert "no round-K.json" in capsys.readouterr().err
+
+
+def test_cli_formats_and_exit_codes(run_dir, capsys) -> None:
+    root = str(run_dir("weights-sum-1.8"))
+    assert main(["-C", root, "doctor", "--format", "json"]) == 1  # an error
+    payload = json.loads(capsys.readouterr().out)
+    assert payload[0]["code"] == "aggregation-weights-not-normalized"
+    assert set(payload[0]) == {"code", "severity", "title", "evidence", "fix", "rounds"}
+    assert (
+        main(["-C", root, "doctor", "--format", "markdown", "--fail-on", "never"]) == 0
+    )
+    assert capsys.readouterr().out.startswith("### error: aggregation weights")
+    drift = str(run_dir("dirichlet"))  # a warning only
+    assert main(["-C", drift, "doctor"]) == 0
+    assert main(["-C", drift, "doctor", "--fail-on", "warning"]) == 1
+
+
+def test_robust_z() -> None:
+    z = robust_z([1.0, 1.1, 0.9, 1.0, 5.0])
+    assert z[-1] > 3.5 and abs(z[0]) < 1
+    assert list(robust_z([2.0, 2.0, 3.0])) == [0.0, 0.0, np.inf]
