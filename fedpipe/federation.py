@@ -200,6 +200,7 @@ class ClientResult:
     extras: dict[str, list[np.ndarray]] = field(default_factory=dict, repr=False)
     state: list[np.ndarray] | None = field(default=None, repr=False)
     kept: dict[int, np.ndarray] | None = field(default=None, repr=False)
+    train_loss: float = float("nan")
 
 
 def client_arrays(

@@ -20,10 +20,11 @@ from fedpipe.federation import (
     client_arrays,
     sample_clients,
     with_client_arrays,
+    write_json,
 )
 from fedpipe.history import progress_line
 from fedpipe.personalization import Personalization, kept_arrays, with_kept_arrays
-from fedpipe.strategy import Strategy, make_strategy
+from fedpipe.strategy import AggregationError, Strategy, make_strategy
 from fedpipe.strategy.scaffold import Scaffold
 from fedpipe.training import ModelSpec, model_spec_for
 from fedpipe.weights import load_state, load_weights
@@ -158,9 +159,17 @@ def round_stage(params: Params, round_: int) -> dict:
     client_states = with_kept_arrays(
         client_states, {r.client: r.kept for r in results if r.kept is not None}
     )
-    new_weights, new_state, weight_sum = fed_tasks.aggregate(
-        strategy, global_weights, server_state, results
-    )
+    try:
+        new_weights, new_state, weight_sum = fed_tasks.aggregate(
+            strategy, global_weights, server_state, results
+        )
+    except AggregationError:
+        # what the doctor needs to name the client that sent non-finite values
+        write_json(
+            layout.health_metrics(round_),
+            fed_tasks.health(spec, global_weights, None, data, results, round_=round_),
+        )
+        raise
     new_weights = personal.restore_personal(new_weights, global_weights)
     personalized = None
     if personal.enabled:
@@ -183,6 +192,9 @@ def round_stage(params: Params, round_: int) -> dict:
         weight_sum=weight_sum,
         personalized=personalized,
     )
+    health = fed_tasks.health(
+        spec, global_weights, new_weights, data, results, round_=round_, record=record
+    )
     fed_tasks.write_round(
         record,
         new_weights,
@@ -193,6 +205,8 @@ def round_stage(params: Params, round_: int) -> dict:
         client_state_out=layout.client_state(round_),
         metrics_out=layout.round_metrics(round_),
         clients_out=layout.client_metrics(round_),
+        health=health,
+        health_out=layout.health_metrics(round_),
     )
     summary = record.summary()
     get_run_logger().info(

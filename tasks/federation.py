@@ -15,7 +15,13 @@ from fedpipe.federation import (
     RoundRecord,
     write_json,
 )
-from fedpipe.models import describe_model, layer_groups, normalization_layers
+from fedpipe.health import round_health
+from fedpipe.models import (
+    describe_model,
+    layer_groups,
+    layer_info,
+    normalization_layers,
+)
 from fedpipe.personalization import NO_PERSONALIZATION, Personalization, resolve
 from fedpipe.seeds import derive_seed
 from fedpipe.strategy import ClientUpdate, Strategy
@@ -97,6 +103,7 @@ def train_client(
         gradient_correction=correction,
         max_steps=max_steps,
     )
+    train_loss = runner.last_train_loss
     extras: dict[str, list[np.ndarray]] = {}
     state = None
     if controls is not None:
@@ -137,6 +144,7 @@ def train_client(
         extras=extras,
         state=state,
         kept=new_kept,
+        train_loss=train_loss,
     )
 
 
@@ -241,6 +249,42 @@ def evaluate(
     )
 
 
+@task(name="health", cache_policy=NO_CACHE)
+def health(
+    spec: ModelSpec,
+    before: list[np.ndarray],
+    after: list[np.ndarray] | None,
+    data: FederatedData,
+    results: list[ClientResult],
+    *,
+    round_: int,
+    record: RoundRecord | None = None,
+) -> dict:
+    """The round's health record (``metrics/health/round-K.json``): client update
+    norms and cosines, per-layer divergence, the aggregation actually applied, the
+    global model's calibration. ``after`` is None when aggregation refused the
+    updates (the client and layer parts are still measured)."""
+    runner = runner_for(spec)
+    probs = losses = labels = None
+    if after is not None:
+        probs, losses = runner.predict(after, data.x_test, data.y_test)
+        labels = data.y_test
+    return round_health(
+        round_,
+        before=before,
+        after=after,
+        client_weights={r.client: r.weights for r in results},
+        n_train={r.client: r.n_train for r in results},
+        train_loss={r.client: r.train_loss for r in results},
+        layers=layer_info(runner.model),
+        trainable=runner.trainable_indices(),
+        probs=probs,
+        labels=labels,
+        losses=losses,
+        record=record,
+    )
+
+
 @task(name="write-round", cache_policy=NO_CACHE)
 def write_round(
     record: RoundRecord,
@@ -253,8 +297,12 @@ def write_round(
     client_state_out: Path,
     metrics_out: Path,
     clients_out: Path,
+    health: dict | None = None,
+    health_out: Path | None = None,
 ) -> None:
     """Write the round's versioned outputs: global weights and metrics."""
+    if health is not None and health_out is not None:
+        write_json(health_out, health)
     save_weights(model_out, weights)
     save_state(state_out, state)
     save_state(client_state_out, client_state)
