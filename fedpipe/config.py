@@ -220,6 +220,17 @@ class PersonalizationParams(_Section):
         return self
 
 
+class FaultsParams(_Section):
+    """Deliberate faults that reproduce a failure on purpose (all off by default).
+
+    ``aggregation_weight_sum``: the global model becomes ``sum_k a_k w_k`` with
+    aggregation weights that add up to this instead of 1 — the bug behind the seed
+    question's exploding global loss (see :mod:`fedpipe.faults`).
+    """
+
+    aggregation_weight_sum: float | None = Field(None, gt=0.0)
+
+
 class ValidationParams(_Section):
     """Data validation thresholds and which findings stop the run."""
 
@@ -241,6 +252,7 @@ class Params(_Section):
     model: ModelParams = ModelParams()
     strategy: StrategyParams = StrategyParams()
     personalization: PersonalizationParams = PersonalizationParams()
+    faults: FaultsParams = FaultsParams()
     validation: ValidationParams = ValidationParams()
     round_chain: dict[int, int] = Field(default_factory=dict)
 

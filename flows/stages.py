@@ -15,6 +15,7 @@ from prefect import flow, get_run_logger
 from fedpipe import layout
 from fedpipe.config import MNIST5K_PATH, Params
 from fedpipe.data import prepared_spec
+from fedpipe.faults import misweighted_aggregate
 from fedpipe.federation import (
     RoundRecord,
     client_arrays,
@@ -171,6 +172,10 @@ def round_stage(params: Params, round_: int) -> dict:
         )
         raise
     new_weights = personal.restore_personal(new_weights, global_weights)
+    if params.faults.aggregation_weight_sum is not None:
+        new_weights = misweighted_aggregate(
+            global_weights, new_weights, params.faults.aggregation_weight_sum
+        )
     personalized = None
     if personal.enabled:
         personalized = fed_tasks.evaluate_personalized(
