@@ -1,0 +1,104 @@
+"""The doctor and the report on real runs through `fedpipe run`.
+
+Two tiny projects from the same data: a healthy one, and the seed question's
+configuration (the seed question's CNN, Adam, and a FedAvg whose aggregation
+weights sum to more than 1, planted with `faults.aggregation_weight_sum`). The
+doctor must find nothing in the first and name the misweighted aggregation as
+the cause in the second, whose global loss climbs by orders of magnitude while
+its accuracy holds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from e2e_helpers import BIN, make_project, run_cli
+
+pytestmark = pytest.mark.e2e
+FEDPIPE = str(BIN / "fedpipe")
+SEED_QUESTION = {
+    "federation": {"clients": 4, "rounds": 6, "fraction_fit": 1.0},
+    "train": {"optimizer": "adam", "lr": 0.001},
+    "model": {"name": "seed_cnn"},
+    "faults": {"aggregation_weight_sum": 1.5},
+}
+HEALTHY = {"federation": {"clients": 4, "rounds": 6, "fraction_fit": 1.0}}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> dict:
+    base = tmp_path_factory.mktemp("diagnostics")
+    out = {}
+    for name, overrides in (("healthy", HEALTHY), ("seed", SEED_QUESTION)):
+        project = make_project(base / name, cli_env, **overrides)
+        run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env)
+        out[name] = project
+    return out
+
+
+def _rounds(project: Path) -> list[dict]:
+    files = sorted(
+        (project / "metrics/rounds").glob("round-*.json"),
+        key=lambda p: int(p.stem.split("-")[1]),
+    )
+    return [json.loads(p.read_text()) for p in files]
+
+
+def test_every_round_records_its_health(runs: dict) -> None:
+    for project in runs.values():
+        for k in range(1, 7):
+            health = json.loads(
+                (project / f"metrics/health/round-{k}.json").read_text()
+            )
+            assert health["round"] == k
+            assert [c["client"] for c in health["clients"]] == [0, 1, 2, 3]
+            assert all(
+                0.0 <= (layer["divergence"] or 0) <= 1 for layer in health["layers"]
+            )
+        lock = (project / "dvc.lock").read_text()
+        assert "metrics/health/round-6.json" in lock  # a versioned round output
+
+
+def test_healthy_run_has_no_findings(runs: dict, cli_env: dict[str, str]) -> None:
+    proc = run_cli([FEDPIPE, "doctor"], runs["healthy"], cli_env, check=False)
+    assert proc.returncode == 0, proc.stdout
+    assert "no findings" in proc.stdout
+
+
+def test_seed_question_loss_explodes_while_accuracy_holds(runs: dict) -> None:
+    rounds = _rounds(runs["seed"])
+    first, last = rounds[1]["global"], rounds[-1]["global"]
+    assert last["loss"] > 100 * first["loss"]
+    assert last["accuracy"] >= first["accuracy"] - 0.05
+    assert last["accuracy"] > 0.5
+
+
+def test_doctor_names_the_seed_question_cause(
+    runs: dict, cli_env: dict[str, str]
+) -> None:
+    proc = run_cli(
+        [FEDPIPE, "doctor", "--format", "json"], runs["seed"], cli_env, check=False
+    )
+    assert proc.returncode == 1
+    findings = json.loads(proc.stdout)
+    findings = findings["findings"] if isinstance(findings, dict) else findings
+    assert findings[0]["code"] == "aggregation-weights-not-normalized"
+    assert "1.5" in findings[0]["title"]
+    assert any(f["code"] == "loss-rising-accuracy-holds" for f in findings)
+    text = run_cli([FEDPIPE, "doctor"], runs["seed"], cli_env, check=False).stdout
+    assert "sum to 1.5" in text and "fix:" in text
+
+
+def test_report_shows_the_findings_and_lineage(
+    runs: dict, cli_env: dict[str, str]
+) -> None:
+    run_cli([FEDPIPE, "report"], runs["seed"], cli_env)
+    page = (runs["seed"] / "reports/report.html").read_text()
+    assert "aggregation weights sum to 1.5" in page
+    assert page.count("<svg") >= 3  # plots inline
+    lock = yaml.safe_load((runs["seed"] / "dvc.lock").read_text())
+    outs = {o["path"]: o["md5"] for o in lock["stages"]["round@6"]["outs"]}
+    assert outs["models/round-6/weights.npz"] in page  # the final model's hash
