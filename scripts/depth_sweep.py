@@ -7,8 +7,9 @@ layer during back-propagation; wider models and smaller receptive fields reduce
 it. This sweep measures that on the default data, as a DVC experiment per
 configuration:
 
-- a plain CNN (`model.name: cnn`) over depth x width x kernel size, i.i.d.
-  clients, several local epochs per round: each run records the per-layer
+- a plain CNN (`model.name: cnn`) over depth x width (first kernel size) and
+  depth x kernel size (narrowest width), i.i.d. clients, several local epochs
+  per round: each run records the per-layer
   divergence D_l of the client updates every round (metrics/health);
 - the same model trained centrally (`fedpipe centralized`: same initial model,
   data, optimizer and number of passes over the data); the gap between the two is
@@ -85,7 +86,7 @@ def main() -> None:
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--widths", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--kernels", type=int, nargs="+", default=[3, 5])
-    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--clients", type=int, default=5)
     parser.add_argument(
@@ -111,9 +112,13 @@ def main() -> None:
     base = _set(base, "train", "epochs", args.epochs)
     base = _set(base, "model", "name", "cnn")
     control_width = args.control_width or args.widths[0]
-    runs = [
-        (d, w, k, None) for d in args.depths for w in args.widths for k in args.kernels
-    ] + [(d, control_width, args.kernels[0], 1) for d in args.depths]
+    # depth x width at the first kernel size; the other kernel sizes at the
+    # narrowest width (the widest, deepest models dominate the cost on a CPU)
+    runs = [(d, w, args.kernels[0], None) for w in args.widths for d in args.depths]
+    runs += [
+        (d, min(args.widths), k, None) for k in args.kernels[1:] for d in args.depths
+    ]
+    runs += [(d, control_width, args.kernels[0], 1) for d in args.depths]
     rows, curves = [], {}
     for depth, width, kernel, steps in runs:
         text = _set(base, "model", "depth", depth)
