@@ -12,7 +12,7 @@ from fedpipe import layout
 from fedpipe.federation import read_json
 from fedpipe.metrics import METRIC_NAMES
 
-GROUPS = ("global", "global_on_clients", "local", "local_std")
+GROUPS = ("global", "global_on_clients", "global_on_clients_std", "local", "local_std")
 # present only when personalization.method is not none
 PERSONALIZED_GROUPS = ("personalized", "personalized_std")
 GROUP_TITLES = {

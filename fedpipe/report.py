@@ -280,8 +280,9 @@ def _plot(svg: str, caption: str, *, name: str) -> str:
 
 _SERIES = (
     ("global", "global model, held-out test", "#1f77b4"),
-    ("global_on_clients", "global model, client tests (mean)", "#2ca02c"),
+    ("global_on_clients", "global model, client tests (mean ± std)", "#2ca02c"),
     ("local", "local models, own tests (mean ± std)", "#d62728"),
+    ("personalized", "personalized models, own tests (mean ± std)", "#9467bd"),
 )
 
 
@@ -299,8 +300,8 @@ def metrics_svg(history: pd.DataFrame) -> str:
                 continue
             values = history[column].to_numpy(dtype=float)
             ax.plot(rounds, values, marker="o", markersize=3, color=color, label=label)
-            std_column = f"local_std_{metric}"
-            if group == "local" and std_column in history:
+            std_column = f"{group}_std_{metric}"
+            if group in ("local", "personalized") and std_column in history:
                 std = history[std_column].to_numpy(dtype=float)
                 ax.fill_between(
                     rounds, values - std, values + std, color=color, alpha=0.15
@@ -485,21 +486,18 @@ def _final_round_table(history: pd.DataFrame) -> str:
     from fedpipe.metrics import METRIC_NAMES
 
     last = history.iloc[-1]
+    series = [s for s in _SERIES if f"{s[0]}_loss" in history]
     rows = []
     for name in METRIC_NAMES:
-        local = _fmt(last.get(f"local_{name}"))
-        std = last.get(f"local_std_{name}")
-        if local != "n/a" and std is not None and np.isfinite(std):
-            local += f" ± {std:.4f}"
-        rows.append(
-            [
-                html.escape(name),
-                _fmt(last.get(f"global_{name}")),
-                _fmt(last.get(f"global_on_clients_{name}")),
-                local,
-            ]
-        )
-    header = ["metric"] + [label for _, label, _ in _SERIES]
+        row = [html.escape(name)]
+        for group, _, _ in series:
+            cell = _fmt(last.get(f"{group}_{name}"))
+            std = last.get(f"{group}_std_{name}")
+            if cell != "n/a" and std is not None and np.isfinite(std):
+                cell += f" ± {std:.4f}"
+            row.append(cell)
+        rows.append(row)
+    header = ["metric"] + [label for _, label, _ in series]
     return f"<h3>Final round ({int(last['round'])})</h3>" + _table(
         header, rows, "numbers"
     )
