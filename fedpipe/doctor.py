@@ -122,6 +122,14 @@ STATS_SPREAD = 0.05
 #: in at least this share of the rounds
 STATS_MIN_SHARE = 0.5
 
+#: not-learning: the global accuracy stays within this of guessing (1 / classes)
+#: after at least NOT_LEARNING_ROUNDS rounds: an untrained model sits there, and a
+#: model that learned anything at all on the default data is 30+ points above it
+CHANCE_MARGIN = 0.05
+NOT_LEARNING_ROUNDS = 3
+#: ... and the local models are "learning" when they beat guessing by this much
+LOCAL_LEARNS = 0.15
+
 SEVERITIES = ("error", "warning", "info")
 
 #: root causes before the symptoms they cause (used after severity)
@@ -133,6 +141,7 @@ PRIORITY = {
     "norm-statistics-disagree": 4,
     "client-drift": 5,
     "loss-rising-accuracy-holds": 6,
+    "not-learning": 7,
     "health-records-missing": 9,
 }
 
@@ -974,6 +983,68 @@ def _grown_layers(
 # ---------------------------------------------------------------- missing records
 
 
+def check_not_learning(run: Run) -> list[Finding]:
+    """The global model no better than guessing after several rounds."""
+    classes = run.n_classes
+    rounds = sorted(run.rounds)
+    if classes is None or len(rounds) < NOT_LEARNING_ROUNDS:
+        return []
+    chance = 1.0 / classes
+    accuracy = _global_series(run, "accuracy")
+    values = [accuracy.get(k) for k in rounds]
+    if any(v is None for v in values) or max(values) > chance + CHANCE_MARGIN:
+        return []
+    local = [
+        run.rounds[k].get("local", {}).get("accuracy")
+        for k in rounds
+        if run.rounds[k].get("local", {}).get("accuracy") is not None
+    ]
+    best_local = max(local) if local else None
+    evidence = [
+        f"global held-out accuracy {_fmt(values[0])} at round {rounds[0]} -> "
+        f"{_fmt(values[-1])} at round {rounds[-1]}; guessing gives {_fmt(chance)} "
+        f"({classes} classes)",
+    ]
+    if best_local is not None:
+        evidence.append(
+            f"local models on their own tests: best mean accuracy {_fmt(best_local)}"
+        )
+    norm_layers = any(
+        layer.get("kind") == "norm"
+        for h in run.health.values()
+        for layer in h.get("layers", [])
+    )
+    if best_local is not None and best_local > chance + LOCAL_LEARNS:
+        fix = "the clients learn but their aggregate does not: " + (
+            "with batch normalization the global model's moving statistics "
+            "barely move in short rounds and its averaged layers no longer fit "
+            "them; try personalization.method: fedbn, more train.epochs, or "
+            "model.batch_norm: false"
+            if norm_layers
+            else "look for client drift (non-i.i.d. data): strategy.name: "
+            "fedprox or scaffold, fewer train.epochs"
+        )
+    else:
+        fix = (
+            "nothing learns, locally or globally: raise train.lr or train.epochs "
+            "(now "
+            f"{_param(run, 'train.lr')}, {_param(run, 'train.epochs')} epochs), "
+            "try a model that fits the data (model.name), and check that the labels "
+            "belong to the features"
+        )
+    return [
+        Finding(
+            code="not-learning",
+            severity="warning",
+            title=f"the global model is no better than guessing after {len(rounds)} "
+            "rounds",
+            evidence=evidence,
+            fix=fix,
+            rounds=rounds,
+        )
+    ]
+
+
 def check_health_present(run: Run) -> list[Finding]:
     """Rounds without a health record: the per-client and per-layer checks skip them."""
     missing = sorted(set(run.rounds) - set(run.health))
@@ -1000,6 +1071,7 @@ CHECKS: tuple[Callable[[Run], list[Finding]], ...] = (
     check_norm_statistics,
     check_drift,
     check_loss_rising,
+    check_not_learning,
     check_health_present,
 )
 
@@ -1009,6 +1081,7 @@ CHECKS: tuple[Callable[[Run], list[Finding]], ...] = (
 #: first is the root cause's (lowering train.lr does not cure labels of 2)
 EXPLAINS: dict[str, tuple[str, ...]] = {
     "labels-outside-loss-range": (
+        "not-learning",
         "learning-rate-too-high",
         "aggregation-weights-not-normalized",
         "client-update-outlier",
@@ -1019,7 +1092,7 @@ EXPLAINS: dict[str, tuple[str, ...]] = {
         "learning-rate-too-high",
         "loss-rising-accuracy-holds",
     ),
-    "learning-rate-too-high": ("loss-rising-accuracy-holds",),
+    "learning-rate-too-high": ("loss-rising-accuracy-holds", "not-learning"),
     "client-update-outlier": ("loss-rising-accuracy-holds",),
 }
 
@@ -1027,11 +1100,14 @@ EXPLAINS: dict[str, tuple[str, ...]] = {
 def explain(findings: Sequence[Finding]) -> list[Finding]:
     """Demote findings that another present finding explains (see EXPLAINS)."""
     present = {f.code for f in findings}
+    explained = {c for c in present if any(c in EXPLAINS.get(o, ()) for o in present)}
     out = []
     for f in findings:
         causes = [c for c in present if f.code in EXPLAINS.get(c, ())]
         if causes:
-            cause = min(causes, key=lambda c: PRIORITY.get(c, 8))
+            # name the root cause, not a symptom that is itself explained
+            roots = [c for c in causes if c not in explained] or causes
+            cause = min(roots, key=lambda c: PRIORITY.get(c, 8))
             f = replace(
                 f,
                 severity="info",
