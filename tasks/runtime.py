@@ -7,8 +7,12 @@ for TensorFlow graph building and data decoding once.
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from fedpipe.data import prepared_spec
 from fedpipe.federation import FederatedData, federated_data, read_json
@@ -22,10 +26,29 @@ _data: dict[tuple, FederatedData] = {}
 
 def runner_for(spec: ModelSpec) -> ModelRunner:
     """The process's compiled model for ``spec`` (built on first use)."""
+    return cached_runner(spec)[0]
+
+
+def cached_runner(spec: ModelSpec) -> tuple[ModelRunner, bool]:
+    """The process's compiled model for ``spec``, and whether this call built it."""
     with _lock:
-        if spec not in _runners:
+        built = spec not in _runners
+        if built:
             _runners[spec] = ModelRunner(spec)
-        return _runners[spec]
+        return _runners[spec], built
+
+
+def where_am_i() -> str:
+    """This process, for logs: ``process 4242`` or ``Dask worker tcp://.. (...)``."""
+    label = f"process {os.getpid()}"
+    if "distributed" in sys.modules:
+        from distributed import get_worker
+
+        try:
+            return f"Dask worker {get_worker().address} ({label})"
+        except ValueError:  # not inside a Dask worker
+            pass
+    return label
 
 
 def _identity(path: Path) -> tuple:
@@ -47,3 +70,57 @@ def data_for(prepared: Path, manifest: Path) -> FederatedData:
                 prepared_spec(prepared),
             )
         return _data[key]
+
+
+class DaskScheduler:
+    """The Dask scheduler client training is sent to, for the length of one run.
+
+    ``address`` names an existing scheduler (``dask scheduler`` somewhere); without
+    one, a local cluster of ``workers`` single-threaded processes is started on
+    first use and closed when the ``with`` block ends. The cluster outlives the
+    round subflows, so each worker keeps its compiled model (:func:`runner_for`)
+    from client to client and round to round.
+    """
+
+    def __init__(self, *, address: str | None, workers: int) -> None:
+        self._address = address
+        self._workers = workers
+        self._cluster: Any = None
+        self._announced = False
+
+    def address(self) -> str:
+        """The scheduler's address (starts the local cluster if there is none)."""
+        if self._announced:
+            return self._address  # type: ignore[return-value]
+        from prefect.logging import get_logger
+
+        # the in-process scheduler logs every client connection (one per round)
+        # at INFO; prefect-dask announces each connection, and a dashboard
+        for name in ("distributed", "prefect.task_runner.dask"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        where = f"the Dask scheduler at {self._address}"
+        if self._address is None:
+            from distributed import LocalCluster
+
+            self._cluster = LocalCluster(
+                n_workers=self._workers,
+                threads_per_worker=1,  # one client at a time per compiled model
+                processes=True,
+                dashboard_address=None,
+            )
+            self._address = self._cluster.scheduler_address
+            where = (
+                f"a local Dask cluster of {self._workers} worker processes "
+                f"({self._address})"
+            )
+        get_logger("fedpipe").info("client training runs on %s", where)
+        self._announced = True
+        return self._address
+
+    def __enter__(self) -> DaskScheduler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None

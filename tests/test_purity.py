@@ -25,6 +25,7 @@ MODULES = [
     "fedpipe.strategy",
     "fedpipe.validation",
     "fedpipe.scaffold",
+    "fedpipe.overrides",
     "fedpipe.cli",
 ]
 
