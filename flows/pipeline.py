@@ -63,6 +63,8 @@ def run_pipeline(params: Params, force: bool = False) -> list[str]:
     ``runtime.dask_address`` names one) serves every round of the run.
     """
     with dask_scheduler(params) as dask:
+        if params.runtime.runner == "dask":
+            dask.start()  # workers start while the data stages run
         ran = _run_stages(params, force, dask)
     last = layout.round_metrics(params.federation.rounds)
     publish_run_artifacts(

@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -76,20 +77,43 @@ class DaskScheduler:
     """The Dask scheduler client training is sent to, for the length of one run.
 
     ``address`` names an existing scheduler (``dask scheduler`` somewhere); without
-    one, a local cluster of ``workers`` single-threaded processes is started on
-    first use and closed when the ``with`` block ends. The cluster outlives the
-    round subflows, so each worker keeps its compiled model (:func:`runner_for`)
-    from client to client and round to round.
+    one, a local cluster of ``workers`` single-threaded processes is started (by
+    :meth:`start`, or on first use) and closed when the ``with`` block ends. The
+    cluster outlives the round subflows, so each worker keeps its compiled model
+    (:func:`runner_for`) from client to client and round to round.
     """
 
     def __init__(self, *, address: str | None, workers: int) -> None:
         self._address = address
         self._workers = workers
         self._cluster: Any = None
+        self._starting: Future[Any] | None = None
         self._announced = False
 
+    def start(self) -> None:
+        """Start the local cluster in the background, if this run needs one.
+
+        Its workers import TensorFlow and fedpipe's tasks as they start, while the
+        data stages run, instead of when the first round waits for them.
+        """
+        if self._address is None and self._starting is None:
+            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dask-start")
+            self._starting = pool.submit(self._local_cluster)
+            pool.shutdown(wait=False)
+
+    def _local_cluster(self) -> Any:
+        from distributed import LocalCluster
+
+        return LocalCluster(
+            n_workers=self._workers,
+            threads_per_worker=1,  # one client at a time per compiled model
+            processes=True,
+            dashboard_address=None,
+            preload=["tasks.federation"],
+        )
+
     def address(self) -> str:
-        """The scheduler's address (starts the local cluster if there is none)."""
+        """The scheduler's address (waits for the local cluster to be up)."""
         if self._announced:
             return self._address  # type: ignore[return-value]
         from prefect.logging import get_logger
@@ -100,14 +124,9 @@ class DaskScheduler:
             logging.getLogger(name).setLevel(logging.WARNING)
         where = f"the Dask scheduler at {self._address}"
         if self._address is None:
-            from distributed import LocalCluster
-
-            self._cluster = LocalCluster(
-                n_workers=self._workers,
-                threads_per_worker=1,  # one client at a time per compiled model
-                processes=True,
-                dashboard_address=None,
-            )
+            self.start()
+            assert self._starting is not None
+            self._cluster = self._starting.result()
             self._address = self._cluster.scheduler_address
             where = (
                 f"a local Dask cluster of {self._workers} worker processes "
@@ -115,12 +134,16 @@ class DaskScheduler:
             )
         get_logger("fedpipe").info("client training runs on %s", where)
         self._announced = True
-        return self._address
+        return self._address  # type: ignore[return-value]
 
     def __enter__(self) -> DaskScheduler:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._starting is not None:
+            if self._starting.exception() is None:  # waits for a start under way
+                self._cluster = self._starting.result()
+            self._starting = None
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
