@@ -123,7 +123,9 @@ class DaskScheduler:
         for name in ("distributed", "prefect.task_runner.dask"):
             logging.getLogger(name).setLevel(logging.WARNING)
         where = f"the Dask scheduler at {self._address}"
-        if self._address is None:
+        if self._address is not None:
+            where += f" ({check_workers(self._address)} workers)"
+        else:
             self.start()
             assert self._starting is not None
             self._cluster = self._starting.result()
@@ -147,3 +149,34 @@ class DaskScheduler:
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
+
+
+def check_workers(address: str) -> int:
+    """Number of workers at the scheduler ``address``; each must run one thread.
+
+    A worker process keeps one compiled model (:func:`runner_for`), which trains
+    one client at a time: workers are started with ``--nthreads 1``.
+
+    Raises
+    ------
+    ValueError
+        No worker is connected, or one runs several threads.
+    """
+    from distributed import Client
+
+    with Client(address, timeout=30, set_as_default=False) as client:
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+    if not workers:
+        raise ValueError(
+            f"runtime.dask_address={address}: no Dask worker is connected; start "
+            f"some with `dask worker {address} --nthreads 1`"
+        )
+    threaded = sorted(w for w, info in workers.items() if info["nthreads"] != 1)
+    if threaded:
+        raise ValueError(
+            f"runtime.dask_address={address}: worker {threaded[0]} runs "
+            f"{workers[threaded[0]]['nthreads']} threads; fedpipe needs one thread "
+            "per worker process (it keeps one compiled model per process): start "
+            f"workers with `dask worker {address} --nthreads 1 --nworkers N`"
+        )
+    return len(workers)

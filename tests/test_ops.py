@@ -187,3 +187,29 @@ def test_artifacts_are_not_created_outside_a_run() -> None:
     publish_run_artifacts(
         _record().summary(), ["round@3"], title="t", doctor_findings="x"
     )
+
+
+# ---------------------------------------------------------------- dask
+
+
+def test_workers_with_several_threads_are_refused() -> None:
+    from distributed import LocalCluster
+
+    from tasks.runtime import check_workers
+
+    with LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
+    ) as cluster:
+        with pytest.raises(ValueError, match="--nthreads 1"):
+            check_workers(cluster.scheduler_address)
+
+
+def test_single_threaded_workers_are_counted() -> None:
+    from distributed import LocalCluster
+
+    from tasks.runtime import check_workers
+
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        assert check_workers(cluster.scheduler_address) == 2
