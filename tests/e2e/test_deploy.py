@@ -248,3 +248,44 @@ def test_round_tables_and_run_summary_are_artifacts(triggered: dict) -> None:
     summary = by_key["fedpipe-run-summary"]
     assert summary.type == "markdown"
     assert "| accuracy |" in summary.data and "`round@2`" in summary.data
+
+
+def test_doctor_and_report_hooks_publish_artifacts(
+    recording_env: dict[str, str],
+) -> None:
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+    from prefect.logging.handlers import APILogHandler
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from tasks.artifacts import publish_run_artifacts
+
+    @flow(name="fedpipe-hooks-check")
+    def hooks() -> None:
+        publish_run_artifacts(
+            None,
+            [],
+            title="t",
+            doctor_findings="## 1 finding\n\nglobal loss grows while accuracy holds",
+            report_link="file:///tmp/report/index.html",
+        )
+
+    with temporary_settings(
+        updates={PREFECT_API_URL: recording_env["PREFECT_API_URL"]}
+    ):
+        state = hooks(return_state=True)
+        APILogHandler().flush()  # before this module's server stops
+        with get_client(sync_client=True) as client:
+            artifacts = client.read_artifacts(
+                artifact_filter=ArtifactFilter(
+                    flow_run_id=ArtifactFilterFlowRunId(
+                        any_=[state.state_details.flow_run_id]
+                    )
+                )
+            )
+    by_key = {a.key: a for a in artifacts}
+    assert set(by_key) == {"fedpipe-doctor", "fedpipe-report"}  # no summary: None
+    assert "global loss grows" in by_key["fedpipe-doctor"].data
+    assert by_key["fedpipe-report"].type == "markdown"  # how Prefect stores links
+    assert "file:///tmp/report/index.html" in by_key["fedpipe-report"].data
