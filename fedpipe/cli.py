@@ -155,6 +155,35 @@ def cmd_centralized(args: argparse.Namespace) -> int:
     return 0
 
 
+def _deployment(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    _load(PARAMS, sync=True)  # bad params stop here, not in a scheduled run
+    _connect(args)
+    from flows.deploy import deployment
+
+    return deployment(
+        Path.cwd(), name=args.name, cron=args.cron, timezone=args.timezone
+    )
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    dep = _deployment(args)
+    from flows.deploy import deploy, ensure_process_pool
+
+    if ensure_process_pool(args.pool):
+        print(f"created work pool {args.pool!r} (type process)")
+    full = deploy(dep, args.pool)
+    when = f"cron {args.cron!r} ({args.timezone or 'UTC'})" if args.cron else "none"
+    print(
+        f"deployment {full!r} on work pool {args.pool!r}; schedule: {when}\n"
+        f"next: start a worker (it runs the deployment's runs):\n"
+        f"  PREFECT_API_URL={os.environ['PREFECT_API_URL']} "
+        f"prefect worker start --pool {args.pool}\n"
+        f"then trigger a run from the UI (Deployments -> {full} -> Run) or:\n"
+        f"  prefect deployment run {full!r} [--param rounds=20]"
+    )
+    return 0
+
+
 def cmd_lineage(args: argparse.Namespace) -> int:
     from fedpipe.lineage import (
         LineageError,
@@ -187,6 +216,20 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     else:
         print(format_text(findings))
     return exit_code(findings, fail_on=args.fail_on)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    dep = _deployment(args)
+    from flows.deploy import FLOW_NAME, serve
+
+    when = f"cron {args.cron!r} ({args.timezone or 'UTC'})" if args.cron else "none"
+    print(
+        f"serving deployment '{FLOW_NAME}/{dep.name}' (schedule: {when}); runs "
+        "start from the UI or `prefect deployment run`; Ctrl-C stops",
+        flush=True,
+    )
+    serve(dep)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -267,6 +310,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 if a finding of this severity or worse exists (default: error)",
     )
     doctor.set_defaults(func=cmd_doctor)
+    deploy = sub.add_parser(
+        "deploy",
+        help="register the project as a Prefect deployment on a process work pool",
+        description="Register this project as deployment fedpipe-federation/NAME "
+        "on a `process` work pool (created if missing), optionally on a cron "
+        "schedule; `prefect worker start --pool POOL` then runs its runs. Runs can "
+        "be started from the Prefect UI with overrides (rounds, strategy, epochs, "
+        "runner), which are written into params.yaml.",
+    )
+    deploy.add_argument(
+        "--pool", default="fedpipe", help="process work pool (default: fedpipe)"
+    )
+    deploy.set_defaults(func=cmd_deploy)
+    serve = sub.add_parser(
+        "serve",
+        help="serve the project as a Prefect deployment from this process",
+        description="Register this project as deployment fedpipe-federation/NAME, "
+        "optionally on a cron schedule, and run its runs from this process until "
+        "stopped (no work pool or worker needed).",
+    )
+    serve.set_defaults(func=cmd_serve)
+    for p in (deploy, serve):
+        p.add_argument(
+            "--name", help="deployment name (default: the project folder's name)"
+        )
+        p.add_argument(
+            "--cron", help="schedule, e.g. '0 3 * * *' (03:00 daily); default none"
+        )
+        p.add_argument(
+            "--timezone", help="IANA time zone of --cron, e.g. Europe/Berlin (UTC)"
+        )
+        p.add_argument(
+            "--no-server-start",
+            action="store_true",
+            help="fail instead of starting a local Prefect server when none answers",
+        )
 
     init = sub.add_parser(
         "init", help="create a new fedpipe project (dvc.yaml, params.yaml, git, dvc)"

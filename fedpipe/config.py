@@ -241,6 +241,20 @@ class ValidationParams(_Section):
     mixed_sizes: Literal["warn", "fail"] = "warn"
 
 
+class RuntimeParams(_Section):
+    """Where client training runs. Never changes results (no DVC stage tracks it).
+
+    ``local`` trains the selected clients one after another in the run's process;
+    ``dask`` sends each client's training to Dask workers: those of the scheduler
+    at ``dask_address`` (e.g. ``tcp://10.0.0.5:8786``) or, when it is null, of a
+    local cluster of ``dask_workers`` processes that lives for the whole run.
+    """
+
+    runner: Literal["local", "dask"] = "local"
+    dask_address: str | None = Field(None, min_length=1)
+    dask_workers: int = Field(2, ge=1)
+
+
 class Params(_Section):
     """All settings of one fedpipe experiment (the contents of ``params.yaml``)."""
 
@@ -254,6 +268,7 @@ class Params(_Section):
     personalization: PersonalizationParams = PersonalizationParams()
     faults: FaultsParams = FaultsParams()
     validation: ValidationParams = ValidationParams()
+    runtime: RuntimeParams = RuntimeParams()
     round_chain: dict[int, int] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -12,6 +12,9 @@ from importlib import resources
 from pathlib import Path
 
 TEMPLATE_FILES = ("dvc.yaml", "params.yaml")
+# written by every run but not versioned: the HTML report is rebuilt from the
+# versioned metrics (`fedpipe report`)
+GITIGNORED = ("reports/report.html",)
 
 REMOTE_NAME = "storage"
 # Outside every clone, the same for every clone of a project on this machine: DVC
@@ -60,6 +63,12 @@ def init_project(
             raise FileExistsError(f"{target}: already exists; not overwriting it")
     for name in TEMPLATE_FILES:
         (directory / name).write_text(template_text(name))
+    ignore = directory / ".gitignore"
+    present = ignore.read_text().splitlines() if ignore.exists() else []
+    missing = [line for line in GITIGNORED if line not in present]
+    if missing:
+        with ignore.open("a") as f:
+            f.write("".join(f"{line}\n" for line in missing))
     if git:
         env = dict(os.environ, DVC_NO_ANALYTICS="1")
         if not (directory / ".git").exists():

@@ -24,16 +24,65 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from fedpipe import layout
 from fedpipe.config import Params
-from flows.stages import run_stage
+from fedpipe.federation import read_json
+from flows.stages import dask_scheduler, run_stage
+from tasks.artifacts import publish_run_artifacts
 from tasks.dvc import record_stage, restore_stage_outputs, stage_is_fresh
+from tasks.report import doctor_and_report
+from tasks.runtime import DaskScheduler
 
 # stages whose record waits for the stage named here to pass
 GATED_BY = {"ingest": "validate"}
 
 
-@flow(name="fedpipe-run", task_runner=ThreadPoolTaskRunner(max_workers=1))
+def run_title(params: Params) -> str:
+    """A readable name for a run: project folder, strategy, model, rounds."""
+    return (
+        f"{Path.cwd().name} · {params.strategy.name} · {params.model.name} · "
+        f"{params.federation.rounds} rounds"
+    )
+
+
+def _run_name() -> str:
+    from prefect.runtime import flow_run
+
+    params = flow_run.parameters.get("params")
+    if not isinstance(params, Params):
+        params = Params.model_validate(params)
+    return run_title(params)
+
+
+@flow(
+    name="fedpipe-run",
+    flow_run_name=_run_name,
+    task_runner=ThreadPoolTaskRunner(max_workers=1),
+)
 def run_pipeline(params: Params, force: bool = False) -> list[str]:
-    """Bring every stage up to date; returns the stages that ran."""
+    """Bring every stage up to date; returns the stages that ran.
+
+    With ``runtime.runner: dask`` one Dask scheduler (a local cluster unless
+    ``runtime.dask_address`` names one) serves every round of the run.
+    """
+    with dask_scheduler(params) as dask:
+        if params.runtime.runner == "dask":
+            dask.start()  # workers start while the data stages run
+        ran = _run_stages(params, force, dask)
+    last = layout.round_metrics(params.federation.rounds)
+    findings = report = None
+    if "summary" in ran:
+        findings, path = doctor_and_report(Path("."))
+        report = path.as_uri()
+    publish_run_artifacts(
+        read_json(last) if "summary" in ran and last.is_file() else None,
+        ran,
+        title=f"fedpipe run: {run_title(params)}",
+        doctor_findings=findings,
+        report_link=report,
+    )
+    return ran
+
+
+def _run_stages(params: Params, force: bool, dask: DaskScheduler) -> list[str]:
     logger = get_run_logger()
     root = Path(".")
     ran: list[str] = []
@@ -48,7 +97,7 @@ def run_pipeline(params: Params, force: bool = False) -> list[str]:
             # the subflow ends: about 1 s per stage. The parent run keeps its
             # heartbeat (crash detection); its stages go without.
             with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-                run_stage(params, stage)
+                run_stage(params, stage, dask=dask)
         except Exception:
             if last_record is not None:
                 last_record.wait()

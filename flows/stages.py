@@ -8,7 +8,9 @@ of one run, in one process. Same code, same outputs, either way.
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, get_run_logger
 
@@ -17,6 +19,7 @@ from fedpipe.config import MNIST5K_PATH, Params
 from fedpipe.data import prepared_spec
 from fedpipe.faults import misweighted_aggregate
 from fedpipe.federation import (
+    ClientResult,
     RoundRecord,
     client_arrays,
     sample_clients,
@@ -31,8 +34,9 @@ from fedpipe.training import ModelSpec, model_spec_for
 from fedpipe.weights import load_state, load_weights
 from tasks import data as data_tasks
 from tasks import federation as fed_tasks
+from tasks.artifacts import publish_round_table
 from tasks.report import summarize
-from tasks.runtime import data_for
+from tasks.runtime import DaskScheduler, data_for
 
 
 def model_spec(params: Params) -> ModelSpec:
@@ -57,19 +61,19 @@ def personalization_for(params: Params, spec: ModelSpec) -> Personalization:
     )
 
 
-@flow(name="mnist5k")
+@flow(name="mnist5k", flow_run_name="mnist5k")
 def mnist5k_stage(params: Params) -> None:
     """Stage ``mnist5k``: the built-in digits as ``data/raw/mnist5k.parquet``."""
     data_tasks.materialize_mnist5k(Path(MNIST5K_PATH))
 
 
-@flow(name="ingest")
+@flow(name="ingest", flow_run_name="ingest")
 def ingest_stage(params: Params) -> None:
     """Stage ``ingest``: ``data.source`` in the prepared format (``data/prepared``)."""
     data_tasks.ingest(params.data, layout.PREPARED_DIR)
 
 
-@flow(name="validate")
+@flow(name="validate", flow_run_name="validate")
 def validate_stage(params: Params) -> None:
     """Stage ``validate``: Great Expectations checks on the prepared data."""
     data_tasks.validate(
@@ -77,7 +81,7 @@ def validate_stage(params: Params) -> None:
     )
 
 
-@flow(name="partition")
+@flow(name="partition", flow_run_name="partition")
 def partition_stage(params: Params) -> None:
     """Stage ``partition``: held-out test split, clients, local train/test splits."""
     p = params.partition
@@ -96,7 +100,7 @@ def partition_stage(params: Params) -> None:
     )
 
 
-@flow(name="init-model")
+@flow(name="init-model", flow_run_name="init-model")
 def init_stage(params: Params) -> None:
     """Stage ``init``: the global model before round 1."""
     spec = model_spec(params)
@@ -135,25 +139,28 @@ def round_stage(params: Params, round_: int) -> dict:
         seed=params.seed,
         round_=round_,
     )
-    results = [
-        fed_tasks.train_client(
-            spec,
-            global_weights,
-            data.clients[c],
-            round_=round_,
-            seed=params.seed,
-            epochs=params.train.epochs,
-            batch_size=params.train.batch_size,
-            proximal_mu=proximal_mu,
-            controls=None
-            if server_control is None
-            else (server_control, client_arrays(client_states, c, global_weights)),
-            personalization=personal,
-            kept=kept_arrays(client_states, c),
-            max_steps=params.train.local_steps,
-        )
-        for c in selected
-    ]
+    results = _train_selected(
+        [
+            dict(
+                spec=spec,
+                global_weights=global_weights,
+                client=data.clients[c],
+                round_=round_,
+                seed=params.seed,
+                epochs=params.train.epochs,
+                batch_size=params.train.batch_size,
+                proximal_mu=proximal_mu,
+                controls=None
+                if server_control is None
+                else (server_control, client_arrays(client_states, c, global_weights)),
+                personalization=personal,
+                kept=kept_arrays(client_states, c),
+                max_steps=params.train.local_steps,
+            )
+            for c in selected
+        ],
+        runner=params.runtime.runner,
+    )
     client_states = with_client_arrays(
         client_states, {r.client: r.state for r in results if r.state is not None}
     )
@@ -200,6 +207,7 @@ def round_stage(params: Params, round_: int) -> dict:
     health = fed_tasks.health(
         spec, global_weights, new_weights, data, results, round_=round_, record=record
     )
+    publish_round_table(record)
     fed_tasks.write_round(
         record,
         new_weights,
@@ -220,7 +228,7 @@ def round_stage(params: Params, round_: int) -> dict:
     return summary
 
 
-@flow(name="summary")
+@flow(name="summary", flow_run_name="summary")
 def summary_stage(params: Params) -> str:
     """Stage ``summary``: all rounds' history (DVC plots), final metrics, table."""
     return summarize(
@@ -231,13 +239,59 @@ def summary_stage(params: Params) -> str:
     )
 
 
-def run_stage(params: Params, stage: str) -> None:
-    """Run the flow of a DVC stage name such as ``partition`` or ``round@3``."""
+def _train_selected(calls: list[dict[str, Any]], *, runner: str) -> list[ClientResult]:
+    """Train the round's selected clients, one ``train-client`` task each.
+
+    ``calls`` holds each client's keyword arguments of ``train_client``, in client
+    order; the results come back in the same order (aggregation sums in it, so the
+    order decides the last bits). ``local`` runs them one after another in this
+    process; ``dask`` submits them all to the flow's ``DaskTaskRunner`` (see
+    :func:`run_stage`) and waits for each in turn.
+    """
+    if runner == "local":
+        return [fed_tasks.train_client(**kwargs) for kwargs in calls]
+    from prefect.context import FlowRunContext
+    from prefect_dask import DaskTaskRunner
+
+    context = FlowRunContext.get()
+    if context is None or not isinstance(context.task_runner, DaskTaskRunner):
+        raise RuntimeError(
+            "runtime.runner=dask needs the round flow to run on a DaskTaskRunner; "
+            "start rounds through run_stage()"
+        )
+    futures = [fed_tasks.train_client.submit(**kwargs) for kwargs in calls]
+    return [future.result() for future in futures]
+
+
+def run_stage(params: Params, stage: str, *, dask: DaskScheduler | None = None) -> None:
+    """Run the flow of a DVC stage name such as ``partition`` or ``round@3``.
+
+    With ``runtime.runner: dask`` a round runs on a ``DaskTaskRunner`` connected
+    to ``dask`` (the run's scheduler); without one, a scheduler is made for this
+    round alone (``fedpipe stage round K``, i.e. ``dvc repro``).
+    """
     name, _, arg = stage.partition("@")
-    if name == layout.ROUND_STAGE:
+    if name != layout.ROUND_STAGE:
+        STAGE_FLOWS[name](params)
+    elif params.runtime.runner == "local":
         round_stage(params, int(arg))
     else:
-        STAGE_FLOWS[name](params)
+        from prefect_dask import DaskTaskRunner
+
+        with ExitStack() as stack:
+            if dask is None:
+                dask = stack.enter_context(dask_scheduler(params))
+            on_dask = round_stage.with_options(
+                task_runner=DaskTaskRunner(address=dask.address())
+            )
+            on_dask(params, int(arg))
+
+
+def dask_scheduler(params: Params) -> DaskScheduler:
+    """The run's Dask scheduler from ``runtime.*`` (use it in a ``with`` block)."""
+    return DaskScheduler(
+        address=params.runtime.dask_address, workers=params.runtime.dask_workers
+    )
 
 
 STAGE_FLOWS = {

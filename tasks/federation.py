@@ -29,7 +29,7 @@ from fedpipe.strategy.aggregate import normalized
 from fedpipe.strategy.scaffold import CONTROL_DELTA, client_control_update
 from fedpipe.training import ModelSpec, initial_weights
 from fedpipe.weights import save_state, save_weights
-from tasks.runtime import runner_for
+from tasks.runtime import cached_runner, runner_for, where_am_i
 
 
 @task(name="init-model", cache_policy=NO_CACHE)
@@ -86,7 +86,13 @@ def train_client(
     """
     kept = kept or {}
     start = personalization.start_weights(global_weights, kept)
-    runner = runner_for(spec)
+    runner, built = cached_runner(spec)
+    if built:
+        get_run_logger().info(
+            "%s compiled in %s; reused for later clients and rounds",
+            spec.name,
+            where_am_i(),
+        )
     trainable = runner.trainable_indices()
     correction = None
     if controls is not None:

@@ -39,3 +39,24 @@ def summarize(
         key="fedpipe-summary", markdown=text, description="global vs local"
     )
     return table
+
+
+@task(name="doctor-and-report", cache_policy=NO_CACHE)
+def doctor_and_report(root: Path) -> tuple[str, Path]:
+    """The doctor's findings (markdown) and the run's HTML report (its path).
+
+    What ``fedpipe doctor`` and ``fedpipe report`` print and write, done at the
+    end of every run so the UI shows both; the findings are also logged.
+    """
+    from fedpipe.doctor import diagnose, format_markdown, format_text
+    from fedpipe.report import write_report
+
+    logger = get_run_logger()
+    findings = diagnose(root)
+    if findings:
+        logger.warning("fedpipe doctor:\n%s", format_text(findings))
+    else:
+        logger.info("fedpipe doctor: no findings")
+    path = write_report(root, findings=[f.to_dict() for f in findings])
+    logger.info("run report: %s", path.resolve())
+    return format_markdown(findings), path.resolve()

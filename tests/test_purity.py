@@ -30,6 +30,7 @@ MODULES = [
     "fedpipe.personalization",
     "fedpipe.centralized",
     "fedpipe.faults",
+    "fedpipe.overrides",
     "fedpipe.cli",
     "fedpipe.report",
     "fedpipe.lineage",

@@ -1,0 +1,88 @@
+"""Scale-out on Dask: the same tiny project trained locally and on Dask workers.
+
+Two identical projects; one runs with ``runtime.runner: local``, the other with
+``runtime.runner: dask`` (a LocalCluster of two worker processes for the whole
+``fedpipe run``). The runtime section must not change results: every round's model
+must be the same bytes, and ``dvc.lock`` the same text.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+import yaml
+from e2e_helpers import BIN, file_hashes, make_project, run_cli
+
+from fedpipe.overrides import set_params
+
+pytestmark = pytest.mark.e2e
+FEDPIPE = str(BIN / "fedpipe")
+ROUNDS = 2
+COMPILED = re.compile(
+    r"mlp compiled in (Dask worker (\S+) \(process \d+\)|process \d+)"
+)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> dict:
+    base = tmp_path_factory.mktemp("dask")
+    local = make_project(base / "local", cli_env, federation={"rounds": ROUNDS})
+    on_dask = base / "on-dask"
+    shutil.copytree(local, on_dask)
+    set_params(
+        on_dask / "params.yaml", {"runtime.runner": "dask", "runtime.dask_workers": 2}
+    )
+    out = {}
+    for name, project in (("local", local), ("dask", on_dask)):
+        proc = run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env)
+        out[name] = {"project": project, "log": proc.stdout + proc.stderr}
+    return out
+
+
+def test_dask_gives_bitwise_identical_models(runs: dict) -> None:
+    pattern = "models/round-*/weights.npz"
+    local = file_hashes(runs["local"]["project"], pattern)
+    on_dask = file_hashes(runs["dask"]["project"], pattern)
+    assert len(local) == ROUNDS + 1
+    assert on_dask == local
+    metrics = "metrics/rounds/round-*.json"
+    assert file_hashes(runs["dask"]["project"], metrics) == file_hashes(
+        runs["local"]["project"], metrics
+    )
+
+
+def test_runtime_is_not_part_of_the_record(runs: dict, cli_env: dict[str, str]) -> None:
+    # no stage tracks runtime.*: the same records, nothing to rerun after a switch
+    def stages(name: str) -> dict:
+        text = (runs[name]["project"] / "dvc.lock").read_text()
+        assert "runtime" not in text
+        return yaml.safe_load(text)["stages"]
+
+    local, on_dask = stages("local"), stages("dask")
+    assert list(on_dask) == list(local)
+    for name in local:
+        if name != "validate":  # its Data Docs pages carry the time they were made
+            assert on_dask[name] == local[name], name
+    status = run_cli([str(BIN / "dvc"), "status"], runs["dask"]["project"], cli_env)
+    assert "Data and pipelines are up to date" in status.stdout
+
+
+def test_clients_trained_on_workers_that_keep_their_model(runs: dict) -> None:
+    log = runs["dask"]["log"]
+    assert "client training runs on a local Dask cluster of 2 worker processes" in log
+    compiled = COMPILED.findall(log)
+    workers = [address for _, address in compiled if address]
+    # every client training ran on a worker; each worker built the model once
+    # for all its clients and rounds (2 rounds x 2 clients = 4 trainings)
+    assert compiled and len(workers) == len(compiled)
+    assert 1 <= len(workers) <= 2 and len(set(workers)) == len(workers)
+    assert "round   2/2" in log
+
+
+def test_local_runner_trains_in_the_run_process(runs: dict) -> None:
+    log = runs["local"]["log"]
+    compiled = COMPILED.findall(log)
+    assert len(compiled) == 1 and not compiled[0][1]
+    assert "Dask" not in log
