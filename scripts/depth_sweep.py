@@ -119,7 +119,12 @@ def main() -> None:
         (d, min(args.widths), k, None) for k in args.kernels[1:] for d in args.depths
     ]
     runs += [(d, control_width, args.kernels[0], 1) for d in args.depths]
-    rows, curves = [], {}
+    # finished runs are kept in rows.jsonl / curves.json, so an interrupted sweep
+    # resumes where it stopped
+    done_file, curves_file = args.out / "rows.jsonl", args.out / "curves.json"
+    done = [json.loads(line) for line in done_file.open()] if done_file.exists() else []
+    curves = json.loads(curves_file.read_text()) if curves_file.exists() else {}
+    rows = []
     for depth, width, kernel, steps in runs:
         text = _set(base, "model", "depth", depth)
         text = _set(text, "model", "width", width)
@@ -127,6 +132,10 @@ def main() -> None:
         text = _set(text, "train", "local_steps", "null" if steps is None else steps)
         (project / "params.yaml").write_text(text)
         name = f"d{depth}-w{width}-k{kernel}" + ("-1step" if steps else "")
+        previous = [r for r in done if r["run"] == name and name in curves]
+        if previous:
+            rows.append(previous[-1])
+            continue
         started = time.perf_counter()
         _run([fedpipe, "run"], project, env)
         fed = json.loads((project / "metrics/summary.json").read_text())
@@ -140,8 +149,13 @@ def main() -> None:
             ]  # fmt: skip
         _run(central_cmd, project, env)
         central = json.loads((project / "metrics/centralized.json").read_text())
-        _run([dvc, "exp", "save", "-f", "-n", name, "--include-untracked",
-              "metrics/centralized.json"], project, env)  # fmt: skip
+        # the round metrics and health records are cache: false outputs that
+        # git does not track yet: include them so each experiment keeps its own
+        keep = ["metrics/centralized.json", "metrics/rounds", "metrics/health",
+                "metrics/summary.json"]  # fmt: skip
+        _run([dvc, "exp", "save", "-f", "-n", name,
+              *[a for k in keep for a in ("--include-untracked", k)]],
+             project, env)  # fmt: skip
         layers = _layer_divergence(project, args.rounds)
         curves[name] = layers
         row = {
@@ -159,12 +173,14 @@ def main() -> None:
             "seconds": round(time.perf_counter() - started, 1),
         }
         rows.append(row)
+        with done_file.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        curves_file.write_text(json.dumps(curves, indent=1))
         print(json.dumps(row), flush=True)
     with open(args.out / "sweep.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    (args.out / "curves.json").write_text(json.dumps(curves, indent=1))
     cols = ["run", "federated_acc", "centralized_acc", "gap", "mean_divergence",
             "first_layer_divergence", "last_layer_divergence"]  # fmt: skip
     lines = ["| " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 1)]
