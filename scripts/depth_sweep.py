@@ -38,23 +38,9 @@ import sys
 import time
 from pathlib import Path
 
+from params_text import set_param
+
 BIN = Path(sys.executable).parent
-
-
-def _set(text: str, section: str, key: str, value: object) -> str:
-    """Set ``section.key`` in params.yaml text, keeping comments and layout."""
-    lines = text.split("\n")
-    inside = False
-    for n, line in enumerate(lines):
-        if not line.startswith(" ") and line.strip():
-            inside = line.startswith(f"{section}:")
-            continue
-        if inside and line.startswith(f"  {key}:"):
-            comment = line.find("#")
-            tail = "  " + line[comment:] if comment > 0 else ""
-            lines[n] = f"  {key}: {value}{tail}"
-            return "\n".join(lines)
-    raise SystemExit(f"params.yaml: cannot set {section}.{key}")
 
 
 def _run(cmd: list[str], project: Path, env: dict) -> str:
@@ -107,10 +93,10 @@ def main() -> None:
         _run([*git, "add", "-A"], project, env)
         _run([*git, "commit", "-qm", "baseline"], project, env)
     base = (project / "params.yaml").read_text()
-    base = _set(base, "federation", "rounds", args.rounds)
-    base = _set(base, "federation", "clients", args.clients)
-    base = _set(base, "train", "epochs", args.epochs)
-    base = _set(base, "model", "name", "cnn")
+    base = set_param(base, "federation", "rounds", args.rounds)
+    base = set_param(base, "federation", "clients", args.clients)
+    base = set_param(base, "train", "epochs", args.epochs)
+    base = set_param(base, "model", "name", "cnn")
     control_width = args.control_width or args.widths[0]
     # depth x width at the first kernel size; the other kernel sizes at the
     # narrowest width (the widest, deepest models dominate the cost on a CPU)
@@ -126,10 +112,12 @@ def main() -> None:
     curves = json.loads(curves_file.read_text()) if curves_file.exists() else {}
     rows = []
     for depth, width, kernel, steps in runs:
-        text = _set(base, "model", "depth", depth)
-        text = _set(text, "model", "width", width)
-        text = _set(text, "model", "kernel_size", kernel)
-        text = _set(text, "train", "local_steps", "null" if steps is None else steps)
+        text = set_param(base, "model", "depth", depth)
+        text = set_param(text, "model", "width", width)
+        text = set_param(text, "model", "kernel_size", kernel)
+        text = set_param(
+            text, "train", "local_steps", "null" if steps is None else steps
+        )
         (project / "params.yaml").write_text(text)
         name = f"d{depth}-w{width}-k{kernel}" + ("-1step" if steps else "")
         previous = [r for r in done if r["run"] == name and name in curves]

@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from params_text import set_param
+
 STRATEGIES = (
     "fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad",
     "fedmedian", "fedtrimmedavg", "krum", "multikrum", "scaffold",
@@ -52,22 +54,6 @@ HEADERS = {
                         "personalized"),
 }  # fmt: skip
 BIN = Path(sys.executable).parent
-
-
-def _set(text: str, section: str, key: str, value: object) -> str:
-    """Set ``section.key`` in params.yaml text, keeping comments and layout."""
-    lines = text.split("\n")
-    inside = False
-    for n, line in enumerate(lines):
-        if not line.startswith(" ") and line.strip():
-            inside = line.startswith(f"{section}:")
-            continue
-        if inside and line.startswith(f"  {key}:"):
-            comment = line.find("#")
-            tail = "  " + line[comment:] if comment > 0 else ""
-            lines[n] = f"  {key}: {value}{tail}"
-            return "\n".join(lines)
-    raise SystemExit(f"params.yaml: cannot set {section}.{key}")
 
 
 def _run(project: Path, env: dict, name: str) -> tuple[dict, float] | None:
@@ -113,12 +99,12 @@ def main() -> None:
         cells: dict[tuple[str, str], tuple[str, str]] = {}
         for part, settings in PARTITIONS.items():
             for name, variant in VARIANTS[table].items():
-                text = _set(base, "federation", "rounds", args.rounds)
+                text = set_param(base, "federation", "rounds", args.rounds)
                 for key, value in settings.items():
-                    text = _set(text, "partition", key, value)
+                    text = set_param(text, "partition", key, value)
                 for section, values in variant.items():
                     for key, value in values.items():
-                        text = _set(text, section, key, value)
+                        text = set_param(text, section, key, value)
                 (project / "params.yaml").write_text(text)
                 slug = "".join(c if c.isalnum() else "-" for c in name).strip("-")
                 exp = f"{table}-{slug}-{part}".replace("--", "-")
