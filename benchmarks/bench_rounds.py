@@ -32,6 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
+# the tools beside this interpreter: works with .venv/bin/python, activated or not
+FEDPIPE = str(Path(sys.executable).with_name("fedpipe"))
+DVC = str(Path(sys.executable).with_name("dvc"))
+
 for _k, _v in {
     "TF_CPP_MIN_LOG_LEVEL": "3",
     "DVC_NO_ANALYTICS": "1",
@@ -68,6 +72,9 @@ def hand_loop(project: Path, rounds: int) -> float:
         metrics=["accuracy"],
     )
     weights = load_weights(layout.model_weights(0))
+    # fedpipe's imports turn on TensorFlow op determinism, under which fit's
+    # shuffling needs a seed; a hand loop that wants repeatable runs sets one too
+    keras.utils.set_random_seed(params.seed)
     start = time.perf_counter()
     for _ in range(rounds):
         updates, sizes = [], []
@@ -215,19 +222,19 @@ def main() -> None:
 
     workdir = Path(tempfile.mkdtemp(prefix="fedpipe-bench-"))
     project = workdir / "project"
-    subprocess.run(["fedpipe", "init", str(project)], check=True)
-    subprocess.run(["fedpipe", "-C", str(project), "sync"], check=True)
+    subprocess.run([FEDPIPE, "init", str(project)], check=True)
+    subprocess.run([FEDPIPE, "-C", str(project), "sync"], check=True)
     params = project / "params.yaml"
     text = params.read_text()
     params.write_text(re.sub(r"(?m)^  rounds: \d+", f"  rounds: {args.rounds}", text))
-    subprocess.run(["fedpipe", "-C", str(project), "sync"], check=True)
+    subprocess.run([FEDPIPE, "-C", str(project), "sync"], check=True)
     for stage in ("mnist5k", "ingest", "validate", "partition", "init"):
         subprocess.run(
-            ["fedpipe", "-C", str(project), "stage", stage],
+            [FEDPIPE, "-C", str(project), "stage", stage],
             check=True,
             capture_output=True,
         )
-        subprocess.run(["dvc", "commit", "-q", "-f", stage], cwd=project, check=True)
+        subprocess.run([DVC, "commit", "-q", "-f", stage], cwd=project, check=True)
 
     times: dict[str, list[float]] = {mode: [] for mode in VARIANTS}
     for i in range(args.repeats):
