@@ -57,7 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _connect(args)
     from flows.pipeline import run_pipeline
 
-    ran = run_pipeline(params, force=args.force)
+    ran = run_pipeline(params, force=args.force, report=not args.no_report)
     print(f"done: {len(ran)} stage(s) ran" + (f" ({', '.join(ran)})" if ran else ""))
     summary = Path("reports/summary.md")
     if summary.is_file():
@@ -254,6 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--force", action="store_true", help="rerun stages even if up to date"
+    )
+    run.add_argument(
+        "--no-report",
+        action="store_true",
+        help="skip the doctor and the HTML report at the end (about 2 s); "
+        "`fedpipe doctor` / `fedpipe report` make them later",
     )
     run.set_defaults(func=cmd_run)
 

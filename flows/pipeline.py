@@ -57,8 +57,12 @@ def _run_name() -> str:
     flow_run_name=_run_name,
     task_runner=ThreadPoolTaskRunner(max_workers=1),
 )
-def run_pipeline(params: Params, force: bool = False) -> list[str]:
+def run_pipeline(params: Params, force: bool = False, report: bool = True) -> list[str]:
     """Bring every stage up to date; returns the stages that ran.
+
+    With ``report`` (the default), a run that reaches the summary stage ends with
+    the doctor's findings and the HTML report (``reports/report.html``), both also
+    published as artifacts.
 
     With ``runtime.runner: dask`` one Dask scheduler (a local cluster unless
     ``runtime.dask_address`` names one) serves every round of the run.
@@ -69,7 +73,7 @@ def run_pipeline(params: Params, force: bool = False) -> list[str]:
         ran = _run_stages(params, force, dask)
     last = layout.round_metrics(params.federation.rounds)
     findings = report = None
-    if "summary" in ran:
+    if report and "summary" in ran:
         findings, path = doctor_and_report(Path("."))
         report = path.as_uri()
     publish_run_artifacts(

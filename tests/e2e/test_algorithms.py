@@ -40,7 +40,7 @@ def base(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> P
     project = make_project(
         tmp_path_factory.mktemp("algos") / "base", cli_env, **TWO_ROUNDS
     )
-    run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env)
+    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], project, cli_env)
     return project
 
 
@@ -55,7 +55,7 @@ def _run_in_process(
     monkeypatch.chdir(project)
     sync_round_chain("params.yaml")
     with temporary_settings(updates={PREFECT_API_URL: prefect_api}):
-        ran = run_pipeline(load_params())
+        ran = run_pipeline(load_params(), report=False)
     unchanged = {"strategy": {"name": "fedavg"}}  # the base project's own settings
     assert ("round@2" in ran and "summary" in ran) or variant == unchanged
     return yaml.safe_load((project / "metrics/summary.json").read_text())
@@ -179,7 +179,7 @@ def test_client_state_reproduces_through_dvc_repro(
     shutil.copytree(base, by_run, symlinks=True)
     _set(by_run, strategy={"name": "scaffold"}, personalization={"method": "ditto"})
     shutil.copytree(by_run, by_repro, symlinks=True)
-    run_cli([FEDPIPE, "run", "--no-server-start"], by_run, cli_env)
+    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], by_run, cli_env)
     run_cli([FEDPIPE, "sync"], by_repro, cli_env)
     run_cli([DVC, "repro"], by_repro, cli_env)
     pattern = "models/round-*/*.npz"

@@ -36,7 +36,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> d
     )
     out = {}
     for name, project in (("local", local), ("dask", on_dask)):
-        proc = run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env)
+        proc = run_cli(
+            [FEDPIPE, "run", "--no-server-start", "--no-report"], project, cli_env
+        )
         out[name] = {"project": project, "log": proc.stdout + proc.stderr}
     return out
 

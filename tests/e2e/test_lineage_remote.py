@@ -35,7 +35,7 @@ def pushed(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) ->
     remote = base / "remote"  # outside both the project and its clone
     env = dict(cli_env, FEDPIPE_DVC_REMOTE=str(remote))
     project = make_project(base / "project", env)
-    run_cli([FEDPIPE, "run", "--no-server-start"], project, env)
+    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], project, env)
     run_cli(["git", "add", "-A"], project, env)
     run_cli(["git", "commit", "-qm", "tiny run"], project, env)
     push = run_cli([DVC, "push"], project, env)

@@ -46,7 +46,7 @@ def _project(path: Path, env: dict[str, str], kind: str) -> Path:
     else:
         write_table(path / "data/table.csv")
         project = make_project(path, env, **TABLE)
-    run_cli([FEDPIPE, "run", "--no-server-start"], project, env)
+    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], project, env)
     return project
 
 
@@ -190,7 +190,7 @@ def test_bad_input_fails_clearly_and_costs_nothing(
     }
     expected = breaker(project)
 
-    args = [FEDPIPE, "run", "--no-server-start"]
+    args = [FEDPIPE, "run", "--no-server-start", "--no-report"]
     if breaker is _break_empty_class:
         args.append("--force")
     proc = run_cli(args, project, cli_env, check=False)
@@ -212,6 +212,11 @@ def test_missing_data_path_stops_before_any_work(
     project = tmp_path / "table"
     shutil.copytree(good["table"], project, symlinks=True)
     _set(project, data={"path": "data/nowhere.csv"})
-    proc = run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env, check=False)
+    proc = run_cli(
+        [FEDPIPE, "run", "--no-server-start", "--no-report"],
+        project,
+        cli_env,
+        check=False,
+    )
     assert proc.returncode == 2
     assert "data.path='data/nowhere.csv' does not exist" in proc.stderr
