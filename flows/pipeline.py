@@ -72,16 +72,16 @@ def run_pipeline(params: Params, force: bool = False, report: bool = True) -> li
             dask.start()  # workers start while the data stages run
         ran = _run_stages(params, force, dask)
     last = layout.round_metrics(params.federation.rounds)
-    findings = report = None
+    findings = link = None
     if report and "summary" in ran:
         findings, path = doctor_and_report(Path("."))
-        report = path.as_uri()
+        link = path.as_uri()
     publish_run_artifacts(
         read_json(last) if "summary" in ran and last.is_file() else None,
         ran,
         title=f"fedpipe run: {run_title(params)}",
         doctor_findings=findings,
-        report_link=report,
+        report_link=link,
     )
     return ran
 
