@@ -616,17 +616,10 @@ def loss_for(n_classes: int, *, per_sample: bool = False) -> keras.losses.Loss:
     return keras.losses.SparseCategoricalCrossentropy(reduction=reduction)
 
 
-NORMALIZATION_LAYERS = (
-    keras.layers.BatchNormalization,
-    keras.layers.LayerNormalization,
-    keras.layers.GroupNormalization,
-)
-
-
 def normalization_layers(model: keras.Model) -> list[str]:
     """Names of the model's normalization layers (what FedBN keeps local)."""
     return [
         layer.name
         for layer in model.layers
-        if isinstance(layer, NORMALIZATION_LAYERS) and layer.weights
+        if layer_kind(layer) == "norm" and layer.weights
     ]

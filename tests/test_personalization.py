@@ -125,3 +125,11 @@ def test_params_accept_every_method_and_refuse_unknown_ones() -> None:
         parse_params(_params(method="pfedme"))
     with pytest.raises(ParamsError, match="both set"):
         parse_params(_params(layers=["head"], last_k=1))
+
+
+def test_normalization_layers_of_real_models() -> None:
+    from fedpipe.models import build_model, normalization_layers
+
+    bn = build_model("cnn", (28, 28, 1), 10, depth=2, width=4, batch_norm=True)
+    assert normalization_layers(bn) == ["bn_01", "bn_02"]
+    assert normalization_layers(build_model("mlp", (28, 28, 1), 10)) == []
