@@ -34,10 +34,23 @@ class _Section(BaseModel):
 
     def settings(self) -> dict[str, Any]:
         """The section's values other than ``name`` that are set (not null): what
-        a model builder or strategy receives as keyword arguments."""
-        return {
-            k: v for k, v in self.model_dump(exclude={"name"}).items() if v is not None
-        }
+        a model builder or strategy receives as keyword arguments. A section's
+        ``options`` (settings of a user's own code) are merged in."""
+        values = self.model_dump(exclude={"name", "options"})
+        out = {k: v for k, v in values.items() if v is not None}
+        out.update(getattr(self, "options", None) or {})
+        return out
+
+
+def _builtin_or_reference(key: str, value: str, builtins: tuple[str, ...]) -> str:
+    """``value`` if it is a built-in name or a ``file.py:Name`` / ``module:Name``
+    reference to the user's code; else a ValueError naming ``key``."""
+    if value in builtins or (":" in value and all(value.split(":", 1))):
+        return value
+    raise ValueError(
+        f"{key}: unknown {value!r}; allowed: {', '.join(builtins)}, or your own "
+        "code as path/to/file.py:Name or package.module:Name"
+    )
 
 
 class DataParams(_Section):
@@ -142,9 +155,7 @@ class ModelParams(_Section):
     receptive fields help); see :mod:`fedpipe.models` for what each model reads.
     """
 
-    name: Literal["small_cnn", "seed_cnn", "mlp", "deep_mlp", "cnn", "resnet"] = (
-        "small_cnn"
-    )
+    name: str = "small_cnn"
     depth: int | None = Field(None, ge=1)
     width: int | None = Field(None, ge=1)
     kernel_size: int | None = Field(None, ge=1)
@@ -152,7 +163,20 @@ class ModelParams(_Section):
     blocks_per_stage: int | None = Field(None, ge=1)
     width_multiplier: float | None = Field(None, gt=0.0)
     dropout: float | None = Field(None, ge=0.0, lt=1.0)
+    options: dict[str, Any] | None = None
 
+    @model_validator(mode="after")
+    def _known_model(self) -> ModelParams:
+        _builtin_or_reference("model.name", self.name, MODEL_NAMES)
+        if self.options and ":" not in self.name:
+            raise ValueError(
+                "model.options: settings for your own model builder; "
+                f"model.name={self.name!r} is built in (use model.depth, ...)"
+            )
+        return self
+
+
+MODEL_NAMES = ("small_cnn", "seed_cnn", "mlp", "deep_mlp", "cnn", "resnet")
 
 STRATEGY_NAMES = (
     "fedavg",
@@ -172,7 +196,7 @@ STRATEGY_NAMES = (
 class StrategyParams(_Section):
     """How the server aggregates client updates (null = the strategy's default)."""
 
-    name: Literal[STRATEGY_NAMES] = "fedavg"  # type: ignore[valid-type]
+    name: str = "fedavg"
     proximal_mu: float | None = Field(None, ge=0.0)
     server_lr: float | None = Field(None, gt=0.0)
     server_momentum: float | None = Field(None, ge=0.0, lt=1.0)
@@ -182,6 +206,36 @@ class StrategyParams(_Section):
     beta: float | None = Field(None, ge=0.0, lt=0.5)
     num_byzantine: int | None = Field(None, ge=0)
     num_selected: int | None = Field(None, ge=1)
+    options: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _known_strategy(self) -> StrategyParams:
+        _builtin_or_reference("strategy.name", self.name, STRATEGY_NAMES)
+        return self
+
+
+class ClientParams(_Section):
+    """The client algorithm (null = the one the strategy needs: plain SGD, FedProx's
+    proximal clients, SCAFFOLD's corrected ones) and settings of your own.
+
+    ``algorithm`` is ``sgd``, ``fedprox``, ``scaffold`` or your own class as
+    ``path/to/file.py:ClassName`` (a subclass of
+    :class:`fedpipe.client.base.ClientAlgorithm`); ``options`` are its settings.
+    """
+
+    algorithm: str | None = None
+    options: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _known_algorithm(self) -> ClientParams:
+        if self.algorithm is not None:
+            _builtin_or_reference(
+                "client.algorithm", self.algorithm, CLIENT_ALGORITHM_NAMES
+            )
+        return self
+
+
+CLIENT_ALGORITHM_NAMES = ("sgd", "fedprox", "scaffold")
 
 
 PERSONALIZATION_METHODS = ("none", "fedper", "fedbn", "finetune", "ditto")
@@ -265,6 +319,7 @@ class Params(_Section):
     train: TrainParams = TrainParams()
     model: ModelParams = ModelParams()
     strategy: StrategyParams = StrategyParams()
+    client: ClientParams = ClientParams()
     personalization: PersonalizationParams = PersonalizationParams()
     faults: FaultsParams = FaultsParams()
     validation: ValidationParams = ValidationParams()

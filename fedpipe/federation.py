@@ -7,10 +7,12 @@ turn them into the round's versioned outputs.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -183,49 +185,6 @@ def sample_clients(
 
 
 @dataclass(frozen=True)
-class ClientResult:
-    """A selected client's outcome: trained weights and its local model's metrics.
-
-    ``extras`` is what the strategy needs besides the weights (SCAFFOLD's control
-    delta); ``state`` is what the client keeps for the next round (its control
-    variate), or None; ``kept`` is what personalization keeps on the client (by
-    position in the weight list), or None.
-    """
-
-    client: int
-    n_train: int
-    n_test: int
-    weights: list[np.ndarray] = field(repr=False)
-    local: dict[str, float]
-    extras: dict[str, list[np.ndarray]] = field(default_factory=dict, repr=False)
-    state: list[np.ndarray] | None = field(default=None, repr=False)
-    kept: dict[int, np.ndarray] | None = field(default=None, repr=False)
-    train_loss: float = float("nan")
-
-
-def client_arrays(
-    states: Mapping[str, np.ndarray], client: int, like: Sequence[np.ndarray]
-) -> list[np.ndarray]:
-    """Client ``client``'s arrays from a round's client state (zeros if it has none)."""
-    prefix = f"client-{client:04d}/"
-    return [
-        np.asarray(states.get(f"{prefix}{j:03d}", np.zeros(a.shape, np.float32)))
-        for j, a in enumerate(like)
-    ]
-
-
-def with_client_arrays(
-    states: Mapping[str, np.ndarray], updates: Mapping[int, Sequence[np.ndarray]]
-) -> dict[str, np.ndarray]:
-    """A copy of ``states`` with the given clients' arrays replaced."""
-    out = dict(states)
-    for client, arrays in updates.items():
-        for j, array in enumerate(arrays):
-            out[f"client-{client:04d}/{j:03d}"] = np.asarray(array, np.float32)
-    return out
-
-
-@dataclass(frozen=True)
 class RoundRecord:
     """Everything a round reports; written as the round's metrics outputs.
 
@@ -277,8 +236,16 @@ class RoundRecord:
         """Standard deviation of local-model metrics across selected clients."""
         return _std([self.local[c] for c in self.selected])
 
+    @functools.cached_property
+    def _summary(self) -> dict[str, Any]:
+        return self._build_summary()
+
     def summary(self) -> dict[str, Any]:
-        """The round's metrics file: global test, client means, bookkeeping."""
+        """The round's metrics file: global test, client means, bookkeeping
+        (computed once; a copy each call)."""
+        return copy.deepcopy(self._summary)
+
+    def _build_summary(self) -> dict[str, Any]:
         out = {
             "round": self.round,
             "clients_selected": self.selected,

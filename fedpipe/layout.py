@@ -45,8 +45,8 @@ def server_state(round_: int) -> Path:
 
 
 def client_state(round_: int) -> Path:
-    """State each client keeps across rounds (SCAFFOLD's control variates)."""
-    return model_dir(round_) / "client_state.npz"
+    """Folder of what each client keeps across rounds (:mod:`fedpipe.clientstate`)."""
+    return model_dir(round_) / "clients"
 
 
 def round_metrics(round_: int) -> Path:

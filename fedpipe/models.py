@@ -472,15 +472,69 @@ def build_model(
         Unknown name, fewer than 2 classes, an unknown setting or a bad value;
         the message names the ``model.*`` key and what is allowed.
     """
-    builder = _builder(name)
     if n_classes < 2:
         raise ValueError(f"a classifier needs at least 2 classes, got {n_classes}")
+    if ":" in name:
+        return _user_model(name, tuple(input_shape), n_classes, settings)
+    builder = _builder(name)
     given = {key: value for key, value in settings.items() if value is not None}
     for key, value in given.items():
         _check(key, value)
     takes = model_settings(name)
     used = {key: value for key, value in given.items() if key in takes}
     return builder(tuple(input_shape), n_classes, **used)
+
+
+def _user_model(
+    name: str,
+    input_shape: tuple[int, ...],
+    n_classes: int,
+    settings: dict[str, object],
+) -> keras.Model:
+    """A model from the user's own builder (``model.name: file.py:function``).
+
+    The function is called as ``function(input_shape, n_classes, **settings)``
+    with the ``model.*`` settings that are set (and ``model.options``) that its
+    signature takes (all of them if it takes ``**kwargs``). It must return an
+    uncompiled ``keras.Model``.
+
+    Raises
+    ------
+    ParamsError
+        The reference does not resolve, the builder fails, or it returns
+        something other than a Keras model.
+    """
+    from fedpipe.config import ParamsError
+    from fedpipe.plugins import load_object
+
+    builder = load_object(name, key="model.name")
+    if not callable(builder):
+        raise ParamsError(
+            f"params.yaml: model.name={name!r} is a {type(builder).__name__}, not a "
+            "function returning a keras.Model"
+        )
+    given = {k: v for k, v in settings.items() if v is not None}
+    try:
+        params = inspect.signature(builder).parameters.values()
+    except (TypeError, ValueError):
+        params = ()
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        names = {p.name for p in params}
+        given = {k: v for k, v in given.items() if k in names}
+    try:
+        model = builder(input_shape, n_classes, **given)
+    except Exception as exc:
+        raise ParamsError(
+            f"params.yaml: model.name={name!r}: calling it with input shape "
+            f"{input_shape} and {n_classes} classes failed: {type(exc).__name__}: "
+            f"{exc}"
+        ) from None
+    if not isinstance(model, keras.Model):
+        raise ParamsError(
+            f"params.yaml: model.name={name!r} returned a {type(model).__name__}; "
+            "allowed: an uncompiled keras.Model"
+        )
+    return model
 
 
 # --------------------------------------------------------------------------- #

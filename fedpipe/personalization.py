@@ -1,43 +1,27 @@
-"""Personalized federated learning: what each client keeps of its own model.
+"""Personalized federated learning: ``personalization.*`` resolved for one model.
 
 Four methods, combinable with any server strategy (``personalization.method``):
-
-- ``fedper`` (Arivazhagan et al., 2019, "Federated Learning with Personalization
-  Layers"): chosen layers (by name, or the last k weight-bearing layers) stay on
-  each client. A client trains from the global shared layers plus its own personal
-  layers; the server never averages personal layers (the global model keeps its
-  initial ones).
-- ``fedbn`` (Li et al., 2021, "FedBN"): the same mechanism with every normalization
-  layer (scale, offset and moving statistics) kept local.
-- ``finetune``: the global model, trained further for k epochs on the client's own
-  training split before it is evaluated there. Nothing is kept between rounds.
-- ``ditto`` (Li et al., 2021, "Ditto: Fair and Robust Federated Learning Through
-  Personalization"): besides its usual global update, each selected client trains a
-  personal model v_k on loss + lambda/2 * ||v_k - w_global||^2, kept between rounds.
-
-The personalized model of a client is what it would deploy: shared layers of the
-new global model with its personal layers (fedper, fedbn), the fine-tuned global
-model (finetune), or its personal model (ditto). Clients that have never trained
-use the global model's layers until they do.
-
-Per-client arrays are kept in the round's ``client_state.npz`` under
-``personal/client-CCCC/JJJ`` (J: position in ``model.get_weights()``), beside
-SCAFFOLD's control variates, so a resumed or reproduced round continues exactly.
+``fedper`` (layers by name, or the last k weight-bearing layers, stay on each
+client), ``fedbn`` (every normalization layer stays local), ``finetune`` (the global
+model trained k more epochs on the client before it is evaluated there) and
+``ditto`` (a personal model per client, pulled to the global one). What each does
+in a round is a client algorithm that wraps the one the strategy needs
+(:mod:`fedpipe.client.personal`); this module checks the settings against the
+model's layers and builds that wrapper (:meth:`Personalization.wrap`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
+from fedpipe.client.base import ClientAlgorithm
+from fedpipe.client.personal import Ditto, FedBN, FedPer, FineTune
 from fedpipe.config import ParamsError
 
 DEFAULT_LAST_K = 1
 DEFAULT_FINETUNE_EPOCHS = 1
 DEFAULT_DITTO_LAMBDA = 0.1
-_PREFIX = "personal/client-"
 
 
 @dataclass(frozen=True)
@@ -66,50 +50,18 @@ class Personalization:
         """Whether clients get a personalized model at all."""
         return self.method != "none"
 
-    @property
-    def keeps_layers(self) -> bool:
-        """fedper and fedbn: some layers never leave the client."""
-        return self.method in ("fedper", "fedbn")
-
-    def start_weights(
-        self, global_weights: Sequence[np.ndarray], kept: Mapping[int, np.ndarray]
-    ) -> list[np.ndarray]:
-        """What a client trains from: the global weights with its kept layers."""
-        if not self.keeps_layers:
-            return list(global_weights)
-        return self.personal_model(global_weights, kept)
-
-    def personal_model(
-        self, global_weights: Sequence[np.ndarray], kept: Mapping[int, np.ndarray]
-    ) -> list[np.ndarray]:
-        """A client's personalized model before any fine-tuning: the global weights
-        with whatever the client keeps (fedper, fedbn: its layers; ditto: its whole
-        personal model). The global model itself for a client that keeps nothing."""
-        return [kept.get(j, w) for j, w in enumerate(global_weights)]
-
-    def shared_part(
-        self, trained: Sequence[np.ndarray], global_weights: Sequence[np.ndarray]
-    ) -> list[np.ndarray]:
-        """What a client sends: its trained weights with personal layers replaced by
-        the global ones (a zero update there, so no strategy moves them)."""
-        if not self.keeps_layers:
-            return list(trained)
-        keep = set(self.personal)
-        return [global_weights[j] if j in keep else w for j, w in enumerate(trained)]
-
-    def kept_part(self, trained: Sequence[np.ndarray]) -> dict[int, np.ndarray]:
-        """What a client keeps after training (fedper, fedbn: its personal layers)."""
-        return {j: np.asarray(trained[j]) for j in self.personal}
-
-    def restore_personal(
-        self, new_global: Sequence[np.ndarray], old_global: Sequence[np.ndarray]
-    ) -> list[np.ndarray]:
-        """The new global model with personal layers exactly as before aggregation
-        (server optimizers with momentum could otherwise still move them)."""
-        if not self.keeps_layers:
-            return list(new_global)
-        keep = set(self.personal)
-        return [old_global[j] if j in keep else w for j, w in enumerate(new_global)]
+    def wrap(self, inner: ClientAlgorithm) -> ClientAlgorithm:
+        """The client algorithm of this method around ``inner`` (``inner`` itself
+        for ``none``)."""
+        if self.method == "fedper":
+            return FedPer(inner, positions=self.personal)
+        if self.method == "fedbn":
+            return FedBN(inner, positions=self.personal)
+        if self.method == "finetune":
+            return FineTune(inner, epochs=self.finetune_epochs)
+        if self.method == "ditto":
+            return Ditto(inner, lam=self.ditto_lambda)
+        return inner
 
 
 NO_PERSONALIZATION = Personalization()
@@ -183,27 +135,3 @@ def resolve(
         finetune_epochs=finetune_epochs or DEFAULT_FINETUNE_EPOCHS,
         ditto_lambda=DEFAULT_DITTO_LAMBDA if ditto_lambda is None else ditto_lambda,
     )
-
-
-def kept_arrays(states: Mapping[str, np.ndarray], client: int) -> dict[int, np.ndarray]:
-    """Client ``client``'s kept arrays from a round's client state, by position."""
-    prefix = f"{_PREFIX}{client:04d}/"
-    return {
-        int(key[len(prefix) :]): np.asarray(value)
-        for key, value in states.items()
-        if key.startswith(prefix)
-    }
-
-
-def with_kept_arrays(
-    states: Mapping[str, np.ndarray], updates: Mapping[int, Mapping[int, np.ndarray]]
-) -> dict[str, np.ndarray]:
-    """A copy of ``states`` with the given clients' kept arrays replaced."""
-    out = dict(states)
-    for client, arrays in updates.items():
-        prefix = f"{_PREFIX}{client:04d}/"
-        for key in [k for k in out if k.startswith(prefix)]:
-            del out[key]
-        for j, array in arrays.items():
-            out[f"{prefix}{j:03d}"] = np.asarray(array)
-    return out

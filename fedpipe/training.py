@@ -78,8 +78,19 @@ def model_spec_for(params: Any, dataset: Any) -> ModelSpec:
         n_classes=len(dataset.classes),
         optimizer=params.train.optimizer,
         lr=params.train.lr,
-        settings=tuple(sorted(params.model.settings().items())),
+        settings=tuple(
+            sorted((k, _hashable(v)) for k, v in params.model.settings().items())
+        ),
     )
+
+
+def _hashable(value: Any) -> Any:
+    """A setting as a hashable value (lists -> tuples), so specs can be keys."""
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
 
 
 def initial_weights(spec: ModelSpec, seed: int) -> list[np.ndarray]:
@@ -123,18 +134,14 @@ class ModelRunner:
             for sg in layer._seed_generators
         ]
         self._predict = tf.function(self._predict_step, reduce_retracing=True)
-        self._train_step = tf.function(self._train_step_fn, reduce_retracing=True)
-        self._prox_step = tf.function(self._prox_step_fn, reduce_retracing=True)
         self._anchor = [
             tf.Variable(v, trainable=False) for v in self.model.trainable_variables
         ]
-        self._correction = [
+        self._offset = [
             tf.Variable(tf.zeros_like(v), trainable=False)
             for v in self.model.trainable_variables
         ]
-        self._corrected_step = tf.function(
-            self._corrected_step_fn, reduce_retracing=True
-        )
+        self._steps: dict[tuple[bool, bool], Any] = {}
         self.last_steps = 0
         self.last_train_loss = float("nan")
 
@@ -158,36 +165,47 @@ class ModelRunner:
         seed: int,
         proximal_mu: float = 0.0,
         anchor: Sequence[np.ndarray] | None = None,
-        gradient_correction: list[np.ndarray] | None = None,
+        gradient_offset: Sequence[np.ndarray] | None = None,
         max_steps: int | None = None,
     ) -> list[np.ndarray]:
         """Train from ``weights`` on (x, y) and return the trained weights.
 
         Samples are shuffled each epoch by a generator seeded with ``seed``; the
-        layers' random state is reset from ``seed`` too. ``proximal_mu`` > 0 adds
-        FedProx's proximal term mu/2 * ||w - w_global||^2 to the local loss
-        (Li et al., 2020); 0 (the default) trains plain local SGD. ``anchor`` (a
-        full weight list) is the point the proximal term pulls towards when it is
-        not ``weights`` itself (Ditto's personal model, pulled to the global one).
-        ``gradient_correction`` (one array per trainable variable) is added to every
-        gradient: SCAFFOLD's ``c - c_i`` (Karimireddy et al., 2020). ``max_steps``
-        stops training after that many minibatch steps (``train.local_steps``);
-        None runs every batch of every epoch. The number of local steps taken is
-        left in :attr:`last_steps`.
+        layers' random state is reset from ``seed`` too. Every minibatch takes one
+        step of the optimizer on the local objective
+
+        .. math:: L(w) + \\frac{\\mu}{2} \\|w - a\\|^2 + \\langle o, w \\rangle
+
+        on the trainable variables: ``proximal_mu`` > 0 adds the proximal term
+        (FedProx, Li et al., 2020; Ditto; FedDyn), pulling towards ``anchor`` (a
+        full weight list laid out like ``weights``; default ``weights`` itself);
+        ``gradient_offset`` (a full weight list; entries of non-trainable layers are
+        ignored) is added to every gradient, the gradient of the linear term
+        (SCAFFOLD's ``c - c_i``, Karimireddy et al., 2020; FedDyn's ``-grad_k``).
+        Both may be given: the two terms add. With neither, plain local SGD.
+        ``max_steps`` stops training after that many minibatch steps
+        (``train.local_steps``); None runs every batch of every epoch. The number
+        of local steps taken is left in :attr:`last_steps`, their mean data loss
+        (without the added terms) in :attr:`last_train_loss`.
         """
         self._reset(weights, seed)
-        mu = tf.constant(proximal_mu, dtype=tf.float32)
-        if gradient_correction is not None:
-            for var, value in zip(self._correction, gradient_correction, strict=True):
-                var.assign(value)
-        if proximal_mu > 0:
+        trainable = self.trainable_indices()
+        prox = proximal_mu > 0
+        offset = gradient_offset is not None
+        if prox:
             targets = (
                 self.model.trainable_variables
                 if anchor is None
-                else [anchor[j] for j in self.trainable_indices()]
+                else [anchor[j] for j in trainable]
             )
             for slot, value in zip(self._anchor, targets, strict=True):
                 slot.assign(value)
+        if gradient_offset is not None:
+            values = [np.asarray(gradient_offset[j], np.float32) for j in trainable]
+            for slot, value in zip(self._offset, values, strict=True):
+                slot.assign(value)
+        step = self._step(prox=prox, offset=offset)
+        extra = (tf.constant(proximal_mu, dtype=tf.float32),) if prox else ()
         rng = np.random.default_rng(seed)
         losses = []
         for _ in range(epochs):
@@ -200,12 +218,7 @@ class ModelRunner:
                     break
                 xb = tf.constant(xs[start : start + batch_size])
                 yb = tf.constant(ys[start : start + batch_size])
-                if gradient_correction is not None:
-                    losses.append(self._corrected_step(xb, yb))
-                elif proximal_mu > 0:
-                    losses.append(self._prox_step(xb, yb, mu))
-                else:
-                    losses.append(self._train_step(xb, yb))
+                losses.append(step(xb, yb, *extra))
         self.last_steps = len(losses)
         self.last_train_loss = (
             float(np.mean([float(v) for v in losses])) if losses else float("nan")
@@ -221,46 +234,40 @@ class ModelRunner:
         """Labels shaped for the loss: a column for one sigmoid output."""
         return y.reshape(-1, 1) if self.spec.n_classes == 2 else y
 
-    def _train_step_fn(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        """One minibatch SGD step: what ``model.fit`` does per batch, without its
-        per-call setup (about 0.1 s, more than a small client's whole epoch)."""
-        with tf.GradientTape() as tape:
-            loss = self._train_loss(y, self.model(x, training=True))
-            if self.model.losses:
-                loss = loss + tf.add_n(self.model.losses)
-        grads = tape.gradient(loss, self.model.trainable_variables)
-        self.optimizer.apply(grads, self.model.trainable_variables)
-        return loss
+    def _step(self, *, prox: bool, offset: bool) -> Any:
+        """The compiled minibatch step for this combination of added terms.
 
-    def _corrected_step_fn(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        """:meth:`_train_step_fn` with a fixed correction added to each gradient."""
-        with tf.GradientTape() as tape:
-            loss = self._train_loss(y, self.model(x, training=True))
-            if self.model.losses:
-                loss = loss + tf.add_n(self.model.losses)
-        grads = tape.gradient(loss, self.model.trainable_variables)
-        grads = [g + c for g, c in zip(grads, self._correction, strict=True)]
-        self.optimizer.apply(grads, self.model.trainable_variables)
-        return loss
+        One definition for every local objective; each combination is traced once
+        and kept. With neither term it is exactly what ``model.fit`` does per
+        batch, without its per-call setup (about 0.1 s, more than a small
+        client's whole epoch).
+        """
+        key = (prox, offset)
+        if key not in self._steps:
 
-    def _prox_step_fn(self, x: tf.Tensor, y: tf.Tensor, mu: tf.Tensor) -> tf.Tensor:
-        """:meth:`_train_step_fn` with FedProx's proximal term added to the loss."""
-        with tf.GradientTape() as tape:
-            loss = self._train_loss(y, self.model(x, training=True))
-            if self.model.losses:
-                loss = loss + tf.add_n(self.model.losses)
-            prox = tf.add_n(
-                [
-                    tf.reduce_sum(tf.square(v - a))
-                    for v, a in zip(
-                        self.model.trainable_variables, self._anchor, strict=True
-                    )
-                ]
-            )
-            total = loss + 0.5 * mu * prox
-        grads = tape.gradient(total, self.model.trainable_variables)
-        self.optimizer.apply(grads, self.model.trainable_variables)
-        return loss
+            def step(x: tf.Tensor, y: tf.Tensor, *mu: tf.Tensor) -> tf.Tensor:
+                variables = self.model.trainable_variables
+                with tf.GradientTape() as tape:
+                    loss = self._train_loss(y, self.model(x, training=True))
+                    if self.model.losses:
+                        loss = loss + tf.add_n(self.model.losses)
+                    total = loss
+                    if prox:
+                        distance = tf.add_n(
+                            [
+                                tf.reduce_sum(tf.square(v - a))
+                                for v, a in zip(variables, self._anchor, strict=True)
+                            ]
+                        )
+                        total = loss + 0.5 * mu[0] * distance
+                grads = tape.gradient(total, variables)
+                if offset:
+                    grads = [g + o for g, o in zip(grads, self._offset, strict=True)]
+                self.optimizer.apply(grads, variables)
+                return loss
+
+            self._steps[key] = tf.function(step, reduce_retracing=True)
+        return self._steps[key]
 
     def _predict_step(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         probs = self.model(x, training=False)

@@ -8,57 +8,22 @@ of one run, in one process. Same code, same outputs, either way.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 from prefect import flow, get_run_logger
 
 from fedpipe import layout
 from fedpipe.config import MNIST5K_PATH, Params
 from fedpipe.data import prepared_spec
-from fedpipe.faults import misweighted_aggregate
-from fedpipe.federation import (
-    ClientResult,
-    RoundRecord,
-    client_arrays,
-    sample_clients,
-    with_client_arrays,
-    write_json,
-)
 from fedpipe.history import progress_line
-from fedpipe.personalization import Personalization, kept_arrays, with_kept_arrays
-from fedpipe.strategy import AggregationError, Strategy, make_strategy
-from fedpipe.strategy.scaffold import Scaffold
-from fedpipe.training import ModelSpec, model_spec_for
-from fedpipe.weights import load_state, load_weights
+from fedpipe.round import ClientJob, ClientResult, MapClients, RoundFailed, run_round
 from tasks import data as data_tasks
 from tasks import federation as fed_tasks
 from tasks.artifacts import publish_round_table
 from tasks.report import summarize
-from tasks.runtime import DaskScheduler, data_for
-
-
-def model_spec(params: Params) -> ModelSpec:
-    """The model the experiment trains, from ``model.*``, ``train.*`` and the data."""
-    return model_spec_for(params, prepared_spec(layout.PREPARED_DIR))
-
-
-def strategy_for(params: Params) -> Strategy:
-    """The server strategy from ``strategy.name`` and its ``strategy.*`` settings."""
-    return make_strategy(
-        params.strategy.name,
-        total_clients=params.federation.clients,
-        **params.strategy.settings(),
-    )
-
-
-def personalization_for(params: Params, spec: ModelSpec) -> Personalization:
-    """``personalization.*`` resolved against the model's layers."""
-    p = params.personalization
-    return fed_tasks.personalization_for(
-        spec, p.method, **p.model_dump(exclude={"method"})
-    )
+from tasks.runtime import DaskScheduler, runner_for
 
 
 @flow(name="mnist5k", flow_run_name="mnist5k")
@@ -103,125 +68,28 @@ def partition_stage(params: Params) -> None:
 @flow(name="init-model", flow_run_name="init-model")
 def init_stage(params: Params) -> None:
     """Stage ``init``: the global model before round 1."""
-    spec = model_spec(params)
-    personalization_for(params, spec)  # a bad personalization.* stops here
-    fed_tasks.init_model(
-        spec,
-        params.seed,
-        strategy_for(params),
-        weights_out=layout.model_weights(0),
-        state_out=layout.server_state(0),
-        client_state_out=layout.client_state(0),
-    )
+    fed_tasks.init_model(params)
 
 
 @flow(name="federation-round", flow_run_name="round {round_}")
 def round_stage(params: Params, round_: int) -> dict:
-    """Stage ``round@K``: sample clients, train each (a task per client), aggregate,
-    evaluate, and write the new global model and the round's metrics."""
+    """Stage ``round@K``: :func:`fedpipe.round.run_round` on round K-1's files, a
+    ``train-client`` task per selected client, then the round's outputs written."""
     started = time.perf_counter()
-    spec = model_spec(params)
-    data = data_for(layout.PREPARED_DIR, layout.MANIFEST)
-    global_weights = load_weights(layout.model_weights(round_ - 1))
-    server_state = load_state(layout.server_state(round_ - 1))
-    strategy = strategy_for(params)
-    personal = personalization_for(params, spec)
-    proximal_mu = float(strategy.client_settings().get("proximal_mu", 0.0))
-    client_states = load_state(layout.client_state(round_ - 1))
-    server_control = (
-        strategy.server_control(server_state)
-        if isinstance(strategy, Scaffold)
-        else None
-    )
-    selected = sample_clients(
-        n_clients=len(data.clients),
-        per_round=params.federation.clients_per_round(),
-        seed=params.seed,
-        round_=round_,
-    )
-    results = _train_selected(
-        [
-            dict(
-                spec=spec,
-                global_weights=global_weights,
-                client=data.clients[c],
-                round_=round_,
-                seed=params.seed,
-                epochs=params.train.epochs,
-                batch_size=params.train.batch_size,
-                proximal_mu=proximal_mu,
-                controls=None
-                if server_control is None
-                else (server_control, client_arrays(client_states, c, global_weights)),
-                personalization=personal,
-                kept=kept_arrays(client_states, c),
-                max_steps=params.train.local_steps,
-            )
-            for c in selected
-        ],
-        runner=params.runtime.runner,
-    )
-    client_states = with_client_arrays(
-        client_states, {r.client: r.state for r in results if r.state is not None}
-    )
-    client_states = with_kept_arrays(
-        client_states, {r.client: r.kept for r in results if r.kept is not None}
-    )
+    inputs = fed_tasks.load_round(params, round_)
     try:
-        new_weights, new_state, weight_sum = fed_tasks.aggregate(
-            strategy, global_weights, server_state, results
+        outputs = run_round(
+            inputs,
+            map_clients=_map_clients(params.runtime.runner),
+            runner=runner_for(inputs.spec),
         )
-    except AggregationError:
+    except RoundFailed as failed:
         # what the doctor needs to name the client that sent non-finite values
-        write_json(
-            layout.health_metrics(round_),
-            fed_tasks.health(spec, global_weights, None, data, results, round_=round_),
-        )
+        fed_tasks.write_health(failed.health, layout.health_metrics(round_))
         raise
-    new_weights = personal.restore_personal(new_weights, global_weights)
-    if params.faults.aggregation_weight_sum is not None:
-        new_weights = misweighted_aggregate(
-            global_weights, new_weights, params.faults.aggregation_weight_sum
-        )
-    personalized = None
-    if personal.enabled:
-        personalized = fed_tasks.evaluate_personalized(
-            spec,
-            personal,
-            new_weights,
-            data,
-            {c.client: kept_arrays(client_states, c.client) for c in data.clients},
-            round_=round_,
-            seed=params.seed,
-            batch_size=params.train.batch_size,
-        )
-    record: RoundRecord = fed_tasks.evaluate(
-        spec,
-        new_weights,
-        data,
-        results,
-        round_=round_,
-        weight_sum=weight_sum,
-        personalized=personalized,
-    )
-    health = fed_tasks.health(
-        spec, global_weights, new_weights, data, results, round_=round_, record=record
-    )
-    publish_round_table(record)
-    fed_tasks.write_round(
-        record,
-        new_weights,
-        new_state,
-        client_states,
-        model_out=layout.model_weights(round_),
-        state_out=layout.server_state(round_),
-        client_state_out=layout.client_state(round_),
-        metrics_out=layout.round_metrics(round_),
-        clients_out=layout.client_metrics(round_),
-        health=health,
-        health_out=layout.health_metrics(round_),
-    )
-    summary = record.summary()
+    publish_round_table(outputs.record)
+    fed_tasks.write_round(outputs, round_)
+    summary = outputs.record.summary()
     get_run_logger().info(
         progress_line(summary, params.federation.rounds, time.perf_counter() - started)
     )
@@ -239,28 +107,30 @@ def summary_stage(params: Params) -> str:
     )
 
 
-def _train_selected(calls: list[dict[str, Any]], *, runner: str) -> list[ClientResult]:
-    """Train the round's selected clients, one ``train-client`` task each.
+def _map_clients(runner: str) -> MapClients:
+    """One ``train-client`` task per job, results in job (client) order.
 
-    ``calls`` holds each client's keyword arguments of ``train_client``, in client
-    order; the results come back in the same order (aggregation sums in it, so the
-    order decides the last bits). ``local`` runs them one after another in this
-    process; ``dask`` submits them all to the flow's ``DaskTaskRunner`` (see
-    :func:`run_stage`) and waits for each in turn.
+    ``local`` runs them one after another in this process; ``dask`` submits them
+    all to the flow's ``DaskTaskRunner`` (see :func:`run_stage`) and waits for
+    each in turn.
     """
     if runner == "local":
-        return [fed_tasks.train_client(**kwargs) for kwargs in calls]
-    from prefect.context import FlowRunContext
-    from prefect_dask import DaskTaskRunner
+        return lambda jobs: [fed_tasks.train_client(job) for job in jobs]
 
-    context = FlowRunContext.get()
-    if context is None or not isinstance(context.task_runner, DaskTaskRunner):
-        raise RuntimeError(
-            "runtime.runner=dask needs the round flow to run on a DaskTaskRunner; "
-            "start rounds through run_stage()"
-        )
-    futures = [fed_tasks.train_client.submit(**kwargs) for kwargs in calls]
-    return [future.result() for future in futures]
+    def on_dask(jobs: Sequence[ClientJob]) -> list[ClientResult]:
+        from prefect.context import FlowRunContext
+        from prefect_dask import DaskTaskRunner
+
+        context = FlowRunContext.get()
+        if context is None or not isinstance(context.task_runner, DaskTaskRunner):
+            raise RuntimeError(
+                "runtime.runner=dask needs the round flow to run on a "
+                "DaskTaskRunner; start rounds through run_stage()"
+            )
+        futures = [fed_tasks.train_client.submit(job) for job in jobs]
+        return [future.result() for future in futures]
+
+    return on_dask
 
 
 def run_stage(params: Params, stage: str, *, dask: DaskScheduler | None = None) -> None:

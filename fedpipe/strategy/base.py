@@ -162,12 +162,17 @@ class Strategy(abc.ABC):
         initialised to zeros by :meth:`init_state`.
     required_extras : tuple of str
         Keys every :attr:`ClientUpdate.extras` must hold, laid out like the weights.
+    client_algorithm : str
+        The client algorithm this strategy needs (a name in
+        :data:`fedpipe.client.CLIENT_ALGORITHMS`, or a reference to a user's
+        class); it is built from :meth:`client_settings`. Default ``"sgd"``.
     """
 
     name: ClassVar[str]
     settings: ClassVar[tuple[str, ...]] = ()
     state_names: ClassVar[tuple[str, ...]] = ()
     required_extras: ClassVar[tuple[str, ...]] = ()
+    client_algorithm: ClassVar[str] = "sgd"
 
     @classmethod
     def from_params(cls, **settings: Any) -> Self:
@@ -263,8 +268,14 @@ class Strategy(abc.ABC):
             k: np.array(v) for k, v in new_state.items()
         }
 
-    def client_settings(self) -> dict[str, float]:
-        """Settings clients need for local training (FedProx: ``proximal_mu``)."""
+    def client_settings(self) -> dict[str, Any]:
+        """Settings of the :attr:`client_algorithm` (FedProx: ``proximal_mu``)."""
+        return {}
+
+    def broadcast(self, state: State) -> dict[str, Weights]:
+        """What every selected client receives besides the global weights, laid
+        out like them (SCAFFOLD: the server control variate ``"c"``). Default:
+        nothing. Read-only for the clients."""
         return {}
 
     # ------------------------------------------------------------ checks

@@ -27,6 +27,7 @@ class FedProx(FedAvg):
 
     name = "fedprox"
     settings = ("proximal_mu",)
+    client_algorithm = "fedprox"
 
     def __init__(self, *, proximal_mu: float = 0.01) -> None:
         self.proximal_mu = check_float("proximal_mu", proximal_mu, ge=0.0)

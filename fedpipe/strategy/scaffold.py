@@ -25,6 +25,8 @@ from fedpipe.strategy.base import (
 
 CONTROL_DELTA = "control_delta"
 """The :attr:`ClientUpdate.extras` key holding a client's :math:`\\Delta c_i`."""
+SERVER_CONTROL = "c"
+"""The :meth:`Strategy.broadcast` key of the server control variate :math:`c`."""
 
 
 class Scaffold(Strategy):
@@ -41,9 +43,10 @@ class Scaffold(Strategy):
 
     Unweighted means, as in the paper; :math:`c_0 = 0`.
 
-    What clients must do (option II of the paper; not implemented in
-    ``fedpipe.training`` yet, so this strategy refuses updates without
-    ``control_delta``): each client keeps its own control variate :math:`c_i`
+    What clients do (option II of the paper;
+    :class:`fedpipe.client.scaffold.ScaffoldClient`, which this strategy names as
+    its :attr:`client_algorithm`; updates without ``control_delta`` are refused):
+    each client keeps its own control variate :math:`c_i`
     (zeros at first) across rounds, and in a round
 
     1. receives :math:`x = w_t` and :math:`c =` :meth:`server_control` (state);
@@ -73,6 +76,7 @@ class Scaffold(Strategy):
     settings = ("server_lr", "total_clients")
     state_names = ("c",)
     required_extras = (CONTROL_DELTA,)
+    client_algorithm = "scaffold"
 
     def __init__(
         self, *, server_lr: float = 1.0, total_clients: int | None = None
@@ -91,6 +95,10 @@ class Scaffold(Strategy):
         return [
             np.array(c, dtype=np.float64) for c in state_arrays(state, "c", n_layers)
         ]
+
+    def broadcast(self, state: State) -> dict[str, Weights]:
+        """:math:`c_t` for the clients, as ``{"c": [...]}``."""
+        return {SERVER_CONTROL: self.server_control(state)}
 
     def aggregate(
         self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State
@@ -116,57 +124,3 @@ class Scaffold(Strategy):
             )
         ]
         return cast_like(new, global_weights), pack_state(c=control)
-
-
-def client_control_update(
-    *,
-    x: Weights,
-    y: Weights,
-    c: Weights,
-    c_i: Weights,
-    steps: int,
-    lr: float,
-    trainable: Sequence[int],
-) -> tuple[Weights, Weights]:
-    """A client's new control variate and its delta (option II of the paper).
-
-    ``c_i+ = c_i - c + (x - y) / (K * lr)`` on the trainable layers; the other
-    layers (batch-norm statistics) carry no control variate and stay zero.
-
-    Parameters
-    ----------
-    x, y : Weights
-        The global weights the client started from and its trained weights.
-    c, c_i : Weights
-        The server's and the client's control variates (all layers).
-    steps : int
-        K, the local SGD steps taken (>= 1).
-    lr : float
-        The local learning rate.
-    trainable : sequence of int
-        Indices of the trainable layers in the weight lists.
-
-    Returns
-    -------
-    (c_i_new, delta)
-        The client's new control variate and ``c_i_new - c_i``, both float32.
-    """
-    if steps < 1:
-        raise AggregationError("SCAFFOLD needs at least one local step per client")
-    keep = set(trainable)
-    new: Weights = []
-    for j, (xj, yj, cj, cij) in enumerate(zip(x, y, c, c_i, strict=True)):
-        if j in keep:
-            value = (
-                cij.astype(np.float64)
-                - cj.astype(np.float64)
-                + (xj.astype(np.float64) - yj.astype(np.float64)) / (steps * lr)
-            )
-        else:
-            value = np.zeros(xj.shape, np.float64)
-        new.append(value.astype(np.float32))
-    delta = [
-        (n - o.astype(np.float32)).astype(np.float32)
-        for n, o in zip(new, c_i, strict=True)
-    ]
-    return new, delta

@@ -1,0 +1,252 @@
+"""The client-algorithm contract: what a client does with the model it receives.
+
+The server side of an algorithm is a :class:`~fedpipe.strategy.base.Strategy`; the
+client side is a :class:`ClientAlgorithm`. In every round, for each selected client,
+the round (:func:`fedpipe.round.run_round`) builds a :class:`ClientTask` and calls
+:meth:`ClientAlgorithm.train` with a :class:`LocalTrainer` bound to that client's
+data::
+
+    task    = ClientTask(client=3, round=5, global_weights=w, broadcast={...},
+                         state={...}, seed=42)
+    reply   = algorithm.train(task, trainer)   # -> ClientReply
+
+What a client **receives** (:class:`ClientTask`): the global weights, what the
+strategy broadcasts besides them (:meth:`Strategy.broadcast`, e.g. SCAFFOLD's server
+control variate ``"c"``), and what this client kept from its previous rounds
+(``state``, namespaced by algorithm: ``state["scaffold"]["c_i/003"]``; empty the
+first time). What it **may keep** between rounds: named arrays in
+:attr:`ClientReply.state` under its own :attr:`ClientAlgorithm.name`; the round stores
+them per client (:mod:`fedpipe.clientstate`) and hands them back next time the client
+is selected. What it **sends back** (:class:`ClientReply`): its weights (the full
+list, laid out like the global weights), ``extras`` for the strategy (laid out like
+the weights, e.g. ``"control_delta"``), and optionally the model to report as its
+local model.
+
+An algorithm is a small, stateless object built from its settings (the keys in
+:attr:`ClientAlgorithm.settings`, keyword-only constructor arguments): everything
+carried between rounds goes through ``state``, so a round can be recomputed from
+files alone. It must be deterministic given the task (seeds come from
+:meth:`ClientTask.seed_for`), must not modify its inputs, and may train as often as
+it likes through the trainer (Ditto trains twice).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+
+import numpy as np
+
+from fedpipe.seeds import derive_seed
+
+Weights = list[np.ndarray]
+ClientState = Mapping[str, Mapping[str, np.ndarray]]
+"""What one client keeps: algorithm name -> array name -> array."""
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    """How each client trains in a round (``train.*``).
+
+    Attributes
+    ----------
+    epochs : int
+        Local epochs per round (``train.epochs``).
+    batch_size : int
+        Minibatch size (``train.batch_size``).
+    lr : float
+        Local learning rate (``train.lr``; SCAFFOLD's control update needs it).
+    max_steps : int or None
+        Stop after this many minibatch steps (``train.local_steps``).
+    """
+
+    epochs: int
+    batch_size: int
+    lr: float
+    max_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class ClientTask:
+    """What a selected client receives in a round.
+
+    Attributes
+    ----------
+    client : int
+        The client's id.
+    round : int
+        The round (1-based).
+    global_weights : list of ndarray
+        The global model's weights (read-only).
+    broadcast : mapping of str to list of ndarray
+        What the strategy sends every client besides the weights
+        (:meth:`Strategy.broadcast`), laid out like the weights.
+    state : mapping
+        What this client kept from earlier rounds, by algorithm name
+        (:data:`ClientState`); empty the first time.
+    seed : int
+        The experiment's seed; use :meth:`seed_for`.
+    """
+
+    client: int
+    round: int
+    global_weights: Weights = field(repr=False)
+    broadcast: Mapping[str, Weights] = field(default_factory=dict, repr=False)
+    state: ClientState = field(default_factory=dict, repr=False)
+    seed: int = 0
+
+    def seed_for(self, purpose: str) -> int:
+        """A seed for one use (``"train"``, ``"ditto"``) in this round and client."""
+        return derive_seed(self.seed, purpose, self.round, self.client)
+
+    def own(self, name: str) -> Mapping[str, np.ndarray]:
+        """The arrays the algorithm ``name`` kept for this client (may be empty)."""
+        return self.state.get(name, {})
+
+
+@dataclass(frozen=True)
+class LocalFit:
+    """One local training run: the trained weights, steps taken, mean data loss."""
+
+    weights: Weights = field(repr=False)
+    steps: int
+    loss: float
+
+
+@dataclass(frozen=True)
+class ClientReply:
+    """What a client sends back after its round.
+
+    Attributes
+    ----------
+    weights : list of ndarray
+        The weights sent to the server (full list, laid out like the global ones).
+    train_loss : float
+        Mean local training loss of the update (health records, the doctor).
+    extras : mapping of str to list of ndarray
+        Further arrays the strategy reads (``Strategy.required_extras``).
+    state : mapping
+        New arrays to keep on the client, by algorithm name; a name not listed
+        keeps what it had.
+    local_model : list of ndarray or None
+        The client's locally trained model as reported in ``local`` metrics when it
+        is not ``weights`` (FedPer sends only its shared layers).
+    """
+
+    weights: Weights = field(repr=False)
+    train_loss: float = float("nan")
+    extras: Mapping[str, Weights] = field(default_factory=dict, repr=False)
+    state: ClientState = field(default_factory=dict, repr=False)
+    local_model: Weights | None = field(default=None, repr=False)
+
+
+class LocalTrainer(abc.ABC):
+    """Local training and evaluation on one client's data, for an algorithm.
+
+    Implemented by the round with a compiled Keras model (:mod:`fedpipe.round`);
+    algorithms only call it. :meth:`fit` minimizes the local objective
+    ``L(w) + mu/2 ||w - anchor||^2 + <offset, w>`` (see
+    :meth:`fedpipe.training.ModelRunner.fit`) with the optimizer of ``train.*``.
+    """
+
+    training: LocalTraining
+    n_train: int
+
+    @property
+    @abc.abstractmethod
+    def trainable(self) -> list[int]:
+        """Positions of the trainable arrays in the weight list."""
+
+    @abc.abstractmethod
+    def fit(
+        self,
+        weights: Sequence[np.ndarray],
+        *,
+        seed: int,
+        proximal_mu: float = 0.0,
+        anchor: Sequence[np.ndarray] | None = None,
+        gradient_offset: Sequence[np.ndarray] | None = None,
+        epochs: int | None = None,
+    ) -> LocalFit:
+        """Train from ``weights`` on the client's training split (``epochs``
+        defaults to ``train.epochs``)."""
+
+    @abc.abstractmethod
+    def evaluate(self, weights: Sequence[np.ndarray]) -> dict[str, float]:
+        """Metrics of ``weights`` on the client's local test split."""
+
+
+class ClientAlgorithm(abc.ABC):
+    """A client algorithm: one round of local work for one client.
+
+    Subclasses set :attr:`name`, list the settings they read in :attr:`settings`
+    (keyword-only constructor arguments and attributes of the same name) and
+    implement :meth:`train`. See the module docstring for the contract.
+
+    Attributes
+    ----------
+    name : str
+        Registered name; also the namespace of what it keeps on clients.
+    settings : tuple of str
+        Setting names (from the strategy's ``client_settings()`` and
+        ``client.options``).
+    """
+
+    name: ClassVar[str]
+    settings: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_settings(cls, **settings: Any) -> Self:
+        """Build from settings: the keys in :attr:`settings` (``None`` = default);
+        the rest are ignored."""
+        chosen = {k: settings[k] for k in cls.settings if settings.get(k) is not None}
+        return cls(**chosen)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.settings)
+        return f"{type(self).__name__}({args})"
+
+    @abc.abstractmethod
+    def train(self, task: ClientTask, trainer: LocalTrainer) -> ClientReply:
+        """One round of local work: receive ``task``, train, reply."""
+
+    # ------------------------------------------------------------ personalization
+
+    @property
+    def personalized(self) -> bool:
+        """Whether clients get a personalized model (reported per client)."""
+        return False
+
+    @property
+    def frozen(self) -> tuple[int, ...]:
+        """Positions of the global model that never change on the server (layers
+        that stay on the clients)."""
+        return ()
+
+    def personal_model(
+        self,
+        task: ClientTask,
+        trainer: LocalTrainer,
+    ) -> Weights | None:
+        """The model client ``task.client`` would deploy given the *new* global
+        weights (``task.global_weights``) and what it keeps; None when this
+        algorithm has no personalized model."""
+        return None
+
+
+def pack(prefix: str, arrays: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """Arrays as state entries ``prefix/000``, ``prefix/001``, ..."""
+    return {f"{prefix}/{j:03d}": np.asarray(a) for j, a in enumerate(arrays)}
+
+
+def unpack(
+    state: Mapping[str, np.ndarray], prefix: str, like: Sequence[np.ndarray]
+) -> Weights:
+    """``prefix``'s arrays from a state, laid out like ``like`` (zeros where the
+    client has none yet, as float32)."""
+    return [
+        np.asarray(state.get(f"{prefix}/{j:03d}", np.zeros(np.shape(a), np.float32)))
+        for j, a in enumerate(like)
+    ]

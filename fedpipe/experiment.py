@@ -1,0 +1,105 @@
+"""From typed settings to the objects a run is made of: the one road from
+:class:`~fedpipe.config.Params` to the model spec, the strategy, the client
+algorithm and local training. Everything below receives these as arguments."""
+
+from __future__ import annotations
+
+import functools
+
+from fedpipe.client import ClientAlgorithm, client_class, make_client
+from fedpipe.client.base import LocalTraining
+from fedpipe.config import Params, ParamsError
+from fedpipe.data import DatasetSpec
+from fedpipe.models import layer_groups, normalization_layers
+from fedpipe.personalization import Personalization, resolve
+from fedpipe.plugins import is_reference, load_subclass
+from fedpipe.strategy import STRATEGIES, Strategy
+from fedpipe.training import ModelSpec, model_spec_for
+
+
+def model_spec(params: Params, dataset: DatasetSpec) -> ModelSpec:
+    """The model the experiment trains, from ``model.*``, ``train.*`` and the data."""
+    return model_spec_for(params, dataset)
+
+
+def strategy_class(name: str) -> type[Strategy]:
+    """The strategy class ``strategy.name`` stands for (built in or the user's)."""
+    if is_reference(name):
+        return load_subclass(name, Strategy, key="strategy.name")
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        allowed = ", ".join(sorted(STRATEGIES))
+        raise ParamsError(
+            f"params.yaml: strategy.name: unknown {name!r}; allowed: {allowed}"
+        ) from None
+
+
+def strategy_for(params: Params) -> Strategy:
+    """The server strategy from ``strategy.name`` and its ``strategy.*`` settings."""
+    cls = strategy_class(params.strategy.name)
+    _check_options("strategy.options", params.strategy.options, cls)
+    settings = {"total_clients": params.federation.clients}
+    settings.update(params.strategy.settings())
+    try:
+        return cls.from_params(**settings)
+    except (TypeError, ValueError) as exc:
+        raise ParamsError(f"params.yaml: {exc}") from None
+
+
+def personalization_for(params: Params, spec: ModelSpec) -> Personalization:
+    """``personalization.*`` resolved against the model's layers (raises
+    ParamsError naming the key when they do not fit the model)."""
+    p = params.personalization
+    groups, norms = _layer_table(spec)
+    return resolve(
+        p.method,
+        groups,
+        norms,
+        layers=p.layers,
+        last_k=p.last_k,
+        finetune_epochs=p.finetune_epochs,
+        ditto_lambda=p.ditto_lambda,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _layer_table(spec: ModelSpec) -> tuple[list, list[str]]:
+    """The model's weight-bearing layers and its normalization layers, from an
+    uncompiled build (no training step is compiled for this)."""
+    model = spec.build()
+    return layer_groups(model), normalization_layers(model)
+
+
+def client_algorithm_for(
+    params: Params, spec: ModelSpec, strategy: Strategy
+) -> ClientAlgorithm:
+    """The client algorithm of a run: ``client.algorithm`` (null: the one the
+    strategy names) with the strategy's client settings and ``client.options``,
+    wrapped by ``personalization.*``."""
+    name = params.client.algorithm or strategy.client_algorithm
+    key = "client.algorithm" if params.client.algorithm else "strategy.name"
+    settings = dict(strategy.client_settings())
+    settings.update(params.client.options or {})
+    _check_options("client.options", params.client.options, client_class(name, key=key))
+    inner = make_client(name, key=key, **settings)
+    return personalization_for(params, spec).wrap(inner)
+
+
+def _check_options(key: str, options: dict | None, cls: type) -> None:
+    """Every key of ``options`` must be one of ``cls.settings``."""
+    unknown = sorted(set(options or {}) - set(cls.settings))
+    if unknown:
+        allowed = ", ".join(cls.settings) or "none"
+        raise ParamsError(
+            f"params.yaml: {key}.{unknown[0]}: not a setting of {cls.__name__}; "
+            f"its settings: {allowed}"
+        )
+
+
+def local_training(params: Params) -> LocalTraining:
+    """How each client trains (``train.*``)."""
+    t = params.train
+    return LocalTraining(
+        epochs=t.epochs, batch_size=t.batch_size, lr=t.lr, max_steps=t.local_steps
+    )

@@ -1,0 +1,148 @@
+"""Your own code, named in ``params.yaml``: ``path/to/file.py:Name`` or ``module:Name``.
+
+``model.name``, ``strategy.name`` and ``client.algorithm`` take either a built-in
+name or a reference to an object in the user's project. A file path is relative to
+the project root (the folder of ``params.yaml``); ``fedpipe sync`` makes such files
+dependencies of the DVC stages that use them, so editing one reruns exactly those
+stages and ``dvc.lock`` records its hash.
+
+Every problem is a :class:`~fedpipe.config.ParamsError` naming the key and what was
+found, raised when the pipeline starts (the ``init`` stage at the latest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from fedpipe.config import ParamsError
+
+SEPARATOR = ":"
+
+
+def is_reference(name: str) -> bool:
+    """Whether a ``*.name`` value names user code rather than a built-in."""
+    return SEPARATOR in name
+
+
+def reference_file(name: str) -> Path | None:
+    """The project file a reference names (``plugins/m.py:f`` -> ``plugins/m.py``);
+    None for a built-in name or a ``module:Name`` reference."""
+    if not is_reference(name):
+        return None
+    target = name.rpartition(SEPARATOR)[0]
+    return Path(target) if target.endswith(".py") else None
+
+
+def load_object(name: str, *, key: str) -> Any:
+    """The object a reference names, importing its file or module.
+
+    Parameters
+    ----------
+    name : str
+        ``path/to/file.py:Name`` (relative to the working directory, which is the
+        project root) or ``package.module:Name``; ``Name`` may be dotted
+        (``Class.method``).
+    key : str
+        The dotted param key, for messages (``model.name``).
+
+    Raises
+    ------
+    ParamsError
+        The file or module does not exist or fails to import, or has no ``Name``.
+    """
+    target, _, attr = name.rpartition(SEPARATOR)
+    if not target or not attr:
+        raise ParamsError(
+            f"params.yaml: {key}={name!r} is not a reference; allowed: "
+            "path/to/file.py:Name or package.module:Name"
+        )
+    module = _module(target, key=key, name=name)
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            found = sorted(n for n in vars(module) if not n.startswith("_"))
+            raise ParamsError(
+                f"params.yaml: {key}={name!r}: {target} has no {attr!r}; it defines "
+                f"{', '.join(found) or 'nothing public'}"
+            )
+        obj = getattr(obj, part)
+    return obj
+
+
+def _module(target: str, *, key: str, name: str) -> ModuleType:
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise ParamsError(
+                f"params.yaml: {key}={name!r}: file {target} not found (paths are "
+                f"relative to the project root, {Path.cwd()})"
+            )
+        return _import_file(path.resolve(), key=key, name=name)
+    try:
+        return importlib.import_module(target)
+    except ImportError as exc:
+        raise ParamsError(
+            f"params.yaml: {key}={name!r}: cannot import module {target!r} ({exc})"
+        ) from None
+
+
+def _import_file(path: Path, *, key: str, name: str) -> ModuleType:
+    """Import a file as a module of its own, once per path and content."""
+    content = path.read_bytes()
+    digest = hashlib.md5(content + str(path).encode()).hexdigest()[:12]
+    module_name = f"fedpipe_user_{path.stem}_{digest}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise ParamsError(
+            f"params.yaml: {key}={name!r}: importing {path.name} failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+    _pickle_by_value(module)
+    return module
+
+
+def _pickle_by_value(module: ModuleType) -> None:
+    """Ship the module's code with objects sent to Dask workers, which cannot
+    import a module that exists only under a generated name in this process."""
+    try:
+        import cloudpickle
+    except ImportError:  # pragma: no cover - cloudpickle comes with Prefect
+        return
+    cloudpickle.register_pickle_by_value(module)
+
+
+def load_subclass(name: str, base: type, *, key: str) -> type:
+    """A class named by a reference that subclasses ``base``."""
+    obj = load_object(name, key=key)
+    if not (isinstance(obj, type) and issubclass(obj, base)):
+        what = (
+            f"class {obj.__name__} (bases: "
+            f"{', '.join(b.__name__ for b in obj.__mro__[1:-1]) or 'object'})"
+            if isinstance(obj, type)
+            else f"a {type(obj).__name__}"
+        )
+        raise ParamsError(
+            f"params.yaml: {key}={name!r} is {what}; allowed: a subclass of "
+            f"{base.__module__}.{base.__name__}"
+        )
+    if getattr(obj, "__abstractmethods__", None):
+        missing = ", ".join(sorted(obj.__abstractmethods__))
+        raise ParamsError(
+            f"params.yaml: {key}={name!r}: class {obj.__name__} does not implement "
+            f"{missing}"
+        )
+    return obj

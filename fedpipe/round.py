@@ -1,0 +1,393 @@
+"""One federation round, as one pure function: :func:`run_round`.
+
+Sampling, the clients' tasks, aggregation, the steps after aggregation, global and
+personalized evaluation and the health record all happen here, with no Prefect or
+DVC. The caller loads the inputs, passes ``map_clients`` (how the round's client
+jobs are run: one after another here, or one Prefect task each, locally or on Dask)
+and writes the outputs::
+
+    outputs = run_round(inputs, map_clients=run_here(runner), runner=runner)
+
+A client job (:class:`ClientJob`) is self-contained and picklable: the model spec,
+the client algorithm, its task and its data; :func:`run_client` runs one on a
+compiled model. Results come back in client order, and aggregation sums in that
+order, so the order decides the last bits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedpipe.client.base import (
+    ClientAlgorithm,
+    ClientState,
+    ClientTask,
+    LocalFit,
+    LocalTrainer,
+    LocalTraining,
+    Weights,
+)
+from fedpipe.clientstate import ClientStates, merged
+from fedpipe.faults import misweighted_aggregate
+from fedpipe.federation import ClientData, FederatedData, RoundRecord, sample_clients
+from fedpipe.health import round_health
+from fedpipe.metrics import classification_metrics
+from fedpipe.models import layer_info
+from fedpipe.strategy import AggregationError, ClientUpdate, State, Strategy
+from fedpipe.strategy.aggregate import normalized
+from fedpipe.training import ModelRunner, ModelSpec
+
+# ---------------------------------------------------------------- one client
+
+
+class KerasTrainer(LocalTrainer):
+    """:class:`LocalTrainer` on a compiled model and one client's data."""
+
+    def __init__(
+        self, runner: ModelRunner, data: ClientData, training: LocalTraining
+    ) -> None:
+        self.runner = runner
+        self.data = data
+        self.training = training
+        self.n_train = len(data.y_train)
+
+    @property
+    def trainable(self) -> list[int]:
+        return self.runner.trainable_indices()
+
+    def fit(
+        self,
+        weights: Sequence[np.ndarray],
+        *,
+        seed: int,
+        proximal_mu: float = 0.0,
+        anchor: Sequence[np.ndarray] | None = None,
+        gradient_offset: Sequence[np.ndarray] | None = None,
+        epochs: int | None = None,
+    ) -> LocalFit:
+        """Train on the client's training split. With ``epochs`` given, that many
+        whole epochs (fine-tuning); otherwise ``train.epochs`` capped at
+        ``train.local_steps``."""
+        trained = self.runner.fit(
+            list(weights),
+            self.data.x_train,
+            self.data.y_train,
+            epochs=self.training.epochs if epochs is None else epochs,
+            batch_size=self.training.batch_size,
+            seed=seed,
+            proximal_mu=proximal_mu,
+            anchor=anchor,
+            gradient_offset=gradient_offset,
+            max_steps=self.training.max_steps if epochs is None else None,
+        )
+        return LocalFit(trained, self.runner.last_steps, self.runner.last_train_loss)
+
+    def evaluate(self, weights: Sequence[np.ndarray]) -> dict[str, float]:
+        return self.runner.evaluate(list(weights), self.data.x_test, self.data.y_test)
+
+
+@dataclass(frozen=True)
+class ClientJob:
+    """Everything one client's training needs, to run anywhere."""
+
+    spec: ModelSpec
+    algorithm: ClientAlgorithm
+    task: ClientTask
+    data: ClientData = field(repr=False)
+    training: LocalTraining
+
+
+@dataclass(frozen=True)
+class ClientResult:
+    """A selected client's outcome.
+
+    Attributes
+    ----------
+    update : ClientUpdate
+        What the strategy aggregates (weights, sample count, extras).
+    n_test : int
+        Size of the client's local test split.
+    local : dict
+        Its locally trained model's metrics on its local test split.
+    train_loss : float
+        Mean local training loss.
+    state : ClientState
+        What the client keeps from this round (namespaces it replaced).
+    """
+
+    update: ClientUpdate
+    n_test: int
+    local: dict[str, float]
+    train_loss: float = float("nan")
+    state: ClientState = field(default_factory=dict, repr=False)
+
+    @property
+    def client(self) -> int:
+        return self.update.client
+
+
+def run_client(job: ClientJob, runner: ModelRunner) -> ClientResult:
+    """Run one client's job on a compiled model of ``job.spec``."""
+    trainer = KerasTrainer(runner, job.data, job.training)
+    reply = job.algorithm.train(job.task, trainer)
+    local_model = reply.weights if reply.local_model is None else reply.local_model
+    return ClientResult(
+        update=ClientUpdate(
+            job.task.client, list(reply.weights), trainer.n_train, dict(reply.extras)
+        ),
+        n_test=len(job.data.y_test),
+        local=trainer.evaluate(local_model),
+        train_loss=float(reply.train_loss),
+        state=dict(reply.state),
+    )
+
+
+MapClients = Callable[[Sequence[ClientJob]], Sequence[ClientResult]]
+"""Runs a round's client jobs and returns their results in the same order."""
+
+
+def run_here(runner: ModelRunner) -> MapClients:
+    """Run client jobs one after another on ``runner`` (tests, benchmarks)."""
+    return lambda jobs: [run_client(job, runner) for job in jobs]
+
+
+# ---------------------------------------------------------------- the round
+
+
+@dataclass(frozen=True)
+class RoundInputs:
+    """What a round starts from.
+
+    Attributes
+    ----------
+    round : int
+        K (1-based).
+    seed : int
+        The experiment's seed (sampling and every client's seeds derive from it).
+    spec : ModelSpec
+        The model.
+    data : FederatedData
+        Held-out test set and every client's splits.
+    global_weights, server_state, client_states
+        The state after round K-1.
+    strategy, algorithm
+        The server strategy and the (composed) client algorithm.
+    training : LocalTraining
+        ``train.*``.
+    clients_per_round : int
+        Clients sampled this round.
+    weight_sum_fault : float or None
+        ``faults.aggregation_weight_sum``: applied after aggregation.
+    """
+
+    round: int
+    seed: int
+    spec: ModelSpec
+    data: FederatedData = field(repr=False)
+    global_weights: Weights = field(repr=False)
+    server_state: State = field(repr=False)
+    client_states: ClientStates = field(repr=False)
+    strategy: Strategy
+    algorithm: ClientAlgorithm
+    training: LocalTraining
+    clients_per_round: int
+    weight_sum_fault: float | None = None
+
+
+@dataclass(frozen=True)
+class RoundOutputs:
+    """What a round produces: the round's versioned outputs, as values."""
+
+    weights: Weights = field(repr=False)
+    server_state: State = field(repr=False)
+    client_states: dict[int, ClientState] = field(repr=False)
+    record: RoundRecord
+    health: dict[str, Any] = field(repr=False)
+    health_seconds: float = 0.0
+
+
+class RoundFailed(AggregationError):
+    """Aggregation refused the round's updates; ``health`` still describes the
+    clients (which one sent non-finite values), for the doctor."""
+
+    def __init__(self, message: str, health: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.health = health
+
+
+def client_jobs(inputs: RoundInputs, selected: Sequence[int]) -> list[ClientJob]:
+    """The round's job for each selected client, in client order."""
+    broadcast = inputs.strategy.broadcast(inputs.server_state)
+    return [
+        ClientJob(
+            spec=inputs.spec,
+            algorithm=inputs.algorithm,
+            task=ClientTask(
+                client=c,
+                round=inputs.round,
+                global_weights=inputs.global_weights,
+                broadcast=broadcast,
+                state=inputs.client_states.get(c, {}),
+                seed=inputs.seed,
+            ),
+            data=inputs.data.clients[c],
+            training=inputs.training,
+        )
+        for c in selected
+    ]
+
+
+def run_round(
+    inputs: RoundInputs, *, map_clients: MapClients, runner: ModelRunner
+) -> RoundOutputs:
+    """Run round K: sample, train the selected clients, aggregate, evaluate.
+
+    Parameters
+    ----------
+    inputs : RoundInputs
+        The state after round K-1 and the round's settings.
+    map_clients : MapClients
+        Runs the client jobs (any order, any place) and returns results in job
+        order.
+    runner : ModelRunner
+        A compiled model of ``inputs.spec`` for evaluation in this process.
+
+    Raises
+    ------
+    RoundFailed
+        The strategy refused the updates (with the round's health record).
+    """
+    selected = sample_clients(
+        n_clients=len(inputs.data.clients),
+        per_round=inputs.clients_per_round,
+        seed=inputs.seed,
+        round_=inputs.round,
+    )
+    results = list(map_clients(client_jobs(inputs, selected)))
+    got = [r.client for r in results]
+    if got != list(selected):
+        raise RuntimeError(f"map_clients returned clients {got}, expected {selected}")
+    states = merged(inputs.client_states, {r.client: r.state for r in results})
+    before = inputs.global_weights
+    try:
+        weights, server_state = inputs.strategy.aggregate_round(
+            before, [r.update for r in results], inputs.server_state
+        )
+    except AggregationError as exc:
+        health = _health(inputs, runner, results, after=None)
+        health.pop("seconds")
+        raise RoundFailed(str(exc), health) from exc
+    weight_sum = float(normalized([r.update.n_samples for r in results]).sum())
+    weights = _after_aggregation(inputs, before, weights)
+    if inputs.weight_sum_fault is not None:
+        weight_sum *= inputs.weight_sum_fault
+    personalized = (
+        _personalized(inputs, runner, weights, states)
+        if inputs.algorithm.personalized
+        else None
+    )
+    held_out, on_clients, probs, losses = _evaluate_global(runner, weights, inputs.data)
+    record = RoundRecord(
+        round=inputs.round,
+        selected=list(selected),
+        n_test=[len(c.y_test) for c in inputs.data.clients],
+        global_test=held_out,
+        global_clients=on_clients,
+        local={r.client: r.local for r in results},
+        aggregation_weight_sum=weight_sum,
+        personalized=personalized,
+    )
+    health = _health(
+        inputs,
+        runner,
+        results,
+        after=weights,
+        record=record,
+        probs=probs,
+        losses=losses,
+    )
+    seconds = float(health.pop("seconds"))
+    return RoundOutputs(weights, server_state, states, record, health, seconds)
+
+
+def _after_aggregation(inputs: RoundInputs, before: Weights, after: Weights) -> Weights:
+    """Steps after aggregation: layers that stay on clients keep their global
+    values; the planted fault (``faults.aggregation_weight_sum``) scales."""
+    frozen = set(inputs.algorithm.frozen)
+    if frozen:
+        after = [before[j] if j in frozen else w for j, w in enumerate(after)]
+    if inputs.weight_sum_fault is not None:
+        after = misweighted_aggregate(before, after, inputs.weight_sum_fault)
+    return after
+
+
+def _personalized(
+    inputs: RoundInputs,
+    runner: ModelRunner,
+    weights: Weights,
+    states: Mapping[int, ClientState],
+) -> list[dict[str, float]]:
+    """Every client's personalized model on its own local test split."""
+    out = []
+    for client in inputs.data.clients:
+        task = ClientTask(
+            client=client.client,
+            round=inputs.round,
+            global_weights=weights,
+            state=states.get(client.client, {}),
+            seed=inputs.seed,
+        )
+        trainer = KerasTrainer(runner, client, inputs.training)
+        model = inputs.algorithm.personal_model(task, trainer)
+        out.append(trainer.evaluate(weights if model is None else model))
+    return out
+
+
+def _evaluate_global(
+    runner: ModelRunner, weights: Weights, data: FederatedData
+) -> tuple[dict[str, float], list[dict[str, float]], np.ndarray, np.ndarray]:
+    """The global model on the held-out set and every client's test split, in one
+    pass; also the held-out probabilities and losses (for the health record)."""
+    splits = [(data.x_test, data.y_test)] + [(c.x_test, c.y_test) for c in data.clients]
+    x = np.concatenate([xs for xs, _ in splits])
+    y = np.concatenate([ys for _, ys in splits])
+    probs, losses = runner.predict(weights, x, y)
+    metrics, start = [], 0
+    for _, ys in splits:
+        stop = start + len(ys)
+        metrics.append(
+            classification_metrics(ys, probs[start:stop], losses[start:stop])
+        )
+        start = stop
+    n = len(data.y_test)
+    return metrics[0], metrics[1:], probs[:n], losses[:n]
+
+
+def _health(
+    inputs: RoundInputs,
+    runner: ModelRunner,
+    results: Sequence[ClientResult],
+    *,
+    after: Weights | None,
+    record: RoundRecord | None = None,
+    probs: np.ndarray | None = None,
+    losses: np.ndarray | None = None,
+) -> dict[str, Any]:
+    return round_health(
+        inputs.round,
+        before=inputs.global_weights,
+        after=after,
+        client_weights={r.client: r.update.weights for r in results},
+        n_train={r.client: r.update.n_samples for r in results},
+        train_loss={r.client: r.train_loss for r in results},
+        layers=layer_info(runner.model),
+        trainable=runner.trainable_indices(),
+        probs=probs,
+        labels=None if after is None else inputs.data.y_test,
+        losses=losses,
+        record=record,
+    )
