@@ -36,10 +36,14 @@ def _quiet_env() -> None:
 def _load(params_file: str, *, sync: bool):  # type: ignore[no-untyped-def]
     from fedpipe.config import load_params, sync_round_chain
     from fedpipe.federation import preflight
+    from fedpipe.plugins import check_code_deps, code_files, sync_code_deps
 
     if sync and Path(params_file).is_file() and sync_round_chain(params_file):
         print(f"{params_file}: round_chain regenerated for federation.rounds")
     params = load_params(params_file)
+    if sync and Path("dvc.yaml").is_file() and sync_code_deps(code_files(params)):
+        print("dvc.yaml: code dependencies updated for your code in params.yaml")
+    check_code_deps(params)
     preflight(params)
     return params
 
@@ -88,11 +92,17 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     from fedpipe.config import load_params, sync_round_chain
+    from fedpipe.plugins import code_files, sync_code_deps
 
     changed = sync_round_chain(PARAMS)
     params = load_params(PARAMS)
     state = "updated" if changed else "already in sync"
     print(f"{PARAMS}: round_chain {state} ({params.federation.rounds} rounds)")
+    files = code_files(params)
+    if Path("dvc.yaml").is_file():
+        state = "updated" if sync_code_deps(files) else "already in sync"
+        listed = sorted({f for fs in files.values() for f in fs})
+        print(f"dvc.yaml: code dependencies {state} ({', '.join(listed) or 'none'})")
     return 0
 
 
@@ -291,7 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     sync = sub.add_parser(
-        "sync", help="regenerate params.yaml's round_chain from federation.rounds"
+        "sync",
+        help="regenerate params.yaml's round_chain from federation.rounds and "
+        "dvc.yaml's dependencies on your own code (model/strategy/client files)",
     )
     sync.set_defaults(func=cmd_sync)
 

@@ -146,3 +146,111 @@ def load_subclass(name: str, base: type, *, key: str) -> type:
             f"{missing}"
         )
     return obj
+
+
+# ---------------------------------------------------------------- DVC dependencies
+
+PIPELINE_FILE = "dvc.yaml"
+CODE_STAGES = ("init", "round")
+"""The stages whose ``deps`` ``fedpipe sync`` keeps in step with the user's code."""
+
+
+def code_files(params: Any) -> dict[str, list[str]]:
+    """The user's code files each stage depends on, from a :class:`Params`.
+
+    The model's file and the strategy's file feed ``init`` (the initial weights and
+    server state) and every round; the client algorithm's file (``client.algorithm``,
+    or the one a user's strategy names) feeds the rounds only.
+    """
+    model = reference_file(params.model.name)
+    strategy = reference_file(params.strategy.name)
+    client_ref = params.client.algorithm
+    if client_ref is None and is_reference(params.strategy.name):
+        from fedpipe.experiment import strategy_class  # imports TensorFlow
+
+        client_ref = strategy_class(params.strategy.name).client_algorithm
+    client = reference_file(client_ref) if client_ref else None
+    both = [_dep_path(p) for p in (model, strategy) if p is not None]
+    rounds = both + [_dep_path(client)] if client is not None else list(both)
+    return {"init": sorted(set(both)), "round": sorted(set(rounds))}
+
+
+def _dep_path(path: Path) -> str:
+    """A dependency path as ``dvc.yaml`` lists it: relative to the project root."""
+    resolved = path.resolve()
+    try:
+        return resolved.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return resolved.as_posix()
+
+
+def _is_code(dep: Any) -> bool:
+    return isinstance(dep, str) and dep.endswith(".py")
+
+
+def _stage_body(stages: Any, name: str) -> Any:
+    stage = stages.get(name) if hasattr(stages, "get") else None
+    if stage is None:
+        return None
+    return stage.get("do", stage)  # foreach stages keep their body under "do"
+
+
+def listed_code_deps(path: Path = Path(PIPELINE_FILE)) -> dict[str, list[str]]:
+    """The ``.py`` dependencies ``dvc.yaml`` lists for each of :data:`CODE_STAGES`."""
+    import yaml
+
+    stages = (yaml.safe_load(path.read_text()) or {}).get("stages", {})
+    out = {}
+    for name in CODE_STAGES:
+        body = _stage_body(stages, name) or {}
+        out[name] = sorted(d for d in body.get("deps", []) or [] if _is_code(d))
+    return out
+
+
+def sync_code_deps(
+    files: dict[str, list[str]], path: Path = Path(PIPELINE_FILE)
+) -> bool:
+    """Make the ``.py`` deps of ``dvc.yaml``'s code stages exactly ``files``.
+
+    Every ``.py`` dependency of those stages is managed here (a user's own script
+    dependency belongs in a stage of its own). Comments and layout survive
+    (round-trip YAML). Returns True when the file changed.
+    """
+    if listed_code_deps(path) == {k: sorted(v) for k, v in files.items()}:
+        return False
+    from ruamel.yaml import YAML
+
+    yaml_rt = YAML()
+    yaml_rt.preserve_quotes = True
+    yaml_rt.width = 4096
+    yaml_rt.indent(mapping=2, sequence=4, offset=2)
+    doc = yaml_rt.load(path.read_text())
+    for name in CODE_STAGES:
+        body = _stage_body(doc.get("stages", {}), name)
+        if body is None:
+            continue
+        deps = body.get("deps")
+        if deps is None:
+            body["deps"] = deps = []
+        for dep in [d for d in deps if _is_code(d)]:
+            deps.remove(dep)
+        deps.extend(files.get(name, []))
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w") as handle:
+        yaml_rt.dump(doc, handle)
+    tmp.replace(path)
+    return True
+
+
+def check_code_deps(params: Any, path: Path = Path(PIPELINE_FILE)) -> None:
+    """Stop when ``dvc.yaml`` does not track the user code ``params`` names (a
+    stage would run code whose edits DVC cannot see)."""
+    if not path.is_file():
+        return
+    wanted = code_files(params)
+    if listed_code_deps(path) != wanted:
+        files = sorted({f for fs in wanted.values() for f in fs})
+        raise ParamsError(
+            f"{path}: the stages' code dependencies do not match params.yaml "
+            f"(your code: {', '.join(files) or 'none'}); run `fedpipe sync`"
+        )
