@@ -422,14 +422,57 @@ def test_preflight_counts_training_samples_like_split_heldout(
 def test_config_names_match_the_registries() -> None:
     import typing
 
-    from fedpipe.config import STRATEGY_NAMES, ModelParams
+    from fedpipe.client import CLIENT_ALGORITHMS
+    from fedpipe.config import CLIENT_ALGORITHM_NAMES, MODEL_NAMES, STRATEGY_NAMES
     from fedpipe.models import MODELS
     from fedpipe.partition import PARTITIONERS
     from fedpipe.strategy import STRATEGIES
 
     assert set(STRATEGY_NAMES) == set(STRATEGIES)
-    assert set(typing.get_args(ModelParams.model_fields["name"].annotation)) == set(
-        MODELS
-    )
+    assert set(MODEL_NAMES) == set(MODELS)
+    assert set(CLIENT_ALGORITHM_NAMES) == set(CLIENT_ALGORITHMS)
     method = PartitionParams.model_fields["method"].annotation
     assert set(typing.get_args(method)) == set(PARTITIONERS)
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("model", "name", "tiny_vit"),
+        ("strategy", "name", "fedbuff"),
+        ("client", "algorithm", "moon"),
+        ("model", "name", "model.py:"),
+    ],
+)
+def test_unknown_names_list_builtins_and_the_reference_form(
+    section: str, key: str, value: str
+) -> None:
+    raw = {"federation": {"rounds": 1}, "round_chain": {1: 0}, section: {key: value}}
+    with pytest.raises(ParamsError) as err:
+        parse_params(raw)
+    message = str(err.value)
+    assert f"{section}.{key}: unknown {value!r}" in message
+    assert "path/to/file.py:Name" in message
+
+
+def test_references_to_user_code_are_accepted() -> None:
+    raw = {
+        "federation": {"rounds": 1},
+        "round_chain": {1: 0},
+        "model": {"name": "my/model.py:create", "options": {"units": 8}},
+        "strategy": {"name": "pkg.mod:MyStrategy", "options": {"alpha": 0.1}},
+        "client": {"algorithm": "my/client.py:MyClient"},
+    }
+    params = parse_params(raw)
+    assert params.model.settings() == {"units": 8}
+    assert params.strategy.settings() == {"alpha": 0.1}
+
+
+def test_model_options_are_for_user_builders_only() -> None:
+    raw = {
+        "federation": {"rounds": 1},
+        "round_chain": {1: 0},
+        "model": {"name": "mlp", "options": {"units": 8}},
+    }
+    with pytest.raises(ParamsError, match="model.options"):
+        parse_params(raw)
