@@ -76,6 +76,19 @@ def test_seed_question_loss_explodes_while_accuracy_holds(runs: dict) -> None:
     assert last["accuracy"] > 0.5
 
 
+def test_rounds_record_the_weight_sum_they_applied(runs: dict) -> None:
+    """The planted fault is in the round records (not the 1.0 it should be), and
+    the health record's fit of what was applied agrees."""
+    for name, want in (("healthy", 1.0), ("seed", 2.0)):
+        for k, summary in enumerate(_rounds(runs[name]), start=1):
+            assert summary["aggregation_weight_sum"] == pytest.approx(want, abs=1e-6)
+            health = json.loads(
+                (runs[name] / f"metrics/health/round-{k}.json").read_text()
+            )
+            fitted = health["aggregation"]["weight_sum"]
+            assert fitted == pytest.approx(want, abs=2e-3), (name, k)
+
+
 def test_doctor_names_the_seed_question_cause(
     runs: dict, cli_env: dict[str, str]
 ) -> None:
