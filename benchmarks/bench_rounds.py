@@ -116,12 +116,13 @@ def library_loop(project: Path, rounds: int) -> float:
     from fedpipe.strategy import ClientUpdate
     from fedpipe.training import ModelRunner
     from fedpipe.weights import load_weights
-    from flows.stages import model_spec, strategy_for
+    from fedpipe.data import prepared_spec
+    from fedpipe.experiment import model_spec, strategy_for
     from tasks.runtime import data_for
 
     params = load_params()
     data = data_for(layout.PREPARED_DIR, layout.MANIFEST)
-    runner = ModelRunner(model_spec(params))
+    runner = ModelRunner(model_spec(params, prepared_spec(layout.PREPARED_DIR)))
     strategy = strategy_for(params)
     weights = load_weights(layout.model_weights(0))
     state = strategy.init_state(weights)

@@ -1,7 +1,7 @@
 """A tiny in-process federation that writes a run's files, for doctor tests.
 
-The same library pieces a real round uses (ingest, partition, ModelRunner,
-strategies, RoundRecord, round_health), without Prefect or DVC, on a few hundred
+The library's own round (:func:`fedpipe.round.run_round`) after the same ingest
+and partition as a real run, without Prefect or DVC, on a few hundred
 of the built-in MNIST digits and a tiny model, so a test can produce a symptom on
 purpose and run the doctor on the files:
 
@@ -10,14 +10,16 @@ purpose and run the doctor on the files:
 
 Hooks make the symptoms: ``relabel`` (labels as stored), ``client_data`` (one
 client's arrays, e.g. shuffled labels or rescaled inputs), ``client_update`` (a
-client's trained weights, e.g. scaled x50) and ``aggregator`` (replaces the
-strategy, e.g. weights that sum to 1.8).
+client's trained weights, e.g. scaled x50: a client algorithm wrapping the
+strategy's) and ``weight_sum_fault`` (the library's planted fault,
+``faults.aggregation_weight_sum``, e.g. weights that sum to 1.8).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,25 +27,29 @@ import numpy as np
 import yaml
 
 from fedpipe import layout
+from fedpipe.client import (
+    ClientAlgorithm,
+    ClientReply,
+    ClientTask,
+    LocalTrainer,
+    LocalTraining,
+    make_client,
+)
 from fedpipe.config import Params, round_chain
 from fedpipe.data import DatasetSpec, load_mnist5k
 from fedpipe.federation import (
     ClientData,
     FederatedData,
-    RoundRecord,
     federated_data,
     partition_table,
     write_json,
 )
-from fedpipe.health import round_health
 from fedpipe.ingest import ingest_arrays, open_features, read_samples, read_schema
-from fedpipe.models import layer_info
-from fedpipe.seeds import derive_seed
-from fedpipe.strategy import AggregationError, ClientUpdate, make_strategy
+from fedpipe.round import RoundFailed, RoundInputs, run_here, run_round
+from fedpipe.strategy import make_strategy
 from fedpipe.training import ModelRunner, ModelSpec, initial_weights
 
 Weights = list[np.ndarray]
-Aggregator = Callable[[Weights, list[ClientUpdate]], Weights]
 
 
 @functools.cache
@@ -62,24 +68,6 @@ def runner_for(spec: ModelSpec) -> ModelRunner:
     if spec not in _runners:
         _runners[spec] = ModelRunner(spec)
     return _runners[spec]
-
-
-def fedavg_sum(total: float) -> Aggregator:
-    """An aggregator computing ``Σ_k a_k w_k`` with ``a ∝ n_k`` summing to ``total``:
-    the bug of dividing by the wrong sample count."""
-
-    def aggregate(before: Weights, updates: list[ClientUpdate]) -> Weights:
-        n = np.array([u.n_samples for u in updates], dtype=np.float64)
-        a = total * n / n.sum()
-        return [
-            sum(
-                ak * np.asarray(u.weights[j], np.float64)
-                for ak, u in zip(a, updates, strict=True)
-            ).astype(w.dtype)
-            for j, w in enumerate(before)
-        ]
-
-    return aggregate
 
 
 def run_federation(
@@ -103,9 +91,12 @@ def run_federation(
     seed: int = 0,
     client_data: Callable[[ClientData], ClientData] | None = None,
     client_update: Callable[[int, int, Weights], Weights] | None = None,
-    aggregator: Aggregator | None = None,
+    weight_sum_fault: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Run a small federation and write its files under ``root``.
+    """Run a small federation through the library's round and write its files.
+
+    Every round is :func:`fedpipe.round.run_round`, as in a real run; the files
+    are the ones the round stage writes.
 
     Writes ``params.yaml``, ``data/prepared``, ``data/partition/manifest.json`` and
     per round ``metrics/rounds``, ``metrics/clients`` and ``metrics/health``. Stops
@@ -192,86 +183,60 @@ def run_federation(
         settings=tuple(sorted(model_settings)),
     )
     runner = runner_for(model_spec)
-    layers = layer_info(runner.model)
-    trainable = runner.trainable_indices()
-    aggregate_with = make_strategy(strategy, total_clients=clients)
+    strategy_ = make_strategy(strategy, total_clients=clients)
+    algorithm: ClientAlgorithm = make_client(strategy_.client_algorithm)
+    if client_update is not None:
+        algorithm = _Tampered(algorithm, client_update)
     weights = initial_weights(model_spec, seed)
-    state = aggregate_with.init_state(weights)
+    state = strategy_.init_state(weights)
+    client_states: dict = {}
     summaries = []
     for k in range(1, rounds + 1):
-        trained: dict[int, Weights] = {}
-        losses: dict[int, float] = {}
-        local: dict[int, dict[str, float]] = {}
-        for c in data.clients:
-            w = runner.fit(
-                weights,
-                c.x_train,
-                c.y_train,
-                epochs=epochs,
-                batch_size=batch_size,
-                seed=derive_seed(seed, "train", k, c.client),
-            )
-            losses[c.client] = runner.last_train_loss
-            if client_update is not None:
-                w = client_update(c.client, k, w)
-            trained[c.client] = w
-            local[c.client] = runner.evaluate(w, c.x_test, c.y_test)
-        n_train = {c.client: len(c.y_train) for c in data.clients}
-        updates = [ClientUpdate(c, trained[c], n_train[c]) for c in sorted(trained)]
-        try:
-            if aggregator is not None:
-                after = aggregator(weights, updates)
-            else:
-                after, state = aggregate_with.aggregate_round(weights, updates, state)
-        except AggregationError:
-            health = round_health(
-                k,
-                before=weights,
-                after=None,
-                client_weights=trained,
-                n_train=n_train,
-                train_loss=losses,
-                layers=layers,
-                trainable=trainable,
-            )
-            write_json(root / layout.health_metrics(k), health)
-            break
-        splits = [(data.x_test, data.y_test)] + [
-            (c.x_test, c.y_test) for c in data.clients
-        ]
-        held_out, *on_clients = runner.evaluate_splits(after, splits)
-        record = RoundRecord(
+        inputs = RoundInputs(
             round=k,
-            selected=sorted(trained),
-            n_test=[len(c.y_test) for c in data.clients],
-            global_test=held_out,
-            global_clients=on_clients,
-            local=local,
-            aggregation_weight_sum=1.0,
+            seed=seed,
+            spec=model_spec,
+            data=data,
+            global_weights=weights,
+            server_state=state,
+            client_states=client_states,
+            strategy=strategy_,
+            algorithm=algorithm,
+            training=LocalTraining(epochs, batch_size, lr),
+            clients_per_round=clients,
+            weight_sum_fault=weight_sum_fault,
         )
-        probs, sample_losses = runner.predict(after, data.x_test, data.y_test)
-        health = round_health(
-            k,
-            before=weights,
-            after=after,
-            client_weights=trained,
-            n_train=n_train,
-            train_loss=losses,
-            layers=layers,
-            trainable=trainable,
-            probs=probs,
-            labels=data.y_test,
-            losses=sample_losses,
-            record=record,
-        )
-        write_json(root / layout.round_metrics(k), record.summary())
-        write_json(root / layout.health_metrics(k), health)
+        try:
+            out = run_round(inputs, map_clients=run_here(runner), runner=runner)
+        except RoundFailed as failed:
+            write_json(root / layout.health_metrics(k), failed.health)
+            break
+        summary = out.record.summary()
+        write_json(root / layout.round_metrics(k), summary)
+        write_json(root / layout.health_metrics(k), out.health)
         table = root / layout.client_metrics(k)
         table.parent.mkdir(parents=True, exist_ok=True)
-        record.client_table().to_csv(table, index=False, float_format="%.6g")
-        summaries.append(record.summary())
-        weights = after
+        out.record.client_table().to_csv(table, index=False, float_format="%.6g")
+        summaries.append(summary)
+        weights, state, client_states = out.weights, out.server_state, out.client_states
     return summaries
+
+
+class _Tampered(ClientAlgorithm):
+    """A client algorithm whose sent weights pass through ``hook(client, round,
+    weights)`` (a client that misbehaves on purpose)."""
+
+    name = "tampered"
+
+    def __init__(
+        self, inner: ClientAlgorithm, hook: Callable[[int, int, Weights], Weights]
+    ) -> None:
+        self.inner, self.hook = inner, hook
+
+    def train(self, task: ClientTask, trainer: LocalTrainer) -> ClientReply:
+        reply = self.inner.train(task, trainer)
+        sent = self.hook(task.client, task.round, reply.weights)
+        return replace(reply, weights=sent, local_model=sent)
 
 
 def _params(

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers_fl import fedavg_sum, run_federation, scaled_inputs, shuffled_labels
+from helpers_fl import run_federation, scaled_inputs, shuffled_labels
 
 from fedpipe import layout
 from fedpipe.cli import main
@@ -53,7 +53,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         rounds=5,
     ),
     # (b) the server sums n_k-weighted client weights with shares summing to 1.8
-    "weights-sum-1.8": dict(TINY, rounds=3, aggregator=fedavg_sum(1.8)),
+    "weights-sum-1.8": dict(TINY, rounds=3, weight_sum_fault=1.8),
     # (c) a binary task stored with labels 0/2 for the one sigmoid output
     "labels-0-2": dict(
         TINY, rounds=3, classes=(0, 1), relabel=lambda y: y * 2, n_classes=2
