@@ -233,7 +233,7 @@ def test_findings_keep_order_severity_and_escape_text() -> None:
     assert "1 warning, 1 error" in html
     assert '<span class="badge error">error</span>' in html
     assert "Client 1 sent &lt;NaN&gt; weights" in html and "<NaN>" not in html
-    assert "rounds 2–4" in html
+    assert '<div class="rounds">rounds 2-4</div>' in html  # runfiles.rounds_text
     assert "Fix: lower train.lr (e.g. 0.01)" in html
 
 
