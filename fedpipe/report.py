@@ -1,11 +1,11 @@
 """One self-contained HTML page per run: metrics, health, data, findings, lineage.
 
-:func:`write_report` reads a run's files (paths relative to the project root, see
-:mod:`fedpipe.layout`) and writes a single HTML file with inline CSS and inline SVG
-plots, so it opens offline and can be mailed or archived as it is. Every section
-is built independently: a missing input becomes a "not recorded (run ...)" note in
-its section, and an unreadable one a note naming the file and the error, never a
-failed report.
+:func:`write_report` reads a run's files once (:func:`fedpipe.runfiles.load_run`;
+paths relative to the project root, see :mod:`fedpipe.layout`) and writes a single
+HTML file with inline CSS and inline SVG plots, so it opens offline and can be
+mailed or archived as it is. Every section is built independently: a missing
+input becomes a "not recorded (run ...)" note in its section, and an unreadable
+one a note naming the file and the error, never a failed report.
 
 Sections, each from its own files:
 
@@ -33,7 +33,6 @@ import importlib
 import io
 import json
 import re
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +41,14 @@ import numpy as np
 import yaml
 
 from fedpipe import layout
+from fedpipe.runfiles import (
+    CLASS_COUNTS_CSV,
+    RunFiles,
+    flat_params,
+    fmt,
+    load_run,
+    rounds_text,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,11 +68,7 @@ __all__ = [
     "write_report",
 ]
 
-HEALTH_DIR = Path("metrics/health")  # the health contract's metrics/health/round-K.json
-CLASS_COUNTS_CSV = layout.PARTITION_REPORT_DIR / "class_counts.csv"
-SKEW_JSON = layout.PARTITION_REPORT_DIR / "skew.json"
-DVC_LOCK = Path("dvc.lock")
-PARAMS_YAML = Path("params.yaml")
+HEALTH_DIR = layout.HEALTH_METRICS_DIR  # the health contract's round-K.json
 
 SECTION_TITLES = {
     "metrics": "Global vs local metrics",
@@ -78,7 +81,6 @@ SECTION_TITLES = {
 
 _ANNOTATE_MAX_CELLS = 160  # write values into heatmap cells up to this many
 _LEGEND_MAX_CLIENTS = 12  # name each client in a legend up to this many
-_ROUND_FILE = re.compile(r"round-(\d+)\.json$")
 _UNREADABLE = (OSError, ValueError, KeyError, TypeError, IndexError, yaml.YAMLError)
 
 
@@ -94,56 +96,57 @@ class Section:
 # ---------------------------------------------------------------- reading
 
 
-def _round_files(directory: Path) -> list[tuple[int, Path]]:
-    """``(K, path)`` of every ``round-K.json`` in ``directory``, by ascending K."""
-    if not directory.is_dir():
-        return []
-    found = []
-    for path in directory.iterdir():
-        match = _ROUND_FILE.fullmatch(path.name)
-        if match:
-            found.append((int(match.group(1)), path))
-    return sorted(found)
+def _as_run(run: RunFiles | Path) -> RunFiles:
+    return run if isinstance(run, RunFiles) else load_run(Path(run))
 
 
-def read_history(root: Path) -> tuple[pd.DataFrame | None, str]:
+def read_history(run: RunFiles | Path) -> tuple[pd.DataFrame | None, str]:
     """Per-round metrics of a run and the file(s) they came from.
 
     Parameters
     ----------
-    root : Path
-        Project directory.
+    run : RunFiles or Path
+        The run's files, or the project directory to read them from.
 
     Returns
     -------
     (pandas.DataFrame or None, str)
         One row per recorded round, sorted by ``round``, with the columns of
         ``metrics/history.csv`` (``global_loss``, ``local_std_accuracy``, ...;
-        missing values NaN), read from ``metrics/rounds/round-K.json`` if any
+        missing values NaN), from ``metrics/rounds/round-K.json`` if any
         exist, else from ``metrics/history.csv``; ``None`` if neither exists.
         The string names the source.
+
+    Raises
+    ------
+    Exception
+        What reading the round files (or ``history.csv``) raised.
     """
     import pandas as pd
 
     from fedpipe.history import flatten
 
-    files = _round_files(root / layout.ROUND_METRICS_DIR)
-    if files:
-        rows = [flatten(json.loads(path.read_text())) for _, path in files]
+    run = _as_run(run)
+    run.require("rounds")
+    if run.rounds:
+        rows = [flatten(summary) for summary in run.rounds.values()]
         frame = pd.DataFrame(rows).sort_values("round", ignore_index=True)
         return frame, f"{layout.ROUND_METRICS_DIR}/round-K.json"
-    if (root / layout.HISTORY_CSV).is_file():
-        frame = pd.read_csv(root / layout.HISTORY_CSV)
-        return frame.sort_values("round", ignore_index=True), str(layout.HISTORY_CSV)
+    run.require("history")
+    if run.history is not None:
+        frame = run.history.sort_values("round", ignore_index=True)
+        return frame, str(layout.HISTORY_CSV)
     return None, ""
 
 
-def read_health(root: Path) -> list[dict[str, Any]]:
+def read_health(run: RunFiles | Path) -> list[dict[str, Any]]:
     """Every recorded round health record, by ascending round (``[]`` if none)."""
-    return [json.loads(path.read_text()) for _, path in _round_files(root / HEALTH_DIR)]
+    run = _as_run(run)
+    run.require("health")
+    return list(run.health.values())
 
 
-def read_label_counts(root: Path) -> tuple[pd.DataFrame | None, str]:
+def read_label_counts(run: RunFiles | Path) -> tuple[pd.DataFrame | None, str]:
     """Train class counts per client and the file they came from.
 
     Returns
@@ -154,33 +157,20 @@ def read_label_counts(root: Path) -> tuple[pd.DataFrame | None, str]:
         ``reports/partition/class_counts.csv`` if it exists, else computed from
         ``data/partition/manifest.json``; ``None`` if neither exists.
     """
-    import pandas as pd
-
-    if (root / CLASS_COUNTS_CSV).is_file():
-        table = pd.read_csv(root / CLASS_COUNTS_CSV)
-        return table.rename(columns=str), str(CLASS_COUNTS_CSV)
-    if (root / layout.MANIFEST).is_file():
+    run = _as_run(run)
+    run.require("class_counts")
+    if run.class_counts is not None:
+        return run.class_counts, str(CLASS_COUNTS_CSV)
+    run.require("manifest")
+    if run.manifest is not None:
         from fedpipe.partition.diagnostics import class_count_table
 
-        manifest = json.loads((root / layout.MANIFEST).read_text())
-        return class_count_table(manifest).rename(columns=str), str(layout.MANIFEST)
+        table = class_count_table(run.manifest)
+        return table.rename(columns=str), str(layout.MANIFEST)
     return None, ""
 
 
-def _git(root: Path, *args: str) -> str | None:
-    try:
-        proc = subprocess.run(
-            ["git", "-C", str(root), *args],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
-
-
-def read_lineage(root: Path) -> dict[str, Any]:
+def read_lineage(run: RunFiles | Path) -> dict[str, Any]:
     """What made this run: params, output hashes from ``dvc.lock``, git commit.
 
     Returns
@@ -192,27 +182,14 @@ def read_lineage(root: Path) -> dict[str, Any]:
         ``commit``: ``HEAD``'s sha or ``None``; ``dirty``: number of changed or
         untracked paths (``git status --porcelain``) or ``None``.
     """
-    params = None
-    if (root / PARAMS_YAML).is_file():
-        params = yaml.safe_load((root / PARAMS_YAML).read_text()) or {}
-    outs = None
-    if (root / DVC_LOCK).is_file():
-        lock = yaml.safe_load((root / DVC_LOCK).read_text()) or {}
-        outs = [
-            {
-                "stage": str(stage),
-                "path": str(out["path"]),
-                "md5": out.get("md5"),
-                "size": out.get("size"),
-                "nfiles": out.get("nfiles"),
-            }
-            for stage, entry in (lock.get("stages") or {}).items()
-            for out in (entry or {}).get("outs") or []
-        ]
-    commit = _git(root, "rev-parse", "--verify", "-q", "HEAD")
-    status = _git(root, "status", "--porcelain") if commit else None
-    dirty = None if status is None else len(status.splitlines())
-    return {"params": params, "outs": outs, "commit": commit or None, "dirty": dirty}
+    run = _as_run(run)
+    run.require("params", "lock")
+    return {
+        "params": run.params,
+        "outs": run.lock_outs,
+        "commit": run.commit.sha,
+        "dirty": run.commit.dirty,
+    }
 
 
 def _finding_dict(finding: Any) -> dict[str, Any]:
@@ -454,11 +431,8 @@ def _note(text: str) -> str:
 
 
 def _fmt(value: Any, digits: int = 4) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return "n/a" if not np.isfinite(value) else f"{value:.{digits}f}"
-    return html.escape(str(value))
+    """A table cell: ``digits`` decimals, ``n/a`` for None / NaN, HTML-escaped."""
+    return html.escape(fmt(value, digits, decimals=True))
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
@@ -469,17 +443,6 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") 
     )
     attr = f' class="{cls}"' if cls else ""
     return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _rounds_text(rounds: Sequence[int]) -> str:
-    """``[1, 2, 3, 7]`` -> ``"1–3, 7"``."""
-    spans: list[list[int]] = []
-    for r in sorted(set(int(r) for r in rounds)):
-        if spans and r == spans[-1][1] + 1:
-            spans[-1][1] = r
-        else:
-            spans.append([r, r])
-    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans)
 
 
 def _final_round_table(history: pd.DataFrame) -> str:
@@ -542,24 +505,14 @@ def render_findings(
             f"<code>{html.escape(str(f.get('code', '')))}</code>"
         ]
         if rounds:
-            parts.append(f'<div class="rounds">rounds {_rounds_text(rounds)}</div>')
+            text = html.escape(rounds_text(int(r) for r in rounds))
+            parts.append(f'<div class="rounds">{text}</div>')
         if evidence:
             parts.append(f"<ul>{evidence}</ul>")
         if f.get("fix"):
             parts.append(f'<div class="fix">Fix: {html.escape(str(f["fix"]))}</div>')
         items.append(f'<li class="finding {sev_class}">' + "".join(parts) + "</li>")
     return f'<p>{html.escape(summary)}</p><ol class="findings">{"".join(items)}</ol>'
-
-
-def _flat_params(params: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    flat: list[tuple[str, Any]] = []
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.extend(_flat_params(value, prefix=f"{name}."))
-        else:
-            flat.append((name, value))
-    return flat
 
 
 def _outs_rows(outs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
@@ -637,7 +590,7 @@ def render_lineage(lineage: Mapping[str, Any]) -> str:
     else:
         rows = [
             [f"<code>{html.escape(k)}</code>", f"<code>{html.escape(_yaml(v))}</code>"]
-            for k, v in _flat_params(
+            for k, v in flat_params(
                 {k: v for k, v in params.items() if k != "round_chain"}
             )
         ]
@@ -652,8 +605,8 @@ def _yaml(value: Any) -> str:
 # ---------------------------------------------------------------- sections
 
 
-def _metrics_section(root: Path) -> str:
-    history, source = read_history(root)
+def _metrics_section(run: RunFiles) -> str:
+    history, source = read_history(run)
     if history is None or history.empty:
         return _note(
             f"not recorded: no {layout.ROUND_METRICS_DIR}/round-K.json or "
@@ -674,8 +627,8 @@ _NO_HEALTH = (
 )
 
 
-def _divergence_section(root: Path) -> str:
-    health = read_health(root)
+def _divergence_section(run: RunFiles) -> str:
+    health = read_health(run)
     if not any(record.get("layers") for record in health):
         return _note(_NO_HEALTH)
     caption = (
@@ -686,8 +639,8 @@ def _divergence_section(root: Path) -> str:
     return _plot(divergence_svg(health), caption, name="divergence")
 
 
-def _norms_section(root: Path) -> str:
-    health = read_health(root)
+def _norms_section(run: RunFiles) -> str:
+    health = read_health(run)
     if not any(
         c.get("update_norm") is not None
         for record in health
@@ -701,17 +654,17 @@ def _norms_section(root: Path) -> str:
     return _plot(norms_svg(health), caption, name="norms")
 
 
-def _labels_section(root: Path) -> str:
-    counts, source = read_label_counts(root)
+def _labels_section(run: RunFiles) -> str:
+    counts, source = read_label_counts(run)
     if counts is None or counts.empty:
         return _note(
             f"not recorded: no {CLASS_COUNTS_CSV} or {layout.MANIFEST} "
             "(run `fedpipe stage partition`)"
         )
     parts = []
-    if (root / SKEW_JSON).is_file():
-        skew = json.loads((root / SKEW_JSON).read_text())
-        shown = ", ".join(f"{k} {_fmt(v, 3)}" for k, v in sorted(skew.items()))
+    run.require("skew")
+    if run.skew is not None:
+        shown = ", ".join(f"{k} {_fmt(v, 3)}" for k, v in sorted(run.skew.items()))
         parts.append(f"<p>{shown}</p>")
     caption = f"Local train samples of each client by class, from {source}."
     parts.append(_plot(labels_svg(counts), caption, name="labels"))
@@ -741,6 +694,7 @@ def build_report(
     findings: Sequence[Mapping[str, Any]] | None | object = _DOCTOR,
     doctor_note: str = "",
     generated: str | None = None,
+    run: RunFiles | None = None,
 ) -> str:
     """The report of the run in ``root`` as one HTML document.
 
@@ -755,20 +709,24 @@ def build_report(
         Why there are no findings, when ``findings`` is ``None``.
     generated : str or None, optional
         Timestamp written in the footer; ``None`` writes none.
+    run : RunFiles or None, optional
+        The run's files, already read from ``root``; default: read them
+        (:func:`fedpipe.runfiles.load_run`).
     """
     root = Path(root)
+    run = load_run(root) if run is None else run
     if findings is _DOCTOR:
         found, doctor_note = run_doctor(root)
     else:
         found = None if findings is None else [dict(f) for f in findings]  # type: ignore[union-attr]
     builders = {
-        "metrics": (lambda: _metrics_section(root), "the round metrics"),
-        "divergence": (lambda: _divergence_section(root), "the health records"),
-        "norms": (lambda: _norms_section(root), "the health records"),
-        "labels": (lambda: _labels_section(root), "the partition"),
+        "metrics": (lambda: _metrics_section(run), "the round metrics"),
+        "divergence": (lambda: _divergence_section(run), "the health records"),
+        "norms": (lambda: _norms_section(run), "the health records"),
+        "labels": (lambda: _labels_section(run), "the partition"),
         "doctor": (lambda: render_findings(found, doctor_note), "the findings"),
         "lineage": (
-            lambda: render_lineage(read_lineage(root)),
+            lambda: render_lineage(read_lineage(run)),
             "params.yaml / dvc.lock",
         ),
     }
@@ -840,6 +798,7 @@ def write_report(
     out: Path | None = None,
     *,
     findings: Sequence[Mapping[str, Any]] | None | object = _DOCTOR,
+    run: RunFiles | None = None,
 ) -> Path:
     """Write the run's report; return its path.
 
@@ -852,11 +811,13 @@ def write_report(
         ``reports/report.html`` (:data:`fedpipe.layout.REPORT_HTML`).
     findings : sequence of dict or None, optional
         As in :func:`build_report`; default: call the doctor.
+    run : RunFiles or None, optional
+        As in :func:`build_report`; default: read the run's files.
     """
     root = Path(root)
     target = root / (layout.REPORT_HTML if out is None else Path(out))
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    page = build_report(root, findings=findings, generated=stamp)
+    page = build_report(root, findings=findings, generated=stamp, run=run)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(page, encoding="utf-8")
     return target

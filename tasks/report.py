@@ -50,13 +50,15 @@ def doctor_and_report(root: Path) -> tuple[str, Path]:
     """
     from fedpipe.doctor import diagnose, format_markdown, format_text
     from fedpipe.report import write_report
+    from fedpipe.runfiles import load_run
 
     logger = get_run_logger()
-    findings = diagnose(root)
+    run = load_run(root)  # read once, for the doctor and the report
+    findings = diagnose(run)
     if findings:
         logger.warning("fedpipe doctor:\n%s", format_text(findings))
     else:
         logger.info("fedpipe doctor: no findings")
-    path = write_report(root, findings=[f.to_dict() for f in findings])
+    path = write_report(root, findings=[f.to_dict() for f in findings], run=run)
     logger.info("run report: %s", path.resolve())
     return format_markdown(findings), path.resolve()

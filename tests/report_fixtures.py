@@ -17,13 +17,14 @@ from typing import Any
 import numpy as np
 import yaml
 
+from fedpipe.doctor import codes
 from fedpipe.federation import write_json
 from fedpipe.metrics import METRIC_NAMES
 
 LAYERS = (("dense", "dense"), ("batch_normalization", "norm"), ("dense_1", "dense"))
 FINDINGS = [
     {
-        "code": "loss-rising-accuracy-holds",
+        "code": codes.LOSS_RISING_ACCURACY_HOLDS,
         "severity": "warning",
         "title": "Global loss rises while accuracy holds",
         "evidence": [
@@ -34,7 +35,7 @@ FINDINGS = [
         "rounds": [2, 3, 4],
     },
     {
-        "code": "nonfinite-update",
+        "code": "nonfinite-update",  # no doctor code: the report shows any code
         "severity": "error",
         "title": "Client 1 sent <NaN> weights",
         "evidence": ["round 3: client 1 has 12 non-finite values"],

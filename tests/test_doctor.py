@@ -20,7 +20,7 @@ from helpers_fl import run_federation, scaled_inputs, shuffled_labels
 
 from fedpipe import layout
 from fedpipe.cli import main
-from fedpipe.doctor import Finding, diagnose, robust_z
+from fedpipe.doctor import Finding, codes, diagnose, robust_z
 from fedpipe.federation import write_json
 
 TINY = {"lr": 0.1, "epochs": 2, "rounds": 4}
@@ -110,8 +110,8 @@ def test_iid_batch_norm_clients_raise_no_statistics_finding(run_dir) -> None:
     # the control of (g): same model, inputs alike on every client. This tiny
     # batch-norm CNN does not beat guessing in 3 short rounds (its moving
     # statistics barely move), which the doctor says, and nothing else.
-    codes = [f.code for f in diagnose(run_dir("healthy-batch-norm"))]
-    assert codes in ([], ["not-learning"])
+    found = [f.code for f in diagnose(run_dir("healthy-batch-norm"))]
+    assert found in ([], [codes.NOT_LEARNING])
 
 
 def test_cli_says_no_findings_and_exits_0(run_dir, capsys) -> None:
@@ -124,7 +124,7 @@ def test_cli_says_no_findings_and_exits_0(run_dir, capsys) -> None:
 
 def test_loss_rising_while_accuracy_holds(run_dir) -> None:
     findings = diagnose(run_dir("over-confident"))
-    f = _one(findings, "loss-rising-accuracy-holds")
+    f = _one(findings, codes.LOSS_RISING_ACCURACY_HOLDS)
     assert f.severity == "warning"
     assert findings[0] is f  # nothing else explains it
     text = _text(f)
@@ -141,13 +141,13 @@ def test_loss_rising_while_accuracy_holds(run_dir) -> None:
 def test_aggregation_weights_summing_to_1_8(run_dir) -> None:
     findings = diagnose(run_dir("weights-sum-1.8"))
     f = findings[0]
-    assert f.code == "aggregation-weights-not-normalized"
+    assert f.code == codes.AGGREGATION_WEIGHTS_NOT_NORMALIZED
     assert f.severity == "error"
     assert f.rounds == [1, 2, 3]
     assert "1.8" in f.title
     assert "round 1: effective weights sum to 1.8" in _text(f)
     # the symptom it causes is named, as its consequence
-    rising = _one(findings, "loss-rising-accuracy-holds")
+    rising = _one(findings, codes.LOSS_RISING_ACCURACY_HOLDS)
     assert rising.severity == "info" and "consequence" in rising.title
 
 
@@ -159,7 +159,7 @@ def test_aggregation_weights_summing_to_1_8(run_dir) -> None:
 def test_labels_outside_the_sigmoid_range(run_dir) -> None:
     findings = diagnose(run_dir("labels-0-2"))
     f = findings[0]
-    assert f.code == "labels-outside-loss-range"
+    assert f.code == codes.LABELS_OUTSIDE_LOSS_RANGE
     assert f.severity == "error"
     text = _text(f)
     assert "labels 2 (" in text and "0/1 (one sigmoid output)" in text
@@ -172,7 +172,7 @@ def test_labels_outside_the_sigmoid_range(run_dir) -> None:
 
 def test_a_client_with_shuffled_labels_is_an_outlier(run_dir) -> None:
     findings = diagnose(run_dir("shuffled-client"))
-    f = _one(findings, "client-update-outlier")
+    f = _one(findings, codes.CLIENT_UPDATE_OUTLIER)
     assert findings[0] is f
     assert "client 3" in f.title and "pointing away" in f.title
     assert f.rounds == [1, 2, 3, 4]
@@ -183,12 +183,12 @@ def test_a_client_with_shuffled_labels_is_an_outlier(run_dir) -> None:
 def test_a_client_scaling_its_weights_by_50_is_an_outlier(run_dir) -> None:
     findings = diagnose(run_dir("scaled-client"))
     f = findings[0]
-    assert f.code == "client-update-outlier"
+    assert f.code == codes.CLIENT_UPDATE_OUTLIER
     assert f.severity == "error"
     assert "client 3" in f.title and "far larger" in f.title
     assert "round 1: update norm" in _text(f)
     # what it does to the global model is not blamed on the learning rate
-    assert "learning-rate-too-high" not in [g.code for g in findings]
+    assert codes.LEARNING_RATE_TOO_HIGH not in [g.code for g in findings]
 
 
 # ---------------------------------------------------------------- (e)
@@ -197,7 +197,7 @@ def test_a_client_scaling_its_weights_by_50_is_an_outlier(run_dir) -> None:
 def test_learning_rate_5_blows_up(run_dir) -> None:
     findings = diagnose(run_dir("lr-5"))
     f = findings[0]
-    assert f.code == "learning-rate-too-high"
+    assert f.code == codes.LEARNING_RATE_TOO_HIGH
     assert f.severity == "error"
     assert 1 in f.rounds
     assert "median local training loss" in _text(f)
@@ -212,7 +212,7 @@ def test_an_oscillating_loss_is_a_learning_rate_warning(tmp_path: Path) -> None:
             {"round": k, "global": {"loss": loss, "accuracy": 0.5}},
         )
     findings = diagnose(tmp_path)
-    f = _one(findings, "learning-rate-too-high")
+    f = _one(findings, codes.LEARNING_RATE_TOO_HIGH)
     assert f.severity == "warning"
     assert f.rounds == [2, 3, 4, 5, 6]
     assert "swings up and down" in _text(f)
@@ -224,7 +224,7 @@ def test_an_oscillating_loss_is_a_learning_rate_warning(tmp_path: Path) -> None:
 def test_dirichlet_skew_is_client_drift(run_dir) -> None:
     findings = diagnose(run_dir("dirichlet"))
     f = findings[0]
-    assert f.code == "client-drift"
+    assert f.code == codes.CLIENT_DRIFT
     text = _text(f)
     assert "partition: dirichlet (alpha=0.1)" in text
     assert "divergence" in text and "median cosine" in text
@@ -238,7 +238,7 @@ def test_dirichlet_skew_is_client_drift(run_dir) -> None:
 def test_batch_norm_statistics_disagree_between_scaled_clients(run_dir) -> None:
     findings = diagnose(run_dir("scaled-inputs-batch-norm"))
     f = findings[0]
-    assert f.code == "norm-statistics-disagree"
+    assert f.code == codes.NORM_STATISTICS_DISAGREE
     assert _text(f).count("bn_01:") == 1
     assert "personalization.method: fedbn" in f.fix
 
@@ -252,7 +252,11 @@ def test_rounds_without_health_records_are_reported(run_dir, tmp_path) -> None:
     (root / layout.health_metrics(3)).unlink()
     (root / layout.health_metrics(4)).unlink()
     [f] = diagnose(root)
-    assert (f.code, f.severity, f.rounds) == ("health-records-missing", "info", [3, 4])
+    assert (f.code, f.severity, f.rounds) == (
+        codes.HEALTH_RECORDS_MISSING,
+        "info",
+        [3, 4],
+    )
 
 
 def test_no_recorded_round_is_a_clear_error(tmp_path, capsys) -> None:
@@ -266,7 +270,7 @@ def test_cli_formats_and_exit_codes(run_dir, capsys) -> None:
     root = str(run_dir("weights-sum-1.8"))
     assert main(["-C", root, "doctor", "--format", "json"]) == 1  # an error
     payload = json.loads(capsys.readouterr().out)
-    assert payload[0]["code"] == "aggregation-weights-not-normalized"
+    assert payload[0]["code"] == codes.AGGREGATION_WEIGHTS_NOT_NORMALIZED
     assert set(payload[0]) == {"code", "severity", "title", "evidence", "fix", "rounds"}
     assert (
         main(["-C", root, "doctor", "--format", "markdown", "--fail-on", "never"]) == 0
@@ -288,7 +292,7 @@ def test_robust_z() -> None:
 
 def test_a_model_that_does_not_learn(run_dir) -> None:
     findings = diagnose(run_dir("lr-tiny"))
-    f = _one(findings, "not-learning")
+    f = _one(findings, codes.NOT_LEARNING)
     assert f.severity == "warning" and f.rounds == [1, 2, 3]
     assert "guessing gives 0.1 (10 classes)" in _text(f)
     assert "nothing learns" in f.fix and "train.lr" in f.fix
@@ -298,4 +302,4 @@ def test_a_symptom_names_the_root_cause_not_another_symptom(run_dir) -> None:
     # weights summing to 1.8 explain both a too-high-lr look and the rising loss
     for f in diagnose(run_dir("weights-sum-1.8"))[1:]:
         if "likely a consequence of" in f.title:
-            assert "aggregation-weights-not-normalized" in f.title, f.title
+            assert codes.AGGREGATION_WEIGHTS_NOT_NORMALIZED in f.title, f.title

@@ -16,6 +16,7 @@ import pytest
 from report_fixtures import FINDINGS, write_run
 
 from fedpipe import report
+from fedpipe.doctor import codes
 from fedpipe.report import (
     SECTION_TITLES,
     build_report,
@@ -229,11 +230,11 @@ def test_null_values_do_not_break_plots(tmp_path: Path) -> None:
 
 def test_findings_keep_order_severity_and_escape_text() -> None:
     html = render_findings(FINDINGS)
-    assert html.index("loss-rising-accuracy-holds") < html.index("nonfinite-update")
+    assert html.index(codes.LOSS_RISING_ACCURACY_HOLDS) < html.index("nonfinite-update")
     assert "1 warning, 1 error" in html
     assert '<span class="badge error">error</span>' in html
     assert "Client 1 sent &lt;NaN&gt; weights" in html and "<NaN>" not in html
-    assert "rounds 2–4" in html
+    assert '<div class="rounds">rounds 2-4</div>' in html  # runfiles.rounds_text
     assert "Fix: lower train.lr (e.g. 0.01)" in html
 
 

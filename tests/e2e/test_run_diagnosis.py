@@ -17,6 +17,8 @@ import pytest
 import yaml
 from e2e_helpers import BIN, make_project, run_cli
 
+from fedpipe.doctor import codes
+
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
 SEED_QUESTION = {
@@ -98,9 +100,9 @@ def test_doctor_names_the_seed_question_cause(
     assert proc.returncode == 1
     findings = json.loads(proc.stdout)
     findings = findings["findings"] if isinstance(findings, dict) else findings
-    assert findings[0]["code"] == "aggregation-weights-not-normalized"
+    assert findings[0]["code"] == codes.AGGREGATION_WEIGHTS_NOT_NORMALIZED
     assert "sum to 2, not 1" in findings[0]["title"]
-    assert any(f["code"] == "loss-rising-accuracy-holds" for f in findings)
+    assert any(f["code"] == codes.LOSS_RISING_ACCURACY_HOLDS for f in findings)
     text = run_cli([FEDPIPE, "doctor"], runs["seed"], cli_env, check=False).stdout
     assert "effective weights sum to 2" in text and "fix:" in text
 

@@ -1,0 +1,123 @@
+"""The run doctor: read a run's recorded files, name what went wrong, suggest a fix.
+
+:func:`diagnose` reads what the pipeline wrote (``metrics/rounds``,
+``metrics/health``, ``metrics/clients``, ``params.yaml``, the prepared data and the
+partition manifest; :func:`fedpipe.runfiles.load_run`) and returns
+:class:`Finding` s, most important first: root causes (labels the loss cannot
+take, a learning rate that blows up, aggregation weights that do not sum to 1, an
+outlier client, normalization statistics that disagree, client drift) before the
+symptoms they cause (a global loss that rises while accuracy holds). Each finding
+carries its evidence (rounds, layers, clients, numbers) and a fix naming the
+``params.yaml`` keys to change.
+
+One check per module (:mod:`~fedpipe.doctor.labels`,
+:mod:`~fedpipe.doctor.learning_rate`, :mod:`~fedpipe.doctor.aggregation`,
+:mod:`~fedpipe.doctor.outliers`, :mod:`~fedpipe.doctor.norm_statistics`,
+:mod:`~fedpipe.doctor.drift`, :mod:`~fedpipe.doctor.loss_rising`,
+:mod:`~fedpipe.doctor.not_learning`, :mod:`~fedpipe.doctor.health_present`), each
+with its thresholds as named constants and the reason for their values. They are
+set so that a healthy run (the default: small_cnn, IID, 10 clients, lr 0.05, 10
+rounds) has no findings, and each symptom produced on purpose in
+``tests/test_doctor.py`` is found. The finding codes are in
+:mod:`~fedpipe.doctor.codes`; :mod:`~fedpipe.doctor.findings` ranks and explains
+findings, :mod:`~fedpipe.doctor.format` prints them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fedpipe import layout
+from fedpipe.doctor import codes
+from fedpipe.doctor.aggregation import check_aggregation, expected_weight_sum
+from fedpipe.doctor.base import Check, robust_z
+from fedpipe.doctor.drift import check_drift
+from fedpipe.doctor.findings import (
+    EXPLAINS,
+    PRIORITY,
+    SEVERITIES,
+    Finding,
+    exit_code,
+    explain,
+    rank,
+)
+from fedpipe.doctor.format import format_markdown, format_text
+from fedpipe.doctor.health_present import check_health_present
+from fedpipe.doctor.labels import check_labels
+from fedpipe.doctor.learning_rate import check_learning_rate
+from fedpipe.doctor.loss_rising import check_loss_rising
+from fedpipe.doctor.norm_statistics import check_norm_statistics
+from fedpipe.doctor.not_learning import check_not_learning
+from fedpipe.doctor.outliers import check_outliers, outlier_rounds
+from fedpipe.runfiles import RunFiles, load_run
+
+__all__ = [
+    "CHECKS",
+    "EXPLAINS",
+    "PRIORITY",
+    "SEVERITIES",
+    "Check",
+    "Finding",
+    "check_aggregation",
+    "check_drift",
+    "check_health_present",
+    "check_labels",
+    "check_learning_rate",
+    "check_loss_rising",
+    "check_norm_statistics",
+    "check_not_learning",
+    "check_outliers",
+    "codes",
+    "diagnose",
+    "exit_code",
+    "expected_weight_sum",
+    "explain",
+    "format_markdown",
+    "format_text",
+    "outlier_rounds",
+    "rank",
+    "robust_z",
+]
+
+CHECKS: tuple[Check, ...] = (
+    check_labels,
+    check_learning_rate,
+    check_aggregation,
+    check_outliers,
+    check_norm_statistics,
+    check_drift,
+    check_loss_rising,
+    check_not_learning,
+    check_health_present,
+)
+
+#: the parts of a run the checks read: one that exists but cannot be read stops
+#: the diagnosis with the error reading it raised
+_NEEDED = ("rounds", "health", "clients", "config", "schema", "samples", "manifest")
+
+
+def diagnose(root: Path | RunFiles) -> list[Finding]:
+    """Findings about the run under ``root``, most important first.
+
+    Parameters
+    ----------
+    root : Path or RunFiles
+        The project directory, or its files already read
+        (:func:`fedpipe.runfiles.load_run`).
+
+    Raises
+    ------
+    FileNotFoundError
+        If the run has no recorded round.
+    Exception
+        What reading a file the checks need raised (a broken JSON file, ...).
+    """
+    run = root if isinstance(root, RunFiles) else load_run(Path(root))
+    run.require("rounds", "health")
+    if not run.rounds and not run.health:
+        raise FileNotFoundError(
+            f"{run.root / layout.ROUND_METRICS_DIR}: no round-K.json; run the pipeline "
+            "(fedpipe run) before asking the doctor"
+        )
+    run.require(*_NEEDED)
+    return rank(explain([f for check in CHECKS for f in check(run)]))

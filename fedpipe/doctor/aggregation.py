@@ -1,0 +1,110 @@
+"""(b) Aggregation weights that do not sum to what the strategy applies.
+
+The health record fits the server's step as a combination of the client updates
+(``aggregation.weight_sum``, ``fit_residual``); where that fit is exact, the
+weights must sum to 1 (or ``strategy.server_lr`` for server-side momentum).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedpipe.doctor import codes
+from fedpipe.doctor.base import param
+from fedpipe.doctor.findings import Finding
+from fedpipe.runfiles import RunFiles, fmt, rounds_text
+
+#: the fit explains the server's step as a combination of client updates only if
+#: the residual is below this share of the step (linear rules leave ~1e-6 from
+#: float32 rounding; server optimizers and medians leave 0.1 .. 1)
+FIT_RESIDUAL_MAX = 0.01
+#: effective weights may sum to the expected value +- this (rounding leaves ~1e-6)
+WEIGHT_SUM_TOL = 0.02
+
+#: strategies whose step is a linear combination of client updates, with the
+#: weight sum they apply (None: read it from strategy.server_lr, default 1)
+LINEAR_STRATEGIES: dict[str, float | None] = {
+    "fedavg": 1.0,
+    "fedprox": 1.0,
+    "krum": 1.0,
+    "multikrum": 1.0,
+    "fedavgm": None,
+    "scaffold": None,
+}
+
+
+def expected_weight_sum(run: RunFiles) -> float:
+    """What the configured strategy's effective weights should sum to."""
+    name = param(run, "strategy.name", "fedavg")
+    expected = LINEAR_STRATEGIES.get(name, 1.0)
+    if expected is None:
+        expected = float(param(run, "strategy.server_lr", 1.0))
+    return expected
+
+
+def check_aggregation(run: RunFiles) -> list[Finding]:
+    """Effective aggregation weights that do not sum to what the strategy applies."""
+    expected = expected_weight_sum(run)
+    flagged: dict[int, dict[str, Any]] = {}
+    for k, h in run.health.items():
+        agg = h.get("aggregation", {})
+        total, residual = agg.get("weight_sum"), agg.get("fit_residual")
+        if total is None or residual is None or residual > FIT_RESIDUAL_MAX:
+            continue
+        if abs(total - expected) > WEIGHT_SUM_TOL:
+            flagged[k] = agg
+    if not flagged:
+        return []
+    first = min(flagged)
+    agg = flagged[first]
+    evidence = [
+        f"round {k}: effective weights sum to {fmt(a['weight_sum'])} (expected "
+        f"{expected:g}); fit residual {fmt(a['fit_residual'], 2)}"
+        + (
+            f", old global weights scaled by {fmt(1 + a['global_coefficient'])}"
+            if a.get("global_coefficient") not in (None, 0)
+            and abs(a["global_coefficient"]) > WEIGHT_SUM_TOL
+            else ""
+        )
+        for k, a in sorted(flagged.items())[:5]
+    ]
+    if len(flagged) > 5:
+        evidence.append(f"... and {len(flagged) - 5} more rounds")
+    h = run.health[first]
+    by_client = {c["client"]: c for c in h.get("clients", [])}
+    nominal = agg.get("nominal_weights", {})
+    pairs = [
+        f"client {c}: {fmt(by_client[int(c)].get('aggregation_weight'), 3)} "
+        f"(n_k share {fmt(w, 3)})"
+        for c, w in list(nominal.items())[:4]
+        if int(c) in by_client
+    ]
+    if pairs:
+        evidence.append(
+            f"round {first} effective vs nominal weights: " + "; ".join(pairs)
+        )
+    norms = {k: run.health[k]["global"].get("weight_norm") for k in sorted(flagged)}
+    known = [v for v in norms.values() if v is not None]
+    if len(known) >= 2:
+        evidence.append(
+            f"global weight norm {fmt(known[0])} -> {fmt(known[-1])} over "
+            f"{rounds_text(sorted(flagged))}"
+        )
+    name = param(run, "strategy.name", "fedavg")
+    return [
+        Finding(
+            code=codes.AGGREGATION_WEIGHTS_NOT_NORMALIZED,
+            severity="error",
+            title=f"aggregation weights sum to {fmt(agg['weight_sum'], 3)}, not "
+            f"{expected:g}",
+            evidence=evidence,
+            fix=(
+                "the server must average: weights n_k / sum of n_k over the clients "
+                "aggregated this round (they sum to 1); a sum S multiplies the global "
+                "weights by S every round, so logits and loss grow while accuracy "
+                f"holds. Check the aggregation code of strategy.name={name}; a larger "
+                "step on purpose is strategy.server_lr with fedavgm"
+            ),
+            rounds=sorted(flagged),
+        )
+    ]

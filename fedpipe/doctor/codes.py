@@ -1,0 +1,30 @@
+"""The doctor's finding codes: stable ids that scripts, reports and tests match on.
+
+Each is the ``code`` of one kind of :class:`~fedpipe.doctor.findings.Finding`;
+write them through these names, never as string literals.
+"""
+
+from __future__ import annotations
+
+LABELS_OUTSIDE_LOSS_RANGE = "labels-outside-loss-range"
+LEARNING_RATE_TOO_HIGH = "learning-rate-too-high"
+AGGREGATION_WEIGHTS_NOT_NORMALIZED = "aggregation-weights-not-normalized"
+CLIENT_UPDATE_OUTLIER = "client-update-outlier"
+NORM_STATISTICS_DISAGREE = "norm-statistics-disagree"
+CLIENT_DRIFT = "client-drift"
+LOSS_RISING_ACCURACY_HOLDS = "loss-rising-accuracy-holds"
+NOT_LEARNING = "not-learning"
+HEALTH_RECORDS_MISSING = "health-records-missing"
+
+#: every code, root causes before the symptoms they cause
+ALL = (
+    LABELS_OUTSIDE_LOSS_RANGE,
+    LEARNING_RATE_TOO_HIGH,
+    AGGREGATION_WEIGHTS_NOT_NORMALIZED,
+    CLIENT_UPDATE_OUTLIER,
+    NORM_STATISTICS_DISAGREE,
+    CLIENT_DRIFT,
+    LOSS_RISING_ACCURACY_HOLDS,
+    NOT_LEARNING,
+    HEALTH_RECORDS_MISSING,
+)

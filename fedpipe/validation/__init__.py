@@ -1,0 +1,50 @@
+"""Data validation of client and prepared data sets with Great Expectations 1.x.
+
+:func:`validate_table` checks a table with one id column, one label column and
+many feature columns (e.g. 784 pixels); :func:`validate_prepared` checks a
+prepared data set from its per-sample summary. Both return a
+:class:`ValidationReport` whose :class:`ExpectationFailure` s say what was
+expected, what was observed and which sample ids failed, and can write
+``summary.json``, ``result.json`` and Data Docs.
+
+One concern per module: :mod:`~fedpipe.validation.spec` (the settings and the
+row-summary columns), :mod:`~fedpipe.validation.summary` (the row summary the
+row-level checks run on), :mod:`~fedpipe.validation.table` and
+:mod:`~fedpipe.validation.prepared` (the two check families),
+:mod:`~fedpipe.validation.describe` (the sentences of failed expectations),
+:mod:`~fedpipe.validation.gx` (the GX context, suites and checkpoints),
+:mod:`~fedpipe.validation.results` (the report from GX results) and
+:mod:`~fedpipe.validation.files` (the files written).
+
+``great_expectations`` is imported lazily (it takes several seconds), so importing
+this package is cheap.
+"""
+
+from __future__ import annotations
+
+from fedpipe.validation.prepared import validate_prepared
+from fedpipe.validation.results import ExpectationFailure, ValidationReport
+from fedpipe.validation.spec import (
+    FEATURE_MAX,
+    FEATURE_MIN,
+    FEATURE_NON_NUMERIC_COUNT,
+    FEATURE_NULL_COUNT,
+    MAX_EXAMPLES,
+    ROW_NUMBER,
+    SUMMARY_COLUMNS,
+)
+from fedpipe.validation.table import validate_table
+
+__all__ = [
+    "FEATURE_MAX",
+    "FEATURE_MIN",
+    "FEATURE_NON_NUMERIC_COUNT",
+    "FEATURE_NULL_COUNT",
+    "MAX_EXAMPLES",
+    "ROW_NUMBER",
+    "SUMMARY_COLUMNS",
+    "ExpectationFailure",
+    "ValidationReport",
+    "validate_prepared",
+    "validate_table",
+]
