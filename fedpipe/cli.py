@@ -45,12 +45,26 @@ def _load(params_file: str, *, sync: bool):  # type: ignore[no-untyped-def]
         print("dvc.yaml: code dependencies updated for your code in params.yaml")
     check_code_deps(params)
     preflight(params)
+    if _names_user_code(params):
+        from fedpipe.experiment import check_code  # imports TensorFlow
+
+        check_code(params)
     return params
 
 
+def _names_user_code(params) -> bool:  # type: ignore[no-untyped-def]
+    from fedpipe.plugins import is_reference
+
+    names = (params.model.name, params.strategy.name, params.client.algorithm or "")
+    return any(is_reference(n) for n in names)
+
+
 def _connect(args: argparse.Namespace) -> None:
+    from fedpipe.config import ParamsError
+    from flows.console import quiet_user_errors
     from flows.server import ensure_api
 
+    quiet_user_errors((ParamsError,))
     url = ensure_api(start=not args.no_server_start)
     ui = url.removesuffix("/api")
     print(f"Prefect: runs report to {url} (UI: {ui})", flush=True)

@@ -103,3 +103,29 @@ def local_training(params: Params) -> LocalTraining:
     return LocalTraining(
         epochs=t.epochs, batch_size=t.batch_size, lr=t.lr, max_steps=t.local_steps
     )
+
+
+def check_code(params: Params) -> None:
+    """Resolve the user's code named in ``params`` before anything runs: the
+    strategy and client-algorithm classes (and their options) and the model
+    builder. (Whether the builder returns a Keras model is checked by the ``init``
+    stage, which knows the data's shape.)
+
+    Raises
+    ------
+    ParamsError
+        Naming the key and what was found.
+    """
+    strategy = strategy_for(params)
+    name = params.client.algorithm or strategy.client_algorithm
+    key = "client.algorithm" if params.client.algorithm else "strategy.name"
+    _check_options("client.options", params.client.options, client_class(name, key=key))
+    if is_reference(params.model.name):
+        from fedpipe.plugins import load_object
+
+        builder = load_object(params.model.name, key="model.name")
+        if not callable(builder):
+            raise ParamsError(
+                f"params.yaml: model.name={params.model.name!r} is a "
+                f"{type(builder).__name__}, not a function returning a keras.Model"
+            )

@@ -531,7 +531,8 @@ def _user_model(
         ) from None
     if not isinstance(model, keras.Model):
         raise ParamsError(
-            f"params.yaml: model.name={name!r} returned a {type(model).__name__}; "
+            f"params.yaml: model.name={name!r} returned {type(model).__name__} "
+            f"{str(model)[:40]!r}; "
             "allowed: an uncompiled keras.Model"
         )
     return model
