@@ -111,13 +111,13 @@ def library_loop(project: Path, rounds: int) -> float:
     os.chdir(project)
     from fedpipe import layout
     from fedpipe.config import load_params
+    from fedpipe.data import prepared_spec
+    from fedpipe.experiment import model_spec, strategy_for
     from fedpipe.federation import sample_clients
     from fedpipe.seeds import derive_seed
     from fedpipe.strategy import ClientUpdate
     from fedpipe.training import ModelRunner
     from fedpipe.weights import load_weights
-    from fedpipe.data import prepared_spec
-    from fedpipe.experiment import model_spec, strategy_for
     from tasks.runtime import data_for
 
     params = load_params()
