@@ -113,7 +113,7 @@ def library_loop(project: Path, rounds: int) -> float:
     from fedpipe.config import load_params
     from fedpipe.data import prepared_spec
     from fedpipe.experiment import model_spec, strategy_for
-    from fedpipe.federation import sample_clients
+    from fedpipe.round import sample_clients
     from fedpipe.seeds import derive_seed
     from fedpipe.strategy import ClientUpdate
     from fedpipe.training import ModelRunner

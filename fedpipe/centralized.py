@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from fedpipe.federation import FederatedData
 from fedpipe.seeds import derive_seed
+from fedpipe.splits import FederatedData
 from fedpipe.training import ModelRunner
 
 

@@ -35,20 +35,20 @@ def _quiet_env() -> None:
 
 def _load(params_file: str, *, sync: bool):  # type: ignore[no-untyped-def]
     from fedpipe.config import load_params, sync_round_chain
-    from fedpipe.federation import preflight
     from fedpipe.plugins import check_code_deps, code_files, sync_code_deps
+    from fedpipe.preflight import preflight
 
     if sync and Path(params_file).is_file() and sync_round_chain(params_file):
         print(f"{params_file}: round_chain regenerated for federation.rounds")
     params = load_params(params_file)
-    if sync and Path("dvc.yaml").is_file() and sync_code_deps(code_files(params)):
-        print("dvc.yaml: code dependencies updated for your code in params.yaml")
-    check_code_deps(params)
-    preflight(params)
     if _names_user_code(params):
         from fedpipe.experiment import check_code  # imports TensorFlow
 
         check_code(params)
+    if sync and Path("dvc.yaml").is_file() and sync_code_deps(code_files(params)):
+        print("dvc.yaml: code dependencies updated for your code in params.yaml")
+    check_code_deps(params)
+    preflight(params)
     return params
 
 
@@ -121,7 +121,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from fedpipe.scaffold import REMOTE_ENV, init_project
+    from fedpipe.project import REMOTE_ENV, init_project
 
     remote = args.remote or os.environ.get(REMOTE_ENV) or None
     path = init_project(Path(args.directory), git=not args.no_git, remote=remote)
@@ -141,8 +141,9 @@ def cmd_centralized(args: argparse.Namespace) -> int:
     from fedpipe import layout
     from fedpipe.centralized import train_centralized
     from fedpipe.data import prepared_spec
-    from fedpipe.federation import federated_data, read_json, write_json
     from fedpipe.ingest import open_features, read_samples
+    from fedpipe.jsonio import read_json, write_json
+    from fedpipe.splits import federated_data
     from fedpipe.training import ModelRunner, model_spec_for
     from fedpipe.weights import load_weights
 

@@ -319,7 +319,7 @@ def round_health(
         sigmoid or ``(n, C)`` softmax), labels and per-sample losses
         (``ModelRunner.predict``).
     record : RoundRecord or dict, optional
-        The round's :class:`fedpipe.federation.RoundRecord` or its ``summary()``:
+        The round's :class:`fedpipe.records.RoundRecord` or its ``summary()``:
         global loss/accuracy and the gap between the global model on client tests
         and the local models.
 

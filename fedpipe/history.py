@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from fedpipe import layout
-from fedpipe.federation import read_json
+from fedpipe.jsonio import read_json
 from fedpipe.metrics import METRIC_NAMES
 
 GROUPS = ("global", "global_on_clients", "global_on_clients_std", "local", "local_std")

@@ -33,13 +33,28 @@ from fedpipe.client.base import (
 )
 from fedpipe.clientstate import ClientStates, merged
 from fedpipe.faults import misweighted_aggregate
-from fedpipe.federation import ClientData, FederatedData, RoundRecord, sample_clients
 from fedpipe.health import round_health
 from fedpipe.metrics import classification_metrics
 from fedpipe.models import layer_info
+from fedpipe.records import RoundRecord
+from fedpipe.seeds import rng_for
+from fedpipe.splits import ClientData, FederatedData
 from fedpipe.strategy import AggregationError, ClientUpdate, State, Strategy
 from fedpipe.strategy.aggregate import normalized
 from fedpipe.training import ModelRunner, ModelSpec
+
+# ---------------------------------------------------------------- sampling
+
+
+def sample_clients(
+    *, n_clients: int, per_round: int, seed: int, round_: int
+) -> list[int]:
+    """The clients that train in ``round_``: seeded per round, sorted by id."""
+    if per_round >= n_clients:
+        return list(range(n_clients))
+    rng = rng_for(seed, "sample", round_)
+    return sorted(int(c) for c in rng.choice(n_clients, size=per_round, replace=False))
+
 
 # ---------------------------------------------------------------- one client
 

@@ -32,8 +32,8 @@ from fedpipe.config import (
     load_params,
     sync_round_chain,
 )
-from fedpipe.federation import preflight
 from fedpipe.overrides import set_params
+from fedpipe.preflight import preflight
 
 FLOW_NAME = "fedpipe-federation"
 

@@ -24,7 +24,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from fedpipe import layout
 from fedpipe.config import Params
-from fedpipe.federation import read_json
+from fedpipe.jsonio import read_json
 from flows.stages import dask_scheduler, run_stage
 from tasks.artifacts import publish_run_artifacts
 from tasks.dvc import record_stage, restore_stage_outputs, stage_is_fresh

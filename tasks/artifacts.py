@@ -27,8 +27,8 @@ from prefect.artifacts import (
 )
 from prefect.context import FlowRunContext, TaskRunContext
 
-from fedpipe.federation import RoundRecord
 from fedpipe.history import final_table
+from fedpipe.records import RoundRecord
 
 RUN_SUMMARY_KEY = "fedpipe-run-summary"
 DOCTOR_KEY = "fedpipe-doctor"

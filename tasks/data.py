@@ -11,7 +11,8 @@ from prefect.cache_policies import NO_CACHE
 
 from fedpipe import data as fdata
 from fedpipe.config import DataParams, ValidationParams
-from fedpipe.federation import partition_table, read_json, write_json
+from fedpipe.jsonio import read_json, write_json
+from fedpipe.splits import partition_table
 
 
 class ValidationFailed(RuntimeError):

@@ -19,7 +19,7 @@ from fedpipe.experiment import (
     model_spec,
     strategy_for,
 )
-from fedpipe.federation import write_json
+from fedpipe.jsonio import write_json
 from fedpipe.models import describe_model
 from fedpipe.round import ClientJob, ClientResult, RoundInputs, RoundOutputs, run_client
 from fedpipe.training import initial_weights

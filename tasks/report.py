@@ -16,8 +16,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from fedpipe import layout
-from fedpipe.federation import read_json, write_json
 from fedpipe.history import final_table, load_history
+from fedpipe.jsonio import read_json, write_json
 
 
 @task(name="summarize", cache_policy=NO_CACHE)

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from fedpipe.data import prepared_spec
-from fedpipe.federation import FederatedData, federated_data, read_json
 from fedpipe.ingest import FEATURES_FILE, SAMPLES_FILE, open_features, read_samples
+from fedpipe.jsonio import read_json
+from fedpipe.splits import FederatedData, federated_data
 from fedpipe.training import ModelRunner, ModelSpec
 
 _lock = threading.Lock()

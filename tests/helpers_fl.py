@@ -37,15 +37,10 @@ from fedpipe.client import (
 )
 from fedpipe.config import Params, round_chain
 from fedpipe.data import DatasetSpec, load_mnist5k
-from fedpipe.federation import (
-    ClientData,
-    FederatedData,
-    federated_data,
-    partition_table,
-    write_json,
-)
 from fedpipe.ingest import ingest_arrays, open_features, read_samples, read_schema
+from fedpipe.jsonio import write_json
 from fedpipe.round import RoundFailed, RoundInputs, run_here, run_round
+from fedpipe.splits import ClientData, FederatedData, federated_data, partition_table
 from fedpipe.strategy import make_strategy
 from fedpipe.training import ModelRunner, ModelSpec, initial_weights
 

@@ -18,7 +18,7 @@ import numpy as np
 import yaml
 
 from fedpipe.doctor import codes
-from fedpipe.federation import write_json
+from fedpipe.jsonio import write_json
 from fedpipe.metrics import METRIC_NAMES
 
 LAYERS = (("dense", "dense"), ("batch_normalization", "norm"), ("dense_1", "dense"))

@@ -6,7 +6,7 @@ import numpy as np
 
 from fedpipe.centralized import pooled, train_centralized
 from fedpipe.data import DatasetSpec
-from fedpipe.federation import ClientData, FederatedData
+from fedpipe.splits import ClientData, FederatedData
 from fedpipe.training import ModelRunner, ModelSpec, initial_weights
 
 SPEC = ModelSpec("mlp", (28, 28, 1), 10, "sgd", 0.05)

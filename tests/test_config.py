@@ -26,8 +26,8 @@ from fedpipe.config import (
     round_chain,
     sync_round_chain,
 )
-from fedpipe.federation import preflight
 from fedpipe.partition.manifest import split_heldout
+from fedpipe.preflight import preflight
 
 REPO_PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 

@@ -21,7 +21,7 @@ from helpers_fl import run_federation, scaled_inputs, shuffled_labels
 from fedpipe import layout
 from fedpipe.cli import main
 from fedpipe.doctor import Finding, codes, diagnose, robust_z
-from fedpipe.federation import write_json
+from fedpipe.jsonio import write_json
 
 TINY = {"lr": 0.1, "epochs": 2, "rounds": 4}
 BATCH_NORM_CNN = {

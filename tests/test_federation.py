@@ -1,4 +1,4 @@
-"""Tests for fedpipe.federation (client sampling, round records) and fedpipe.seeds."""
+"""Client sampling (fedpipe.round), round records (fedpipe.records), seeds."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from fedpipe.federation import RoundRecord, sample_clients
 from fedpipe.metrics import METRIC_NAMES
+from fedpipe.records import RoundRecord
+from fedpipe.round import sample_clients
 from fedpipe.seeds import PURPOSES, derive_seed, rng_for
 
 # ---------------------------------------------------------------- helpers

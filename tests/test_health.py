@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 
-from fedpipe.federation import read_json, write_json
 from fedpipe.health import (
     cosine,
     divergence,
@@ -17,6 +16,7 @@ from fedpipe.health import (
     loss_top_share,
     round_health,
 )
+from fedpipe.jsonio import read_json, write_json
 
 # ---------------------------------------------------------------- divergence
 

@@ -25,7 +25,7 @@ from fedpipe.lineage import (
     format_mermaid,
     format_text,
 )
-from fedpipe.scaffold import REMOTE_ROOT, default_remote_url, init_project
+from fedpipe.project import REMOTE_ROOT, default_remote_url, init_project
 
 PARAMS = {
     "seed": 7,

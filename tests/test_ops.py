@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from fedpipe.config import ParamsError, load_params, parse_params, round_chain
-from fedpipe.federation import RoundRecord
 from fedpipe.overrides import set_params, yaml_scalar
+from fedpipe.records import RoundRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 NAN = float("nan")

@@ -8,7 +8,7 @@ import pytest
 
 from fedpipe import layout
 from fedpipe.config import load_params, round_chain
-from fedpipe.scaffold import TEMPLATE_FILES, template_text
+from fedpipe.project import TEMPLATE_FILES, template_text
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -21,8 +21,8 @@ from fedpipe.client import (
     ScaffoldClient,
 )
 from fedpipe.client.personal import Ditto
-from fedpipe.federation import ClientData
 from fedpipe.round import KerasTrainer
+from fedpipe.splits import ClientData
 from fedpipe.training import ModelRunner, ModelSpec
 
 LR = 0.1

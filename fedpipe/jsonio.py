@@ -1,0 +1,24 @@
+"""JSON files with deterministic bytes (sorted keys, fixed indent), atomically."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def write_json(path: Path, payload: Any) -> None:
+    """Write JSON deterministically (sorted keys, fixed indent), atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> Any:
+    """Read a JSON file written by :func:`write_json`."""
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: not found; run the stage that writes it first"
+        )
+    return json.loads(path.read_text())
