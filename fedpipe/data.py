@@ -1,8 +1,8 @@
-"""Data sources: the embedded default data set and the table every stage shares.
+"""Data sources: the embedded default data set and what a prepared data set promises.
 
-A source is ingested into one pandas table with an id column, a label column and
-one column per feature (pixels for images, flattened row-major). Stages pass that
-table around as Parquet; models receive float32 arrays built by :func:`to_arrays`.
+Every source is ingested into one prepared directory (``features.npy``,
+``samples.parquet``, ``schema.json``; see :mod:`fedpipe.ingest`), which every later
+stage reads; models receive float32 arrays built by :func:`to_arrays`.
 """
 
 from __future__ import annotations
