@@ -12,7 +12,7 @@ from fedpipe.config import Params, ParamsError
 from fedpipe.data import DatasetSpec
 from fedpipe.models import layer_groups, normalization_layers
 from fedpipe.personalization import Personalization, resolve
-from fedpipe.plugins import is_reference, load_subclass
+from fedpipe.plugins import is_reference, resolve_class
 from fedpipe.strategy import STRATEGIES, Strategy
 from fedpipe.training import ModelSpec, model_spec_for
 
@@ -24,15 +24,7 @@ def model_spec(params: Params, dataset: DatasetSpec) -> ModelSpec:
 
 def strategy_class(name: str) -> type[Strategy]:
     """The strategy class ``strategy.name`` stands for (built in or the user's)."""
-    if is_reference(name):
-        return load_subclass(name, Strategy, key="strategy.name")
-    try:
-        return STRATEGIES[name]
-    except KeyError:
-        allowed = ", ".join(sorted(STRATEGIES))
-        raise ParamsError(
-            f"params.yaml: strategy.name: unknown {name!r}; allowed: {allowed}"
-        ) from None
+    return resolve_class(name, STRATEGIES, Strategy, key="strategy.name")
 
 
 def strategy_for(params: Params) -> Strategy:

@@ -125,6 +125,29 @@ def _pickle_by_value(module: ModuleType) -> None:
     cloudpickle.register_pickle_by_value(module)
 
 
+def resolve_class(
+    name: str, registry: dict[str, type], base: type, *, key: str
+) -> type:
+    """The class a ``*.name`` value stands for: a built-in from ``registry`` or a
+    reference to a subclass of ``base`` in the user's code.
+
+    Raises
+    ------
+    ParamsError
+        An unknown name (listing the built-ins) or a reference that does not fit.
+    """
+    if is_reference(name):
+        return load_subclass(name, base, key=key)
+    try:
+        return registry[name]
+    except KeyError:
+        allowed = ", ".join(sorted(registry))
+        raise ParamsError(
+            f"params.yaml: {key}: unknown {name!r}; allowed: {allowed} or "
+            "path/to/file.py:ClassName"
+        ) from None
+
+
 def load_subclass(name: str, base: type, *, key: str) -> type:
     """A class named by a reference that subclasses ``base``."""
     obj = load_object(name, key=key)

@@ -368,18 +368,13 @@ def _evaluate_global(
     """The global model on the held-out set and every client's test split, in one
     pass; also the held-out probabilities and losses (for the health record)."""
     splits = [(data.x_test, data.y_test)] + [(c.x_test, c.y_test) for c in data.clients]
-    x = np.concatenate([xs for xs, _ in splits])
-    y = np.concatenate([ys for _, ys in splits])
-    probs, losses = runner.predict(weights, x, y)
-    metrics, start = [], 0
-    for _, ys in splits:
-        stop = start + len(ys)
-        metrics.append(
-            classification_metrics(ys, probs[start:stop], losses[start:stop])
-        )
-        start = stop
-    n = len(data.y_test)
-    return metrics[0], metrics[1:], probs[:n], losses[:n]
+    predicted = runner.predict_splits(weights, splits)
+    metrics = [
+        classification_metrics(ys, probs, losses)
+        for (_, ys), (probs, losses) in zip(splits, predicted, strict=True)
+    ]
+    probs, losses = predicted[0]
+    return metrics[0], metrics[1:], probs, losses
 
 
 def _health(

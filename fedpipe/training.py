@@ -294,12 +294,12 @@ class ModelRunner:
             return np.zeros((0, 1), np.float32), np.zeros(0, np.float32)
         return np.concatenate(probs), np.concatenate(losses)
 
-    def evaluate_splits(
+    def predict_splits(
         self,
         weights: list[np.ndarray],
         splits: Sequence[tuple[np.ndarray, np.ndarray]],
-    ) -> list[dict[str, float]]:
-        """:meth:`evaluate` on several data sets with one pass over all of them."""
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`predict` on several data sets with one pass over all of them."""
         if not splits:
             return []
         x = np.concatenate([xs for xs, _ in splits])
@@ -308,11 +308,21 @@ class ModelRunner:
         out, start = [], 0
         for _, ys in splits:
             stop = start + len(ys)
-            out.append(
-                classification_metrics(ys, probs[start:stop], losses[start:stop])
-            )
+            out.append((probs[start:stop], losses[start:stop]))
             start = stop
         return out
+
+    def evaluate_splits(
+        self,
+        weights: list[np.ndarray],
+        splits: Sequence[tuple[np.ndarray, np.ndarray]],
+    ) -> list[dict[str, float]]:
+        """:meth:`evaluate` on several data sets with one pass over all of them."""
+        predicted = self.predict_splits(weights, splits)
+        return [
+            classification_metrics(ys, probs, losses)
+            for (_, ys), (probs, losses) in zip(splits, predicted, strict=True)
+        ]
 
     def evaluate(
         self, weights: list[np.ndarray], x: np.ndarray, y: np.ndarray

@@ -27,7 +27,7 @@ from fedpipe.client.personal import Ditto, FedBN, FedPer, FineTune, KeptLayers
 from fedpipe.client.scaffold import ScaffoldClient
 from fedpipe.client.sgd import LocalSGD
 from fedpipe.config import ParamsError
-from fedpipe.plugins import is_reference, load_subclass
+from fedpipe.plugins import resolve_class
 
 CLIENT_ALGORITHMS: dict[str, type[ClientAlgorithm]] = {
     cls.name: cls for cls in (LocalSGD, FedProxClient, ScaffoldClient)
@@ -42,16 +42,7 @@ def client_class(name: str, *, key: str = "client.algorithm") -> type[ClientAlgo
     ParamsError
         Unknown name; a reference that is missing or not a ClientAlgorithm.
     """
-    if is_reference(name):
-        return load_subclass(name, ClientAlgorithm, key=key)
-    try:
-        return CLIENT_ALGORITHMS[name]
-    except KeyError:
-        allowed = ", ".join(sorted(CLIENT_ALGORITHMS))
-        raise ParamsError(
-            f"params.yaml: {key}: unknown {name!r}; allowed: {allowed} or "
-            "path/to/file.py:ClassName"
-        ) from None
+    return resolve_class(name, CLIENT_ALGORITHMS, ClientAlgorithm, key=key)
 
 
 def make_client(
