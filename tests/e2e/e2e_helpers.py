@@ -25,7 +25,7 @@ def _merge(base: dict, over: dict) -> dict:
     out = dict(base)
     for key, value in over.items():
         out[key] = (
-            _merge(base.get(key, {}), value) if isinstance(value, dict) else value
+            _merge(base.get(key) or {}, value) if isinstance(value, dict) else value
         )
     return out
 
