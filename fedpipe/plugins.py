@@ -192,7 +192,8 @@ def code_files(params: Any) -> dict[str, list[str]]:
         from fedpipe.experiment import strategy_class  # imports TensorFlow
 
         client_ref = strategy_class(params.strategy.name).client_algorithm
-    client = reference_file(client_ref) if client_ref else None
+    # a class object lives in the strategy's own file, which is tracked already
+    client = reference_file(client_ref) if isinstance(client_ref, str) else None
     both = [_dep_path(p) for p in (model, strategy) if p is not None]
     rounds = both + [_dep_path(client)] if client is not None else list(both)
     return {"init": sorted(set(both)), "round": sorted(set(rounds))}

@@ -159,7 +159,7 @@ class FedDyn(Strategy):
     settings = ("alpha", "total_clients")
     state_names = ("h",)
     required_extras = (GRAD_DELTA,)
-    client_algorithm = "examples/feddyn/feddyn.py:FedDynClient"
+    client_algorithm = FedDynClient  # the class itself: the file can move
 
     def __init__(
         self, *, alpha: float = 0.01, total_clients: int | None = None

@@ -34,7 +34,9 @@ CLIENT_ALGORITHMS: dict[str, type[ClientAlgorithm]] = {
 }
 
 
-def client_class(name: str, *, key: str = "client.algorithm") -> type[ClientAlgorithm]:
+def client_class(
+    name: str | type, *, key: str = "client.algorithm"
+) -> type[ClientAlgorithm]:
     """The class a client-algorithm name or reference stands for.
 
     Raises
@@ -42,11 +44,18 @@ def client_class(name: str, *, key: str = "client.algorithm") -> type[ClientAlgo
     ParamsError
         Unknown name; a reference that is missing or not a ClientAlgorithm.
     """
+    if isinstance(name, type):
+        if not issubclass(name, ClientAlgorithm):
+            raise ParamsError(
+                f"params.yaml: {key}: its client algorithm {name.__name__} is not a "
+                "subclass of fedpipe.client.base.ClientAlgorithm"
+            )
+        return name
     return resolve_class(name, CLIENT_ALGORITHMS, ClientAlgorithm, key=key)
 
 
 def make_client(
-    name: str, *, key: str = "client.algorithm", **settings: Any
+    name: str | type, *, key: str = "client.algorithm", **settings: Any
 ) -> ClientAlgorithm:
     """The client algorithm ``name`` built from its settings.
 
@@ -59,7 +68,8 @@ def make_client(
     try:
         return cls.from_settings(**settings)
     except (TypeError, ValueError) as exc:
-        raise ParamsError(f"params.yaml: {key}={name!r}: {exc}") from None
+        label = name.__name__ if isinstance(name, type) else name
+        raise ParamsError(f"params.yaml: {key}={label!r}: {exc}") from None
 
 
 __all__ = [

@@ -188,7 +188,8 @@ class ClientAlgorithm(abc.ABC):
     Attributes
     ----------
     name : str
-        Registered name; also the namespace of what it keeps on clients.
+        Registered name; also the namespace of what it keeps on clients (no
+        ``/`` in it: state keys are ``<name>/<array name>``).
     settings : tuple of str
         Setting names (from the strategy's ``client_settings()`` and
         ``client.options``).

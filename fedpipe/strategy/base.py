@@ -162,17 +162,19 @@ class Strategy(abc.ABC):
         initialised to zeros by :meth:`init_state`.
     required_extras : tuple of str
         Keys every :attr:`ClientUpdate.extras` must hold, laid out like the weights.
-    client_algorithm : str
-        The client algorithm this strategy needs (a name in
-        :data:`fedpipe.client.CLIENT_ALGORITHMS`, or a reference to a user's
-        class); it is built from :meth:`client_settings`. Default ``"sgd"``.
+    client_algorithm : str or type
+        The client algorithm this strategy needs: a name in
+        :data:`fedpipe.client.CLIENT_ALGORITHMS`, a reference to a user's class
+        (``path/to/file.py:Name``), or the class itself (a plugin's strategy and
+        client in one file); it is built from :meth:`client_settings`. Default
+        ``"sgd"``.
     """
 
     name: ClassVar[str]
     settings: ClassVar[tuple[str, ...]] = ()
     state_names: ClassVar[tuple[str, ...]] = ()
     required_extras: ClassVar[tuple[str, ...]] = ()
-    client_algorithm: ClassVar[str] = "sgd"
+    client_algorithm: ClassVar[str | type] = "sgd"
 
     @classmethod
     def from_params(cls, **settings: Any) -> Self:
