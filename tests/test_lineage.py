@@ -19,7 +19,6 @@ from fedpipe import cli
 from fedpipe.lineage import (
     LineageError,
     audit,
-    dir_md5,
     expected_commands,
     format_json,
     format_mermaid,
@@ -189,23 +188,19 @@ def _kinds(lineage) -> set[tuple[str, str, str]]:  # type: ignore[no-untyped-def
 # ---------------------------------------------------------------- hashing
 
 
-def test_dir_md5_matches_dvc_data() -> None:
-    # DVC's own implementation as the reference (imported by the test only)
+def test_fixture_dir_hash_is_dvcs(tmp_path: Path) -> None:
+    # the synthetic dvc.lock's directory hashes are DVC's (dvc_data as reference)
     from dvc_data.hashfile.hash_info import HashInfo
     from dvc_data.hashfile.meta import Meta
     from dvc_data.hashfile.tree import Tree
 
-    listing = [
-        {"md5": _md5(b"b"), "relpath": "sub/b.txt"},
-        {"md5": _md5(b"a"), "relpath": "a-b.txt"},
-        {"md5": _md5(b"c"), "relpath": "a/c.txt"},
-    ]
+    files = {"sub/b.txt": b"b", "a-b.txt": b"a", "a/c.txt": b"c"}
+    recorded = _write_dir(tmp_path, "d", files)
     tree = Tree()
-    for entry in listing:
-        key = tuple(entry["relpath"].split("/"))
-        tree.add(key, Meta(), HashInfo("md5", entry["md5"]))
+    for relpath, data in files.items():
+        tree.add(tuple(relpath.split("/")), Meta(), HashInfo("md5", _md5(data)))
     tree.digest()
-    assert dir_md5(listing) == tree.hash_info.value
+    assert recorded["md5"] == tree.hash_info.value
 
 
 # ---------------------------------------------------------------- chain
@@ -401,11 +396,33 @@ def test_raw_input_no_stage_produces(project: Path) -> None:
     }
 
 
-def test_expected_commands_expand_foreach() -> None:
-    commands = expected_commands(PIPELINE, PARAMS)
+def test_expected_commands_expand_foreach(project: Path) -> None:
+    commands = expected_commands(project)
     assert commands["round@2"] == "fedpipe stage round 2"
     assert commands["summary"] == "fedpipe stage summary"
     assert "round" not in commands
+
+
+def test_dvcignore_read_as_dvc_reads_it(project: Path) -> None:
+    # gitignore semantics in full (here a negation), as `dvc status` applies them
+    (project / ".dvcignore").write_text("*.log\n!kept.log\n")
+    (project / "data/prepared/debug.log").write_bytes(b"ignored")
+    assert audit(project, ["1"]).verified
+    (project / "data/prepared/kept.log").write_bytes(b"not ignored")
+    lineage = audit(project, ["1"])
+    assert _kinds(lineage) == {("changed", "ingest", "data/prepared")}
+    assert "added: kept.log" in lineage.flags[0].message
+
+
+def test_command_templated_from_vars(project: Path) -> None:
+    # dvc.yaml `vars` (not only params.yaml) feed ${...}, as DVC resolves them
+    pipeline = yaml.safe_load((project / "dvc.yaml").read_text())
+    pipeline["vars"] = [{"level": "strict"}]
+    pipeline["stages"]["validate"]["cmd"] = "fedpipe stage validate --${level}"
+    (project / "dvc.yaml").write_text(yaml.safe_dump(pipeline))
+    lineage = audit(project, ["partition"])
+    assert _kinds(lineage) == {("stale", "validate", "cmd")}
+    assert "now runs `fedpipe stage validate --strict`" in lineage.flags[0].message
 
 
 # ---------------------------------------------------------------- formats

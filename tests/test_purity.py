@@ -1,14 +1,21 @@
-"""fedpipe stays a pure library: no Prefect or DVC, and a light config import."""
+"""fedpipe stays a pure library: no Prefect or DVC, and a light config import.
+
+One exception: ``fedpipe.lineage`` is the reader of DVC's record (it audits
+dvc.lock through DVC's own API), so it may import DVC - and only it, and never
+Prefect.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DVC_READER = "fedpipe.lineage"  # the one package allowed to import DVC
 
 
 def _package_modules() -> list[str]:
@@ -20,7 +27,12 @@ def _package_modules() -> list[str]:
     return names
 
 
-MODULES = _package_modules()
+def _in_reader(name: str) -> bool:
+    return name == DVC_READER or name.startswith(f"{DVC_READER}.")
+
+
+LINEAGE = [m for m in _package_modules() if _in_reader(m)]
+MODULES = [m for m in _package_modules() if not _in_reader(m)]
 
 # ---------------------------------------------------------------- helpers
 
@@ -58,6 +70,26 @@ def test_every_package_is_covered() -> None:
     # a new module or package is checked without being listed here
     for name in ("fedpipe.runfiles", "fedpipe.doctor.drift", "fedpipe.validation.gx"):
         assert name in MODULES
+    assert {"fedpipe.lineage", "fedpipe.lineage.dvcstate"} <= set(LINEAGE)
+
+
+def test_lineage_reads_dvc_but_not_prefect() -> None:
+    watched = ["prefect", "dvc", "dvc_data", "flows", "tasks"]
+    assert _imported_after(LINEAGE, watched) == ["dvc", "dvc_data"]
+
+
+def test_only_the_lineage_package_imports_dvc() -> None:
+    # every module, not only those listed above: a DVC import outside
+    # fedpipe/lineage/ (even a lazy one inside a function) is caught here
+    pattern = re.compile(r"^\s*(from|import)\s+(dvc|dvc_data|dvc_objects)\b", re.M)
+    package = ROOT / "fedpipe"
+    reader = package / DVC_READER.split(".")[1]
+    found = [
+        str(path.relative_to(package))
+        for path in sorted(package.rglob("*.py"))
+        if reader not in path.parents and pattern.search(path.read_text())
+    ]
+    assert found == []
 
 
 def test_the_check_sees_imports() -> None:
@@ -86,6 +118,6 @@ def test_runfiles_import_stays_light() -> None:
 
 
 def test_lineage_path_stays_light() -> None:
-    # `fedpipe lineage` answers in well under a second: no TensorFlow, pandas or GX
+    # `fedpipe lineage` loads DVC, but no TensorFlow, pandas, NumPy or GX
     heavy = ["tensorflow", "keras", "pandas", "numpy", "great_expectations"]
     assert _imported_after(["fedpipe.cli", "fedpipe.lineage"], heavy) == []
