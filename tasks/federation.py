@@ -24,7 +24,7 @@ from fedpipe.models import describe_model
 from fedpipe.round import ClientJob, ClientResult, RoundInputs, RoundOutputs, run_client
 from fedpipe.training import initial_weights
 from fedpipe.weights import load_state, load_weights, save_state, save_weights
-from tasks.runtime import cached_runner, data_for, where_am_i
+from tasks.runtime import data_for, training_runner, where_am_i
 
 
 @task(name="init-model", cache_policy=NO_CACHE)
@@ -78,8 +78,8 @@ def load_round(params: Params, round_: int) -> RoundInputs:
 )
 def train_client(job: ClientJob) -> ClientResult:
     """Run one client's job on this process's compiled model."""
-    runner, built = cached_runner(job.spec)
-    if built:
+    runner, first = training_runner(job.spec)
+    if first:
         get_run_logger().info(
             "%s compiled in %s; reused for later clients and rounds",
             job.spec.name,

@@ -24,11 +24,22 @@ from fedpipe.training import ModelRunner, ModelSpec
 _lock = threading.Lock()
 _runners: dict[ModelSpec, ModelRunner] = {}
 _data: dict[tuple, FederatedData] = {}
+_training: set[ModelSpec] = set()
 
 
 def runner_for(spec: ModelSpec) -> ModelRunner:
     """The process's compiled model for ``spec`` (built on first use)."""
     return cached_runner(spec)[0]
+
+
+def training_runner(spec: ModelSpec) -> tuple[ModelRunner, bool]:
+    """The process's compiled model for client training, and whether this is
+    the first client trained with it in this process (to say so once)."""
+    runner = runner_for(spec)
+    with _lock:
+        first = spec not in _training
+        _training.add(spec)
+    return runner, first
 
 
 def cached_runner(spec: ModelSpec) -> tuple[ModelRunner, bool]:

@@ -16,6 +16,12 @@ from fedpipe.lineage.targets import resolve_target
 __all__ = ["audit"]
 
 
+def _role(path: str) -> str:
+    """``code`` for the user's code a stage reads (model, strategy, client files
+    named in params.yaml), ``input`` for data."""
+    return "code" if path.endswith(".py") else "input"
+
+
 def _raw(stages: Iterable[StageAudit]) -> tuple[RawData, ...]:
     """The chain's roots: outputs of stages without inputs, and inputs no stage
     produces."""
@@ -27,7 +33,7 @@ def _raw(stages: Iterable[StageAudit]) -> tuple[RawData, ...]:
                 for o in stage.outs
             )
         raw.extend(
-            RawData(stage.name, d.path, d.recorded_md5, "input")
+            RawData(stage.name, d.path, d.recorded_md5, _role(d.path))
             for d in stage.deps
             if not d.upstream
         )

@@ -49,12 +49,24 @@ def _git_line(git: GitState) -> str:
     return f"git: {head}; {tree}; dvc.lock {git.lock}; params.yaml {git.params}"
 
 
+def _stages_text(stages: list[str]) -> str:
+    """``init, round@1..round@10`` rather than every round by name."""
+    rounds = [s for s in stages if s.startswith("round@")]
+    others = [s for s in stages if not s.startswith("round@")]
+    if len(rounds) > 2:
+        others.append(f"{rounds[0]}..{rounds[-1]}")
+    else:
+        others += rounds
+    return ", ".join(others)
+
+
 def _check_line(label: str, check: Check) -> str:
     md5 = check.recorded_md5 or "-"
     files = f" ({check.nfiles} files)" if check.nfiles else ""
     origin = ""
     if label == "in":
-        origin = f"  <- {check.upstream}" if check.upstream else "  (raw data)"
+        root = "(your code)" if check.path.endswith(".py") else "(raw data)"
+        origin = f"  <- {check.upstream}" if check.upstream else f"  {root}"
     mark = "ok" if check.status == "ok" else check.status.upper()
     return f"  {label:<4}{check.path}  md5 {md5}{files}{origin}  {mark}"
 
@@ -99,9 +111,13 @@ def format_text(lineage: Lineage) -> str:
     if lineage.target_path:
         head += f"\ntarget: {lineage.target_path}  md5 {lineage.target_md5 or '-'}"
     lines = [head, _git_line(lineage.git)]
+    readers: dict[tuple[str, str | None, str], list[str]] = {}
     for raw in lineage.raw:
-        how = "written by" if raw.role == "output" else "read by"
-        lines.append(f"raw data: {raw.path}  md5 {raw.md5}  ({how} {raw.stage})")
+        readers.setdefault((raw.path, raw.md5, raw.role), []).append(raw.stage)
+    for (path, md5, role), stages in readers.items():
+        how = "written by" if role == "output" else "read by"
+        kind = "code" if role == "code" else "raw data"
+        lines.append(f"{kind}: {path}  md5 {md5}  ({how} {_stages_text(stages)})")
     previous: list[str] | None = None
     for stage in lineage.stages:
         lines += ["", f"{stage.name}  [{stage.status}]", f"  cmd {stage.cmd}"]

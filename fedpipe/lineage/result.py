@@ -109,7 +109,8 @@ class RawData(NamedTuple):
 
     ``role`` is ``"output"`` for what a stage without inputs produced (the
     built-in ``mnist5k`` digits) and ``"input"`` for an input no stage produces
-    (your own data, tracked with ``dvc add`` or not at all).
+    (your own data, tracked with ``dvc add`` or not at all); ``"code"`` for
+    your own code that a stage reads (a ``.py`` file named in params.yaml).
     """
 
     stage: str

@@ -170,7 +170,9 @@ def test_lineage_shows_the_code_hashes(project: Path, cli_env: dict) -> None:
     text = run_cli([FEDPIPE, "lineage"], project, cli_env).stdout
     for name in ("model", "strategy", "client"):
         path = project / "code" / f"{name}.py"
-        assert f"code/{name}.py" in text and _md5(path) in text
+        assert f"code: code/{name}.py  md5 {_md5(path)}" in text
+    assert "(read by round@1, round@2)" in text  # the client: the rounds only
+    assert "(your code)" in text
 
 
 @pytest.mark.parametrize(
