@@ -156,7 +156,9 @@ class Strategy(abc.ABC):
     name : str
         The ``strategy.name`` this class is registered under.
     settings : tuple of str
-        The ``strategy.*`` keys this strategy reads.
+        The ``strategy.*`` keys this strategy reads (for a user's strategy, the
+        keys of ``strategy.options``). ``total_clients``, the number of clients
+        in the federation, is passed to every strategy that lists it.
     state_names : tuple of str
         Per-layer float64 state arrays, named ``"<prefix>/<layer:03d>"`` and
         initialised to zeros by :meth:`init_state`.
