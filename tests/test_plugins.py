@@ -1,0 +1,150 @@
+"""User code named in params.yaml: references, errors, DVC deps, shipping to workers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedpipe.client.base import ClientAlgorithm
+from fedpipe.config import ParamsError, parse_params
+from fedpipe.plugins import (
+    check_code_deps,
+    code_files,
+    listed_code_deps,
+    load_object,
+    load_subclass,
+    sync_code_deps,
+)
+from fedpipe.project import template_text
+
+CLIENT = """
+from fedpipe.client.base import ClientAlgorithm, ClientReply
+
+
+class Mine(ClientAlgorithm):
+    name = "mine"
+    settings = ("scale",)
+
+    def __init__(self, *, scale=1.0):
+        self.scale = scale
+
+    def train(self, task, trainer):
+        return ClientReply(task.global_weights)
+
+
+class Half(ClientAlgorithm):
+    name = "half"
+
+
+def helper():
+    return 1
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code/client.py").write_text(CLIENT)
+    (tmp_path / "code/model.py").write_text("def build(shape, n):\n    return n\n")
+    (tmp_path / "dvc.yaml").write_text(template_text("dvc.yaml"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _params(**sections: dict) -> object:
+    return parse_params(
+        {"federation": {"rounds": 1}, "round_chain": {1: 0}, **sections}
+    )
+
+
+def test_a_reference_loads_the_object_from_the_project_file(project: Path) -> None:
+    cls = load_subclass("code/client.py:Mine", ClientAlgorithm, key="client.algorithm")
+    assert cls.__name__ == "Mine" and cls.from_settings(scale=2.0).scale == 2.0
+    assert load_object("code/client.py:helper", key="k")() == 1
+    # a module path works as well as a file
+    assert load_object("fedpipe.client.sgd:LocalSGD", key="k").name == "sgd"
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        ("code/nothere.py:Mine", "file code/nothere.py not found"),
+        ("code/client.py:Yours", "has no 'Yours'; it defines ClientAlgorithm"),
+        ("code/client.py:helper", "is a function; allowed: a subclass of"),
+        ("code/client.py:Half", "class Half does not implement train"),
+        ("no_such_module:X", "cannot import module 'no_such_module'"),
+    ],
+)
+def test_references_that_do_not_fit_name_the_key_and_what_was_found(
+    project: Path, ref: str, message: str
+) -> None:
+    with pytest.raises(ParamsError) as err:
+        load_subclass(ref, ClientAlgorithm, key="client.algorithm")
+    assert f"client.algorithm={ref!r}" in str(err.value)
+    assert message in str(err.value)
+
+
+def test_a_file_that_fails_to_import_says_why(project: Path) -> None:
+    (project / "code/broken.py").write_text("import nowhere_to_be_found\n")
+    with pytest.raises(ParamsError, match="importing broken.py failed: Module"):
+        load_object("code/broken.py:X", key="model.name")
+
+
+def test_each_file_feeds_exactly_the_stages_that_use_it(project: Path) -> None:
+    params = _params(
+        model={"name": "code/model.py:build"},
+        client={"algorithm": "code/client.py:Mine"},
+    )
+    assert code_files(params) == {
+        "init": ["code/model.py"],
+        "round": ["code/client.py", "code/model.py"],
+    }
+    assert code_files(_params()) == {"init": [], "round": []}
+
+
+def test_sync_writes_the_deps_keeps_comments_and_removes_stale_ones(
+    project: Path,
+) -> None:
+    params = _params(client={"algorithm": "code/client.py:Mine"})
+    with pytest.raises(ParamsError, match="run `fedpipe sync`"):
+        check_code_deps(params)
+    before = (project / "dvc.yaml").read_text()
+    assert sync_code_deps(code_files(params)) is True
+    after = (project / "dvc.yaml").read_text()
+    assert listed_code_deps() == {"init": [], "round": ["code/client.py"]}
+    assert "# Each federation round is a stage of its own" in after  # comments kept
+    assert len(after.splitlines()) == len(before.splitlines()) + 1
+    check_code_deps(params)  # in step now
+    assert sync_code_deps(code_files(params)) is False  # idempotent
+    # back to built-ins: the file is no longer a dependency, the file as it was
+    assert sync_code_deps(code_files(_params())) is True
+    assert (project / "dvc.yaml").read_text() == before
+
+
+def test_user_classes_travel_to_workers_that_cannot_import_them(
+    project: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Dask workers unpickle client jobs; the user's module exists only under a
+    generated name here, so its code must travel by value."""
+    import cloudpickle
+
+    cls = load_subclass("code/client.py:Mine", ClientAlgorithm, key="k")
+    blob = tmp_path_factory.mktemp("ship") / "job.pkl"
+    blob.write_bytes(cloudpickle.dumps(cls(scale=3.0)))
+    elsewhere = tmp_path_factory.mktemp("worker")
+    code = (
+        "import pickle, sys; "
+        f"obj = pickle.loads(open({str(blob)!r}, 'rb').read()); "
+        "print(type(obj).__name__, obj.scale, obj.name)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split() == ["Mine", "3.0", "mine"]
