@@ -413,11 +413,29 @@ def load_params(path: str | Path = PARAMS_FILE) -> Params:
     return parse_params(raw, source=str(path))
 
 
+def _without_key(text: str, key: str) -> str:
+    """YAML ``text`` without the top-level ``key`` (comments and order kept)."""
+    import io
+
+    from ruamel.yaml import YAML
+
+    yaml_rt = YAML()
+    yaml_rt.width = 4096
+    doc = yaml_rt.load(text)
+    del doc[key]
+    out = io.StringIO()
+    yaml_rt.dump(doc, out)
+    return out.getvalue()
+
+
 def sync_round_chain(path: str | Path = PARAMS_FILE) -> bool:
     """Rewrite the generated ``round_chain`` block of ``params.yaml`` to match rounds.
 
     Only the block after :data:`ROUND_CHAIN_MARKER` is rewritten, so comments and
-    the order of the user's settings survive. Returns True when the file changed.
+    the order of the user's settings survive. A file whose marker was dropped (a
+    tool rewrote it without comments, e.g. ``yaml.safe_dump``) gets its
+    ``round_chain`` taken out and the block appended again. Returns True when the
+    file changed.
     """
     path = Path(path)
     text = path.read_text()
@@ -432,12 +450,14 @@ def sync_round_chain(path: str | Path = PARAMS_FILE) -> bool:
     if not isinstance(rounds, int) or rounds < 1:
         # leave it to parse_params to report federation.rounds precisely
         return False
-    head = text.split(ROUND_CHAIN_MARKER)[0]
-    if ROUND_CHAIN_MARKER not in text and f"\n{ROUND_CHAIN_KEY}:" in f"\n{text}":
-        raise ParamsError(
-            f"{path}: {ROUND_CHAIN_KEY} is present without the generated-block "
-            f"marker; delete the {ROUND_CHAIN_KEY} block and run `fedpipe sync`"
-        )
+    if ROUND_CHAIN_MARKER in text:
+        head = text.split(ROUND_CHAIN_MARKER)[0]
+    elif isinstance(raw, dict) and ROUND_CHAIN_KEY in raw:
+        # a tool that rewrote the file without comments dropped the marker: take
+        # the chain out wherever it stands, keep everything else as it is
+        head = _without_key(text, ROUND_CHAIN_KEY)
+    else:
+        head = text
     block = "\n".join(
         [ROUND_CHAIN_MARKER, f"{ROUND_CHAIN_KEY}:"]
         + [f'  "{k}": {prev}' for k, prev in round_chain(rounds).items()]

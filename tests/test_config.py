@@ -317,13 +317,30 @@ def test_sync_appends_block_when_absent(tmp_path: Path) -> None:
     assert load_params(path).round_chain == {1: 0, 2: 1}
 
 
-def test_sync_refuses_hand_written_chain_without_marker(tmp_path: Path) -> None:
+def test_sync_regenerates_a_chain_whose_marker_an_editor_dropped(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "params.yaml"
-    text = 'federation:\n  rounds: 2\nround_chain:\n  "1": 0\n'
-    path.write_text(text)
-    with pytest.raises(ParamsError, match="without the generated-block marker"):
-        sync_round_chain(path)
-    assert path.read_text() == text
+    path.write_text('federation:\n  rounds: 2\nround_chain:\n  "1": 0\nseed: 3\n')
+    assert sync_round_chain(path) is True
+    params = load_params(path)
+    assert params.round_chain == {1: 0, 2: 1} and params.seed == 3
+    assert ROUND_CHAIN_MARKER in path.read_text()
+
+
+def test_a_params_file_rewritten_by_safe_dump_syncs_and_loads(tmp_path: Path) -> None:
+    """The repository's params.yaml through yaml.safe_dump (comments and the
+    marker gone, keys as ints), as scripts and formatters write it."""
+    path = _repo_params(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    raw["federation"]["rounds"] = 3
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert ROUND_CHAIN_MARKER not in path.read_text()
+    sync_round_chain(path)
+    params = load_params(path)
+    assert params.federation.rounds == 3 and params.round_chain == {1: 0, 2: 1, 3: 2}
+    again = path.read_text()
+    assert sync_round_chain(path) is False and path.read_text() == again
 
 
 @pytest.mark.parametrize(
