@@ -267,7 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-C", "--project", default=".", help="project directory (default: .)"
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.epilog = _examples("fedpipe")
+    parser.formatter_class = _HelpWithExamples
 
     run = sub.add_parser(
         "run",
@@ -476,9 +478,95 @@ examples:
     return parser
 
 
+START_HERE = """fedpipe: federated-learning experiments as reproducible DVC pipelines.
+
+Start here:
+  fedpipe init my-study && cd my-study   a new project (dvc.yaml, params.yaml)
+  fedpipe run                            every stage, each recorded in dvc.lock
+  fedpipe doctor                         what went wrong, with the fix
+  fedpipe report                         one HTML page about the run
+  fedpipe lineage                        every round's model back to data, params, code
+
+`fedpipe COMMAND --help` shows a command's options and examples."""
+
+EXAMPLES = {
+    "fedpipe": [
+        ("fedpipe run", "train the federation in params.yaml"),
+        ("fedpipe -C path/to/project doctor", "diagnose another project's run"),
+    ],
+    "run": [
+        ("fedpipe run", "bring every stage up to date"),
+        ("fedpipe run --force --no-report", "recompute everything, skip the report"),
+        ("dvc repro", "the same stages, one process each"),
+    ],
+    "stage": [
+        ("fedpipe stage round 3", "what dvc.yaml's round@3 runs"),
+        ("fedpipe stage partition", "deal the data to clients again"),
+    ],
+    "sync": [
+        ("fedpipe sync && dvc repro", "after changing federation.rounds"),
+    ],
+    "doctor": [
+        ("fedpipe doctor", "findings, most important first"),
+        ("fedpipe doctor --format json", "for scripts"),
+        ("fedpipe doctor --fail-on warning", "a CI gate"),
+    ],
+    "deploy": [
+        ("fedpipe deploy --cron '0 3 * * *'", "a nightly run on the fedpipe pool"),
+        ("prefect worker start --pool fedpipe", "then: the worker that runs them"),
+    ],
+    "serve": [("fedpipe serve --cron '0 * * * *'", "hourly runs from this process")],
+    "init": [
+        ("fedpipe init my-study", "a new project with git, DVC and a remote"),
+        ("fedpipe init my-study --remote s3://bucket/fl", "with your own DVC remote"),
+    ],
+    "report": [
+        ("fedpipe report", "writes reports/report.html"),
+        ("fedpipe report --out /tmp/run.html", "somewhere else"),
+    ],
+    "centralized": [
+        ("fedpipe centralized", "the pooled-data baseline of the same model"),
+        ("fedpipe centralized --steps 1", "the one-step control"),
+    ],
+}
+
+
+def _examples(command: str) -> str:
+    rows = EXAMPLES.get(command, [])
+    width = max((len(cmd) for cmd, _ in rows), default=0)
+    return "examples:\n" + "\n".join(
+        f"  {cmd:<{width}}  # {what}" for cmd, what in rows
+    )
+
+
+class _HelpWithExamples(argparse.HelpFormatter):
+    """Wraps descriptions as usual; keeps the examples' lines as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return text
+        return super()._fill_text(text, width, indent)
+
+
+def _with_examples(parser: argparse.ArgumentParser) -> None:
+    """Every command's help ends with a few real examples."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                if sub.epilog:  # lineage writes its own, examples included
+                    continue
+                sub.epilog = _examples(name)
+                sub.formatter_class = _HelpWithExamples
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     _quiet_env()
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    _with_examples(parser)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        print(START_HERE)
+        return 0
     if args.command != "init":
         os.chdir(args.project)
     from fedpipe.config import ParamsError

@@ -67,3 +67,34 @@ def test_init_refuses_to_overwrite(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0
     assert (project / "params.yaml").read_text() == "seed: 1\n"
+
+
+def test_no_command_prints_where_to_start(capsys: pytest.CaptureFixture) -> None:
+    from fedpipe.cli import main
+
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "Start here:" in out and "fedpipe run" in out and "fedpipe doctor" in out
+
+
+def test_every_command_help_ends_with_examples_that_parse() -> None:
+    """The examples are real: each one parses with the real parser."""
+    import argparse
+    import shlex
+
+    from fedpipe.cli import EXAMPLES, _with_examples, build_parser
+
+    parser = build_parser()
+    _with_examples(parser)
+    subparsers = next(
+        a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+    )
+    for name, sub in subparsers.choices.items():
+        assert "examples:" in sub.format_help().split("\n\n")[-1], name
+    for command, rows in EXAMPLES.items():
+        for example, _ in rows:
+            words = shlex.split(example.split("&&")[0])
+            if words[0] != "fedpipe":
+                continue  # dvc / prefect commands
+            args = parser.parse_args(words[1:])
+            assert args.command in (None, command) or command == "fedpipe", example
