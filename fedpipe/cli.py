@@ -70,7 +70,26 @@ def _connect(args: argparse.Namespace) -> None:
     print(f"Prefect: runs report to {url} (UI: {ui})", flush=True)
 
 
+def _overrides(args: argparse.Namespace) -> int | None:
+    """``-S key=value`` and ``--exp NAME`` of ``fedpipe run``: the overrides are
+    written into params.yaml (None: go on with the run), or the run is a DVC
+    experiment (its exit status)."""
+    sets = getattr(args, "set_param", None) or []
+    if getattr(args, "exp", None):
+        from fedpipe.variants import run_experiment
+
+        return run_experiment(args.exp, sets, params_file=PARAMS)
+    if sets:
+        from fedpipe.overrides import apply_overrides, yaml_scalar
+
+        for key, value in apply_overrides(PARAMS, sets).items():
+            print(f"{PARAMS}: {key} = {yaml_scalar(value)}")
+    return None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    if (code := _overrides(args)) is not None:
+        return code
     params = _load(PARAMS, sync=True)
     _connect(args)
     from flows.pipeline import run_pipeline
@@ -243,6 +262,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return exit_code(findings, fail_on=args.fail_on)
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from fedpipe.status import collect, format_json, format_text
+
+    status = collect(Path("."))
+    print(format_json(status) if args.format == "json" else format_text(status))
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     dep = _deployment(args)
     from flows.deploy import FLOW_NAME, serve
@@ -287,6 +314,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip the doctor and the HTML report at the end (about 2 s); "
         "`fedpipe doctor` / `fedpipe report` make them later",
+    )
+    run.add_argument(
+        "-S",
+        "--set-param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="set a param (dotted key, YAML value) in params.yaml before the run, "
+        "as `dvc exp run -S` does; repeatable, e.g. -S federation.rounds=20",
+    )
+    run.add_argument(
+        "--exp",
+        metavar="NAME",
+        help="run as the named DVC experiment (`dvc exp run --temp -n NAME`, with "
+        "the -S values) and leave the workspace's params.yaml as it is; "
+        "`dvc exp show` lists it",
     )
     run.set_defaults(func=cmd_run)
 
@@ -345,6 +387,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 if a finding of this severity or worse exists (default: error)",
     )
     doctor.set_defaults(func=cmd_doctor)
+    status = sub.add_parser(
+        "status",
+        help="the project at a glance: data, partition, rounds, stale stages and "
+        "why, the last run, the doctor's top finding",
+        description="Read params.yaml, dvc.lock (through DVC: the stale stages are "
+        "what `dvc status` finds, with the param keys and their recorded and "
+        "current values, the changed data and code) and the run's files. No "
+        "TensorFlow, no Prefect: it answers in about a second.",
+    )
+    status.add_argument(
+        "--format",
+        choices=["text", "json"],
+        default="text",
+        help="output format (default: text)",
+    )
+    status.set_defaults(func=cmd_status)
     deploy = sub.add_parser(
         "deploy",
         help="register the project as a Prefect deployment on a process work pool",
@@ -483,6 +541,7 @@ START_HERE = """fedpipe: federated-learning experiments as reproducible DVC pipe
 Start here:
   fedpipe init my-study && cd my-study   a new project (dvc.yaml, params.yaml)
   fedpipe run                            every stage, each recorded in dvc.lock
+  fedpipe status                         where the project stands, what is stale
   fedpipe doctor                         what went wrong, with the fix
   fedpipe report                         one HTML page about the run
   fedpipe lineage                        every round's model back to data, params, code
@@ -496,6 +555,8 @@ EXAMPLES = {
     ],
     "run": [
         ("fedpipe run", "bring every stage up to date"),
+        ("fedpipe run -S train.lr=0.1 -S strategy.name=fedadam", "change params"),
+        ("fedpipe run --exp lr-high -S train.lr=0.1", "a named DVC experiment"),
         ("fedpipe run --force --no-report", "recompute everything, skip the report"),
         ("dvc repro", "the same stages, one process each"),
     ],
@@ -510,6 +571,10 @@ EXAMPLES = {
         ("fedpipe doctor", "findings, most important first"),
         ("fedpipe doctor --format json", "for scripts"),
         ("fedpipe doctor --fail-on warning", "a CI gate"),
+    ],
+    "status": [
+        ("fedpipe status", "where the project stands; what a run would redo"),
+        ("fedpipe status --format json", "for scripts"),
     ],
     "deploy": [
         ("fedpipe deploy --cron '0 3 * * *'", "a nightly run on the fedpipe pool"),

@@ -1,0 +1,69 @@
+"""``fedpipe run --exp NAME``: a variant as a named DVC experiment.
+
+The ``-S`` overrides are validated as ``params.yaml`` is
+(:func:`fedpipe.overrides.check_overrides`) and written into ``params.yaml``
+(``round_chain`` regenerated for ``federation.rounds``, which DVC's own ``-S``
+cannot do); then ``dvc exp run --temp -n NAME`` takes the workspace as it is
+into a temporary copy under ``.dvc/tmp/exps`` and runs the stages there
+(``dvc repro``: one ``fedpipe stage ...`` process per stage that is not up to
+date), and ``params.yaml`` is put back at once. The experiment is a git ref of
+its own: ``dvc exp show`` lists it with its params and metrics, ``dvc exp apply
+NAME`` brings it into the workspace.
+
+DVC runs as a command (``dvc``), not imported: fedpipe's core stays free of DVC.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from fedpipe.config import ParamsError
+from fedpipe.overrides import check_overrides, parse_overrides, set_params
+
+
+def dvc_command() -> str:
+    """``dvc`` beside this interpreter (a venv not activated), else on PATH."""
+    beside = Path(sys.executable).with_name("dvc")
+    return str(beside) if beside.exists() else (shutil.which("dvc") or "dvc")
+
+
+def experiment_command(name: str) -> list[str]:
+    """The DVC command that runs the workspace as experiment ``name``."""
+    return [dvc_command(), "exp", "run", "--temp", "-n", name]
+
+
+def run_experiment(
+    name: str, overrides: Sequence[str], *, params_file: str | Path = "params.yaml"
+) -> int:
+    """Run the project with ``overrides`` as DVC experiment ``name``.
+
+    The workspace's ``params.yaml`` is the same afterwards as before (byte for
+    byte), whatever happens to the run. Returns ``dvc exp run``'s exit status.
+
+    Raises
+    ------
+    ParamsError
+        A bad override or experiment name (nothing is written or run).
+    """
+    if not name or any(c.isspace() for c in name) or name.startswith("-"):
+        raise ParamsError(f"--exp {name!r}: give a name without spaces, e.g. lr-0.1")
+    if not Path(".git").exists():
+        raise ParamsError(
+            "--exp needs a git repository (DVC keeps experiments as git refs); "
+            "`fedpipe init` makes one"
+        )
+    values = parse_overrides(overrides)
+    check_overrides(params_file, values)
+    path = Path(params_file)
+    original = path.read_bytes()
+    try:
+        set_params(path, values)
+        env = dict(os.environ, DVC_NO_ANALYTICS="1")
+        return subprocess.run(experiment_command(name), env=env, check=False).returncode
+    finally:
+        path.write_bytes(original)
