@@ -121,3 +121,10 @@ def test_lineage_path_stays_light() -> None:
     # `fedpipe lineage` loads DVC, but no TensorFlow, pandas, NumPy or GX
     heavy = ["tensorflow", "keras", "pandas", "numpy", "great_expectations"]
     assert _imported_after(["fedpipe.cli", "fedpipe.lineage"], heavy) == []
+
+
+def test_status_path_loads_neither_tensorflow_nor_prefect() -> None:
+    # `fedpipe status` reads DVC (lineage) and runs the doctor: nothing heavier
+    heavy = ["tensorflow", "keras", "prefect", "great_expectations", "flows"]
+    modules = ["fedpipe.cli", "fedpipe.status", "fedpipe.lineage", "fedpipe.doctor"]
+    assert _imported_after(modules, heavy) == []
