@@ -4,9 +4,10 @@ The ``-S`` overrides are validated as ``params.yaml`` is
 (:func:`fedpipe.overrides.check_overrides`) and written into ``params.yaml``
 (``round_chain`` regenerated for ``federation.rounds``, which DVC's own ``-S``
 cannot do); then ``dvc exp run --temp -n NAME`` takes the workspace as it is
-into a temporary copy under ``.dvc/tmp/exps`` and runs the stages there
-(``dvc repro``: one ``fedpipe stage ...`` process per stage that is not up to
-date), and ``params.yaml`` is put back at once. The experiment is a git ref of
+(what git tracks, with its uncommitted changes) into a temporary copy under
+``.dvc/tmp/exps`` and runs the stages there (``dvc repro``: one ``fedpipe stage
+...`` process per stage that is not up to date); ``params.yaml`` is put back
+when that ends, however it ends. The experiment is a git ref of
 its own: ``dvc exp show`` lists it with its params and metrics, ``dvc exp apply
 NAME`` brings it into the workspace.
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from fedpipe.config import ParamsError
 from fedpipe.overrides import check_overrides, parse_overrides, set_params
+from fedpipe.runfiles import git_output
 
 
 def dvc_command() -> str:
@@ -35,6 +37,14 @@ def dvc_command() -> str:
 def experiment_command(name: str) -> list[str]:
     """The DVC command that runs the workspace as experiment ``name``."""
     return [dvc_command(), "exp", "run", "--temp", "-n", name]
+
+
+def untracked_lock(root: Path) -> bool:
+    """True when ``dvc.lock`` exists but git does not track it: ``dvc exp run
+    --temp`` copies only what git tracks (and its changes) into the experiment."""
+    if not (root / "dvc.lock").is_file():
+        return False
+    return git_output(root, "ls-files", "--error-unmatch", "dvc.lock") is None
 
 
 def run_experiment(
@@ -59,6 +69,13 @@ def run_experiment(
         )
     values = parse_overrides(overrides)
     check_overrides(params_file, values)
+    if untracked_lock(Path(".")):
+        print(
+            "note: dvc.lock is not in git, so the experiment starts with nothing "
+            "recorded and runs every stage; `git add -A && git commit` after a run "
+            "lets it reuse what that run recorded",
+            file=sys.stderr,
+        )
     path = Path(params_file)
     original = path.read_bytes()
     try:

@@ -1,0 +1,148 @@
+"""`fedpipe status`, `fedpipe run -S` and `fedpipe run --exp` on one real project.
+
+One tiny project is run once for the module (and committed, as a person would
+before trying variants); the tests then read it, change it and put it back, in
+file order: the last one reruns the rounds with a new learning rate.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from e2e_helpers import BIN, make_project, run_cli
+
+pytestmark = pytest.mark.e2e
+FEDPIPE = str(BIN / "fedpipe")
+DVC = str(BIN / "dvc")
+ROUNDS = [f"round@{k}" for k in range(1, 5)]  # TINY has 4 rounds
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> Path:
+    path = make_project(tmp_path_factory.mktemp("status") / "p", cli_env)
+    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], path, cli_env)
+    run_cli(["git", "add", "-A"], path, cli_env)
+    run_cli(["git", "commit", "-qm", "first run"], path, cli_env)
+    return path
+
+
+def _status(project: Path, env: dict[str, str]) -> dict:
+    proc = run_cli([FEDPIPE, "status", "--format", "json"], project, env)
+    return json.loads(proc.stdout)
+
+
+def test_status_of_a_finished_run_is_up_to_date(
+    project: Path, cli_env: dict[str, str]
+) -> None:
+    status = _status(project, cli_env)
+    assert status["up_to_date"] is True and status["stale"] == {}
+    assert status["rounds_recorded"] == [1, 2, 3, 4] and status["rounds_planned"] == 4
+    assert status["validation"]["passed"] is True
+    assert status["partition"] == {**status["partition"], "method": "iid", "clients": 3}
+    assert status["last_round"]["round"] == 4
+    assert 0 < status["last_round"]["global"]["accuracy"] <= 1
+    assert status["doctor"] is not None
+    text = run_cli([FEDPIPE, "status"], project, cli_env).stdout
+    assert "up to date" in text and "4 planned (federation.rounds)" in text
+
+
+def test_status_names_a_changed_param_with_old_and_new_value(
+    project: Path, cli_env: dict[str, str]
+) -> None:
+    params = project / "params.yaml"
+    text = params.read_text()
+    try:
+        params.write_text(text.replace("lr: 0.05", "lr: 0.2"))
+        status = _status(project, cli_env)
+        assert sorted(status["stale"]) == ROUNDS
+        for stage in ROUNDS:
+            assert status["stale"][stage] == [
+                {
+                    "kind": "params",
+                    "key": "train.lr",
+                    "old": 0.05,
+                    "new": 0.2,
+                    "text": "param train.lr 0.05 -> 0.2",
+                }
+            ]
+        shown = run_cli([FEDPIPE, "status"], project, cli_env).stdout
+        assert "round@1-4: param train.lr 0.05 -> 0.2" in shown
+    finally:
+        params.write_text(text)
+
+
+def test_status_names_changed_data(project: Path, cli_env: dict[str, str]) -> None:
+    raw = project / "data/raw/mnist5k.parquet"
+    content = raw.read_bytes()
+    try:
+        import pandas as pd
+
+        pd.read_parquet(raw).iloc[:100].to_parquet(raw)
+        status = _status(project, cli_env)
+        assert {
+            "kind": "data",
+            "path": "data/raw/mnist5k.parquet",
+            "change": "modified",
+            "text": "data data/raw/mnist5k.parquet modified",
+        } in status["stale"]["ingest"]
+    finally:
+        raw.write_bytes(content)
+    assert _status(project, cli_env)["up_to_date"] is True
+
+
+def test_a_bad_override_exits_2_naming_the_key(
+    project: Path, cli_env: dict[str, str]
+) -> None:
+    params = project / "params.yaml"
+    text = params.read_text()
+    for args, key in (
+        (["-S", "train.lr=-1"], "train.lr"),
+        (["-S", "train.lrr=0.1"], "train.lrr"),
+        (["-S", "federation.rounds=2", "-S", "strategy.name=fedbest"], "strategy.name"),
+    ):
+        proc = run_cli([FEDPIPE, "run", *args], project, cli_env, check=False)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: -S: {key}: "), lines
+        assert params.read_text() == text
+
+
+def test_exp_is_listed_by_dvc_and_leaves_the_workspace(
+    project: Path, cli_env: dict[str, str]
+) -> None:
+    params = project / "params.yaml"
+    text = params.read_text()
+    run_cli(
+        [FEDPIPE, "run", "--exp", "lr-high", "-S", "train.lr=0.1"], project, cli_env
+    )
+    assert params.read_text() == text
+    assert run_cli(["git", "status", "--porcelain"], project, cli_env).stdout == ""
+    shown = json.loads(run_cli([DVC, "exp", "show", "--json"], project, cli_env).stdout)
+    exps = [
+        rev
+        for row in shown
+        for group in row.get("experiments") or []
+        for rev in group["revs"]
+    ]
+    (exp,) = [e for e in exps if e["name"] == "lr-high"]
+    assert exp["data"]["params"]["params.yaml"]["data"]["train"]["lr"] == 0.1
+    metrics = exp["data"]["metrics"]["metrics/rounds/round-4.json"]["data"]
+    assert 0 < metrics["global"]["accuracy"] <= 1
+    assert _status(project, cli_env)["up_to_date"] is True
+
+
+def test_run_with_an_override_records_it_in_dvc_lock(
+    project: Path, cli_env: dict[str, str]
+) -> None:
+    proc = run_cli(
+        [FEDPIPE, "run", "--no-report", "-S", "train.lr=0.1"], project, cli_env
+    )
+    assert "params.yaml: train.lr = 0.1" in proc.stdout
+    assert yaml.safe_load((project / "params.yaml").read_text())["train"]["lr"] == 0.1
+    lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    for stage in ROUNDS:
+        assert lock[stage]["params"]["params.yaml"]["train"]["lr"] == 0.1
+    assert _status(project, cli_env)["up_to_date"] is True
