@@ -70,6 +70,9 @@ def test_status_names_a_changed_param_with_old_and_new_value(
             ]
         shown = run_cli([FEDPIPE, "status"], project, cli_env).stdout
         assert "round@1-4: param train.lr 0.05 -> 0.2" in shown
+        # the same stages as DVC's own `dvc status`
+        dvc = json.loads(run_cli([DVC, "status", "--json"], project, cli_env).stdout)
+        assert sorted(dvc) == ROUNDS
     finally:
         params.write_text(text)
 
@@ -88,6 +91,8 @@ def test_status_names_changed_data(project: Path, cli_env: dict[str, str]) -> No
             "change": "modified",
             "text": "data data/raw/mnist5k.parquet modified",
         } in status["stale"]["ingest"]
+        dvc = json.loads(run_cli([DVC, "status", "--json"], project, cli_env).stdout)
+        assert sorted(dvc) == sorted(status["stale"])
     finally:
         raw.write_bytes(content)
     assert _status(project, cli_env)["up_to_date"] is True
