@@ -78,7 +78,9 @@ def _overrides(args: argparse.Namespace) -> int | None:
     if getattr(args, "exp", None):
         from fedpipe.variants import run_experiment
 
-        return run_experiment(args.exp, sets, params_file=PARAMS)
+        return run_experiment(
+            args.exp, sets, params_file=PARAMS, force=bool(args.force)
+        )
     if sets:
         from fedpipe.overrides import apply_overrides, yaml_scalar
 

@@ -34,9 +34,12 @@ def dvc_command() -> str:
     return str(beside) if beside.exists() else (shutil.which("dvc") or "dvc")
 
 
-def experiment_command(name: str) -> list[str]:
-    """The DVC command that runs the workspace as experiment ``name``."""
-    return [dvc_command(), "exp", "run", "--temp", "-n", name]
+def experiment_command(name: str, *, force: bool = False) -> list[str]:
+    """The DVC command that runs the workspace as experiment ``name`` (``force``:
+    every stage, up to date or not)."""
+    return [dvc_command(), "exp", "run", "--temp", "-n", name] + (
+        ["--force"] if force else []
+    )
 
 
 def untracked_lock(root: Path) -> bool:
@@ -48,7 +51,11 @@ def untracked_lock(root: Path) -> bool:
 
 
 def run_experiment(
-    name: str, overrides: Sequence[str], *, params_file: str | Path = "params.yaml"
+    name: str,
+    overrides: Sequence[str],
+    *,
+    params_file: str | Path = "params.yaml",
+    force: bool = False,
 ) -> int:
     """Run the project with ``overrides`` as DVC experiment ``name``.
 
@@ -81,6 +88,8 @@ def run_experiment(
     try:
         set_params(path, values)
         env = dict(os.environ, DVC_NO_ANALYTICS="1")
-        return subprocess.run(experiment_command(name), env=env, check=False).returncode
+        return subprocess.run(
+            experiment_command(name, force=force), env=env, check=False
+        ).returncode
     finally:
         path.write_bytes(original)
