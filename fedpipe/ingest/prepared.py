@@ -225,6 +225,7 @@ class _PreparedWriter:
         scale: float,
         started: float,
         feature_names: Sequence[str] | None = None,
+        skipped: Sequence[str] = (),
     ) -> IngestResult:
         """Write the tables and move the directory into place.
 
@@ -247,6 +248,8 @@ class _PreparedWriter:
             :func:`time.perf_counter` at the start of the ingest, for the result.
         feature_names : sequence of str, optional
             Names of the features (tables only). Default: omitted from the schema.
+        skipped : sequence of str, optional
+            Operating-system files the source left out, for the result.
 
         Returns
         -------
@@ -287,6 +290,7 @@ class _PreparedWriter:
             input_shape=self.input_shape,
             class_names=tuple(schema["class_names"]),
             seconds=time.perf_counter() - started,
+            skipped=tuple(skipped),
         )
 
     def _samples_table(self, samples: Mapping[str, Sequence[Any]]) -> pa.Table:

@@ -103,6 +103,10 @@ def _prepared_frame(summary: pd.DataFrame) -> pd.DataFrame:
     frame["content_key"] = frame["content_hash"].where(
         ok, "unreadable:" + frame["sample_id"]
     )
+    # a label the ingest could not read is stored as -1 and its status names the
+    # value the file holds: the status check reports it, not the label check
+    unread = (frame["label"] == -1) & ~ok
+    frame["label"] = frame["label"].astype(object).where(~unread, None)
     if {"orig_height", "orig_width", "orig_channels"} <= set(frame.columns):
         size = (
             frame["orig_height"].astype(str)
@@ -140,7 +144,8 @@ def _prepared_checks(gxe: Any, spec: Spec, names: Mapping[int, str]) -> list[Che
         Check(
             gxe.ExpectColumnValuesToBeInSet(column="status", value_set=["ok"]),
             lambda r: (
-                f"every sample must be readable; {have(r, 'a problem')} "
+                f"every sample must be read without a problem; "
+                f"{have(r, 'a problem')} "
                 f"(e.g. {unexpected_values(r)})"
             ),
         ),
