@@ -64,6 +64,7 @@ def validate(prepared: Path, settings: ValidationParams, *, report_dir: Path) ->
         imbalance=settings.imbalance,
         duplicates=settings.duplicates,
         mixed_sizes=settings.mixed_sizes,
+        skipped=schema.get("skipped", ()),
         report_dir=report_dir,
     )
     logger = get_run_logger()

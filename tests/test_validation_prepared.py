@@ -9,7 +9,9 @@ from fedpipe.ingest import ingest_table, read_schema, row_summaries
 from fedpipe.validation import ValidationReport, validate_prepared
 
 
-def _validate(tmp_path: Path, text: str, **kwargs: object) -> ValidationReport:
+def _validate(
+    tmp_path: Path, text: str, skipped: tuple[str, ...] = (), **kwargs: object
+) -> ValidationReport:
     path = tmp_path / "t.csv"
     path.write_text(text)
     out = tmp_path / "prepared"
@@ -22,6 +24,7 @@ def _validate(tmp_path: Path, text: str, **kwargs: object) -> ValidationReport:
         value_range=tuple(schema["value_range"]),
         min_rows=2,
         imbalance_ratio=2.0,
+        skipped=skipped,
     )
 
 
@@ -58,3 +61,19 @@ def test_imbalance_names_the_classes(tmp_path: Path) -> None:
     report = _validate(tmp_path, "x,y\n1,cat\n2,dog\n3,cat\n4,cat\n5,cat\n")
     (warning,) = [w for w in report.warnings if w.expectation.endswith("imbalance")]
     assert warning.detail.startswith("class cat has 4 samples, 4.0x class dog (1)")
+
+
+def test_skipped_os_files_are_counted_in_the_summary(tmp_path: Path) -> None:
+    skipped = ("Thumbs.db", "__MACOSX/", "cat/.DS_Store")
+    report = _validate(tmp_path, "x,y\n1,cat\n2,dog\n", skipped=skipped)
+    assert report.summary_lines()[-1] == (
+        "skipped 3 operating-system files, not samples: Thumbs.db, __MACOSX/, "
+        "cat/.DS_Store"
+    )
+    assert report.to_dict()["skipped"] == list(skipped)
+
+
+def test_nothing_skipped_adds_nothing(tmp_path: Path) -> None:
+    report = _validate(tmp_path, "x,y\n1,cat\n2,dog\n")
+    assert "skipped" not in report.to_dict()
+    assert len(report.summary_lines()) == 1

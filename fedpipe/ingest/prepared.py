@@ -249,7 +249,8 @@ class _PreparedWriter:
         feature_names : sequence of str, optional
             Names of the features (tables only). Default: omitted from the schema.
         skipped : sequence of str, optional
-            Operating-system files the source left out, for the result.
+            Operating-system files the source left out: in the result and, when
+            there are any, in ``schema.json`` ``skipped``.
 
         Returns
         -------
@@ -277,6 +278,8 @@ class _PreparedWriter:
         }
         if feature_names is not None:
             schema["feature_names"] = [str(c) for c in feature_names]
+        if skipped:
+            schema["skipped"] = [str(s) for s in skipped]
         (self._tmp / SCHEMA_FILE).write_text(
             json.dumps(schema, sort_keys=True, indent=2) + "\n", encoding="utf-8"
         )

@@ -91,4 +91,7 @@ def test_photo_folder_with_os_metadata_runs_end_to_end(
     assert _class_count_columns(project)[3:] == ["with_mask", "without_mask"]
     report = yaml.safe_load((project / "reports/validation/summary.json").read_text())
     assert report["success"]
+    assert sorted(report["skipped"]) == sorted(
+        [*OS_FILES[:-1], "__MACOSX/"]
+    )  # the folder is skipped as a whole
     assert (project / "metrics/summary.json").is_file(), proc.stderr[-2000:]

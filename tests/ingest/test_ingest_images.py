@@ -289,8 +289,15 @@ def test_only_macosx_folder_is_not_a_class(tmp_path: Path) -> None:
         _ingest(tmp_path / "data", tmp_path / "out")
 
 
-def test_tables_and_good_folders_skip_nothing(tmp_path: Path) -> None:
+def test_skipped_files_are_recorded_in_the_schema(tmp_path: Path) -> None:
+    data = _with_os_metadata(_good_folder(tmp_path))
+    result = _ingest(data, tmp_path / "out")
+    assert read_schema(tmp_path / "out")["skipped"] == list(result.skipped)
+
+
+def test_good_folders_skip_nothing(tmp_path: Path) -> None:
     assert _ingest(_good_folder(tmp_path), tmp_path / "out").skipped == ()
+    assert "skipped" not in read_schema(tmp_path / "out")
 
 
 def test_non_image_next_to_os_metadata_still_fails_by_path(tmp_path: Path) -> None:
