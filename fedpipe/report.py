@@ -153,7 +153,7 @@ def read_label_counts(run: RunFiles | Path) -> tuple[pd.DataFrame | None, str]:
     -------
     (pandas.DataFrame or None, str)
         Columns ``client``, ``n_train``, ``n_test`` and one column per class
-        (named by the class as a string), from
+        (named by its class name, e.g. ``cat``, or the class index as a string), from
         ``reports/partition/class_counts.csv`` if it exists, else computed from
         ``data/partition/manifest.json``; ``None`` if neither exists.
     """
@@ -161,11 +161,12 @@ def read_label_counts(run: RunFiles | Path) -> tuple[pd.DataFrame | None, str]:
     run.require("class_counts")
     if run.class_counts is not None:
         return run.class_counts, str(CLASS_COUNTS_CSV)
-    run.require("manifest")
+    run.require("manifest", "schema")
     if run.manifest is not None:
         from fedpipe.partition.diagnostics import class_count_table
 
-        table = class_count_table(run.manifest)
+        names = None if run.schema is None else run.schema.get("class_names")
+        table = class_count_table(run.manifest, class_names=names)
         return table.rename(columns=str), str(layout.MANIFEST)
     return None, ""
 

@@ -38,6 +38,12 @@ def ingest(data: DataParams, out_dir: Path) -> int:
         result.n_samples, result.n_problems, data.source, data.path, out_dir,
         result.seconds, result.input_shape, list(result.class_names),
     )  # fmt: skip
+    if result.skipped:
+        get_run_logger().info(
+            "skipped %d operating-system files in %s: %s",
+            len(result.skipped), data.path, ", ".join(result.skipped[:10])
+            + (", ..." if len(result.skipped) > 10 else ""),
+        )  # fmt: skip
     return result.n_samples
 
 
@@ -58,6 +64,7 @@ def validate(prepared: Path, settings: ValidationParams, *, report_dir: Path) ->
         imbalance=settings.imbalance,
         duplicates=settings.duplicates,
         mixed_sizes=settings.mixed_sizes,
+        skipped=schema.get("skipped", ()),
         report_dir=report_dir,
     )
     logger = get_run_logger()
@@ -82,7 +89,7 @@ def partition(
     prepared: Path, out: Path, report_dir: Path, **settings: Any
 ) -> Mapping[str, Any]:
     """Deal the training samples to clients; write the manifest and diagnostics."""
-    from fedpipe.ingest import read_samples
+    from fedpipe.ingest import read_samples, read_schema
     from fedpipe.partition.diagnostics import (
         class_count_table,
         label_heatmap,
@@ -92,7 +99,9 @@ def partition(
     manifest = partition_table(read_samples(prepared), **settings)
     write_json(out, manifest)
     report_dir.mkdir(parents=True, exist_ok=True)
-    class_count_table(manifest).to_csv(report_dir / "class_counts.csv", index=False)
+    names = read_schema(prepared)["class_names"]
+    counts = class_count_table(manifest, class_names=names)
+    counts.to_csv(report_dir / "class_counts.csv", index=False)
     label_heatmap(manifest, report_dir / "label_distribution.png")
     skew = skew_summary(manifest)
     write_json(report_dir / "skew.json", skew)

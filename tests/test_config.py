@@ -140,6 +140,38 @@ def test_mnist5k_source_fixes_the_path() -> None:
     assert "data.path" in msg and "data/raw/mnist5k.parquet" in msg
 
 
+def _table(**data: Any) -> dict[str, Any]:
+    return _raw(data={"source": "table", "path": "t.csv", **data})
+
+
+def test_data_classes_are_names_in_order() -> None:
+    params = parse_params(_table(classes=["dog", "cat"]))
+    assert params.data.classes == ["dog", "cat"]
+
+
+def test_data_classes_read_as_numbers_become_names() -> None:
+    assert parse_params(_table(classes=[1, 0])).data.classes == ["1", "0"]
+
+
+@pytest.mark.parametrize(
+    ("classes", "expected"),
+    [
+        (["cat"], "at least 2 class names"),
+        (["cat", "cat"], "'cat' listed more than once"),
+        (["cat", " "], "must not be empty"),
+        ([False, True], "quote the names"),
+    ],
+)
+def test_bad_data_classes_are_named(classes: list[Any], expected: str) -> None:
+    msg = _error(_table(classes=classes))
+    assert "data.classes" in msg and expected in msg
+
+
+def test_data_classes_and_num_classes_must_agree() -> None:
+    msg = _error(_table(classes=["cat", "dog"], num_classes=3))
+    assert "data.num_classes=3 but data.classes lists 2 names" in msg
+
+
 @pytest.mark.parametrize("alpha", [0, -0.5])
 def test_partition_alpha_must_be_positive(alpha: float) -> None:
     msg = _error(_raw(partition={"alpha": alpha}))

@@ -303,3 +303,19 @@ def test_a_symptom_names_the_root_cause_not_another_symptom(run_dir) -> None:
     for f in diagnose(run_dir("weights-sum-1.8"))[1:]:
         if "likely a consequence of" in f.title:
             assert codes.AGGREGATION_WEIGHTS_NOT_NORMALIZED in f.title, f.title
+
+
+def test_label_finding_names_the_classes(tmp_path: Path) -> None:
+    from fedpipe.doctor.labels import check_labels
+    from fedpipe.runfiles import RunFiles
+
+    run = RunFiles(
+        root=tmp_path,
+        schema={"classes": [0, 1, 2], "class_names": ["cat", "dog", "with_mask"]},
+        labels=np.array([0, 1, 2, 3]),
+    )
+    (finding,) = check_labels(run)
+    assert (
+        "labels 3 (1 samples) outside 0..2 (0 cat, 1 dog, 2 with_mask)"
+        in (finding.evidence[0])
+    )

@@ -17,9 +17,11 @@ from report_fixtures import FINDINGS, write_run
 
 from fedpipe import report
 from fedpipe.doctor import codes
+from fedpipe.jsonio import write_json
 from fedpipe.report import (
     SECTION_TITLES,
     build_report,
+    labels_svg,
     read_history,
     read_label_counts,
     read_lineage,
@@ -192,6 +194,17 @@ def test_label_counts_fall_back_to_the_manifest(tmp_path: Path) -> None:
     from_manifest, source = read_label_counts(tmp_path)
     assert source == "data/partition/manifest.json"
     assert from_manifest.equals(from_csv)
+
+
+def test_label_counts_and_plot_show_class_names(tmp_path: Path) -> None:
+    write_run(tmp_path, n_classes=3)
+    shutil.rmtree(tmp_path / "reports/partition")
+    names = ["cat", "dog", "with_mask"]
+    schema = {"classes": [0, 1, 2], "class_names": names}
+    write_json(tmp_path / "data/prepared/schema.json", schema)
+    counts, _ = read_label_counts(tmp_path)
+    assert list(counts.columns)[3:] == names
+    assert all(f">{name}<" in labels_svg(counts) for name in names)
 
 
 def test_unreadable_file_is_named_and_other_sections_render(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ def check_labels(run: RunFiles) -> list[Finding]:
         bad = (values < 0) | (values >= c)
         if bad.any():
             expected = "0/1 (one sigmoid output)" if c == 2 else f"0..{c - 1}"
+            expected += _named_classes(run)
             shown = ", ".join(
                 f"{int(v)} ({int(n)} samples)"
                 for v, n in zip(values[bad], counts[bad], strict=True)
@@ -69,6 +70,15 @@ def check_labels(run: RunFiles) -> list[Finding]:
             rounds=rounds,
         )
     ]
+
+
+def _named_classes(run: RunFiles) -> str:
+    """`` (0 cat, 1 dog)`` when the classes have names other than their indices."""
+    names = [str(n) for n in (run.schema or {}).get("class_names", [])]
+    if not names or names == [str(i) for i in range(len(names))]:
+        return ""
+    shown = ", ".join(f"{i} {n}" for i, n in enumerate(names[:10]))
+    return f" ({shown}{', ...' if len(names) > 10 else ''})"
 
 
 def _clients_holding(run: RunFiles, bad: set[int]) -> list[tuple[int, int]]:

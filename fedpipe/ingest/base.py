@@ -36,6 +36,10 @@ class IngestResult:
         Name of each class index ``0 .. K-1``.
     seconds : float
         Wall-clock time of the ingest, in seconds.
+    skipped : tuple of str
+        Files and folders left out because an operating system wrote them
+        (``Thumbs.db``, ``.DS_Store``, ``__MACOSX/``, ...), relative to
+        ``data.path``; empty for tables and arrays.
     """
 
     out_dir: Path
@@ -44,3 +48,4 @@ class IngestResult:
     input_shape: tuple[int, ...]
     class_names: tuple[str, ...]
     seconds: float
+    skipped: tuple[str, ...] = ()

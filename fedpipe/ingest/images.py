@@ -14,7 +14,7 @@ from PIL import Image, UnidentifiedImageError
 from fedpipe.ingest.base import IngestError, IngestResult
 from fedpipe.ingest.prepared import STATUS_OK, _PreparedWriter
 
-__all__ = ["COLOR_MODES", "RESAMPLE", "ingest_image_folder"]
+__all__ = ["COLOR_MODES", "RESAMPLE", "ingest_image_folder", "is_os_metadata"]
 
 COLOR_MODES: dict[str, str] = {"rgb": "RGB", "grayscale": "L"}
 """``data.color_mode`` values and the Pillow mode each converts to."""
@@ -24,6 +24,19 @@ RESAMPLE = Image.Resampling.BILINEAR
 
 _CHANNELS_OF_MODE = {"P": 3, "PA": 4}
 _MAX_REASON = 160
+
+# What Windows and macOS write into folders by themselves (lower case). Files:
+# thumbnail caches, folder view settings, Finder metadata; folders: the resource
+# forks of a zip made on macOS, Spotlight / trash / recycle bin / restore points.
+_OS_METADATA_FILES = frozenset(
+    {"thumbs.db", "ehthumbs.db", "ehthumbs_vista.db", "desktop.ini", ".ds_store",
+     ".localized", "icon\r"}
+)  # fmt: skip
+_OS_METADATA_DIRS = frozenset(
+    {"__macosx", ".spotlight-v100", ".trashes", ".fseventsd", ".temporaryitems",
+     "$recycle.bin", "system volume information"}
+)  # fmt: skip
+_APPLE_DOUBLE_PREFIX = "._"  # macOS resource fork of the file named after it
 
 
 @dataclass(frozen=True)
@@ -46,14 +59,23 @@ def ingest_image_folder(
     out_dir: Path,
     image_size: tuple[int, int],
     color_mode: str = "rgb",
+    classes: Sequence[str] | None = None,
 ) -> IngestResult:
     """Decode, convert and resize a folder of class subfolders into ``out_dir``.
 
-    ``path`` holds one subfolder per class; the sorted folder names become classes
-    ``0 .. K-1``. Every non-hidden file *directly* inside a class folder is a
-    sample: nested subfolders, hidden entries (names starting with ``.``) and files
-    at the top level of ``path`` are ignored. Files are read in sorted order (class,
-    then file name; Unicode code-point order, independent of locale).
+    ``path`` holds one subfolder per class; the sorted folder names (or the
+    order of ``classes``) become classes ``0 .. K-1``. Every non-hidden file
+    *directly* inside a class folder is a sample: nested subfolders, hidden entries
+    (names starting with ``.``) and files at the top level of ``path`` are
+    ignored. Files are read in sorted order (class, then file name; Unicode
+    code-point order, independent of locale).
+
+    What an operating system writes into a folder by itself (see
+    :func:`is_os_metadata`: ``Thumbs.db``, ``desktop.ini``, ``.DS_Store``,
+    ``._<name>`` AppleDouble files, a ``__MACOSX`` folder, ...) is skipped, at
+    the top level and inside class folders, and listed in
+    :attr:`IngestResult.skipped`. Any other file in a class folder is a sample,
+    so a stray non-image file fails validation by its path.
 
     Each file is decoded with Pillow (first frame only; EXIF orientation is not
     applied), converted to ``color_mode`` (alpha is dropped, not composited;
@@ -75,18 +97,24 @@ def ingest_image_folder(
     color_mode : str, optional
         ``"rgb"`` (3 channels) or ``"grayscale"`` (1 channel, Pillow ``"L"``)
         (``data.color_mode``). Default ``"rgb"``.
+    classes : sequence of str, optional
+        ``data.classes``: the class folder names in index order; a listed class
+        without a folder is a declared class with no samples. Default: the sorted
+        folder names.
 
     Returns
     -------
     IngestResult
-        ``n_problems`` counts the unreadable files.
+        ``n_problems`` counts the unreadable files; ``skipped`` lists the
+        operating-system files and folders skipped (relative to ``path``).
 
     Raises
     ------
     IngestError
         If ``color_mode`` or ``image_size`` is not allowed; if ``path`` does not
-        exist, is not a directory, has no class subfolders or no files in them; or
-        if ``out_dir`` is inside ``path``. An empty class folder is *not* an error:
+        exist, is not a directory, has no class subfolders or no files in them;
+        if a class folder is not in ``classes``; or if ``out_dir`` is inside
+        ``path``. An empty class folder is *not* an error:
         it is a declared class with no samples, for validation to report.
 
     Notes
@@ -102,7 +130,8 @@ def ingest_image_folder(
     height, width = _check_image_size(image_size)
     pil_mode = _check_color_mode(color_mode)
     path, out_dir = Path(path), Path(out_dir)
-    class_names, files = _list_image_folder(path)
+    listing = _list_image_folder(path, classes)
+    class_names, files = listing.class_names, listing.files
     _check_out_dir_outside(out_dir, path)
     channels = 3 if pil_mode == "RGB" else 1
 
@@ -134,6 +163,7 @@ def ingest_image_folder(
             value_range=(0.0, 255.0),
             scale=255.0,
             started=started,
+            skipped=listing.skipped,
         )
 
 
@@ -180,30 +210,62 @@ def _check_out_dir_outside(out_dir: Path, path: Path) -> None:
 # ---------------------------------------------------------------- listing
 
 
+def is_os_metadata(entry: Path) -> bool:
+    """Whether ``entry`` is a file or folder an operating system made by itself.
+
+    Windows: ``Thumbs.db``, ``ehthumbs.db``, ``desktop.ini``, ``$RECYCLE.BIN``,
+    ``System Volume Information``. macOS: ``.DS_Store``, ``._<name>``
+    (AppleDouble), ``Icon\\r``, ``.localized``, ``__MACOSX`` (zip archives),
+    ``.Spotlight-V100``, ``.Trashes``, ``.fseventsd``, ``.TemporaryItems``. Names
+    are compared without regard to case.
+    """
+    name = entry.name.lower()
+    if entry.is_dir():
+        return name in _OS_METADATA_DIRS
+    return name in _OS_METADATA_FILES or name.startswith(_APPLE_DOUBLE_PREFIX)
+
+
 def _visible(entry: Path) -> bool:
     return not entry.name.startswith(".")
 
 
-def _list_image_folder(path: Path) -> tuple[list[str], list[_ImageFile]]:
-    """Class names (sorted folder names) and every sample file, in sorted order."""
+@dataclass(frozen=True)
+class _Listing:
+    class_names: list[str]
+    files: list[_ImageFile]
+    skipped: tuple[str, ...]  # OS metadata, relative to the data folder
+
+
+def _list_image_folder(path: Path, classes: Sequence[str] | None) -> _Listing:
+    """Class names and every sample file, in sorted order; OS metadata skipped."""
     layout = f"expected a folder with one subfolder per class, e.g. {path}/<class>/"
     if not path.exists():
         raise IngestError(f"data.path: {path} does not exist; {layout}")
     if not path.is_dir():
         raise IngestError(f"data.path: {path} is not a directory; {layout}")
-    class_names = sorted(e.name for e in path.iterdir() if _visible(e) and e.is_dir())
-    if not class_names:
+    skipped: list[str] = []
+    folders: list[str] = []
+    for entry in sorted(path.iterdir(), key=lambda e: e.name):
+        if is_os_metadata(entry):
+            skipped.append(entry.name + ("/" if entry.is_dir() else ""))
+        elif _visible(entry) and entry.is_dir():
+            folders.append(entry.name)
+    if not folders:
         raise IngestError(
-            f"data.path: {path} has no class subfolders (hidden ones are ignored); "
-            f"{layout}"
+            f"data.path: {path} has no class subfolders (hidden ones and "
+            f"operating-system folders such as __MACOSX are ignored); {layout}"
         )
+    class_names = _class_order(folders, classes, path)
     files: list[_ImageFile] = []
     for label, name in enumerate(class_names):
-        entries = sorted(
-            (e for e in (path / name).iterdir() if _visible(e) and e.is_file()),
-            key=lambda e: e.name,
-        )
-        for entry in entries:
+        if name not in folders:
+            continue
+        for entry in sorted((path / name).iterdir(), key=lambda e: e.name):
+            if is_os_metadata(entry):
+                skipped.append(f"{name}/{entry.name}" + ("/" if entry.is_dir() else ""))
+                continue
+            if not (_visible(entry) and entry.is_file()):
+                continue
             sample_id = f"{name}/{entry.name}"
             _check_utf8(sample_id, entry)
             files.append(_ImageFile(sample_id=sample_id, label=label, path=entry))
@@ -214,7 +276,33 @@ def _list_image_folder(path: Path) -> tuple[list[str], list[_ImageFile]]:
             "put the images directly inside each class folder (nested folders are "
             "not read)"
         )
-    return class_names, files
+    return _Listing(class_names=class_names, files=files, skipped=tuple(skipped))
+
+
+def _class_order(
+    folders: list[str], classes: Sequence[str] | None, path: Path
+) -> list[str]:
+    """The folder names in sorted order, or in the order of ``data.classes``."""
+    if classes is None:
+        return folders
+    if (
+        isinstance(classes, str)
+        or not all(isinstance(c, str) and c for c in classes)
+        or len(set(classes)) < len(classes)
+    ):
+        raise IngestError(
+            f"data.classes: got {classes!r}; expected a list of distinct class "
+            "folder names (or null for the folder names in sorted order)"
+        )
+    unknown = [f for f in folders if f not in classes]
+    if unknown:
+        raise IngestError(
+            f"data.classes: {path} has class folders "
+            f"{', '.join(map(repr, unknown))} not in data.classes; allowed: "
+            f"{', '.join(map(repr, classes))} (add the names to data.classes, move "
+            "the folders out of data.path, or set data.classes to null)"
+        )
+    return list(classes)
 
 
 def _check_utf8(name: str, entry: Path) -> None:

@@ -225,6 +225,7 @@ class _PreparedWriter:
         scale: float,
         started: float,
         feature_names: Sequence[str] | None = None,
+        skipped: Sequence[str] = (),
     ) -> IngestResult:
         """Write the tables and move the directory into place.
 
@@ -247,6 +248,9 @@ class _PreparedWriter:
             :func:`time.perf_counter` at the start of the ingest, for the result.
         feature_names : sequence of str, optional
             Names of the features (tables only). Default: omitted from the schema.
+        skipped : sequence of str, optional
+            Operating-system files the source left out: in the result and, when
+            there are any, in ``schema.json`` ``skipped``.
 
         Returns
         -------
@@ -274,6 +278,8 @@ class _PreparedWriter:
         }
         if feature_names is not None:
             schema["feature_names"] = [str(c) for c in feature_names]
+        if skipped:
+            schema["skipped"] = [str(s) for s in skipped]
         (self._tmp / SCHEMA_FILE).write_text(
             json.dumps(schema, sort_keys=True, indent=2) + "\n", encoding="utf-8"
         )
@@ -287,6 +293,7 @@ class _PreparedWriter:
             input_shape=self.input_shape,
             class_names=tuple(schema["class_names"]),
             seconds=time.perf_counter() - started,
+            skipped=tuple(skipped),
         )
 
     def _samples_table(self, samples: Mapping[str, Sequence[Any]]) -> pa.Table:

@@ -37,6 +37,7 @@ def ingest_table(
     id_column: str | None = None,
     client_column: str | None = None,
     num_classes: int | None = None,
+    classes: Sequence[str] | None = None,
 ) -> IngestResult:
     """Convert a table with one sample per row into ``out_dir``.
 
@@ -49,12 +50,20 @@ def ingest_table(
     stored as float32. A value that is present but not numeric becomes NaN and sets
     the row's status to ``"non-numeric value '<v>' in column '<c>'"`` (first such
     column); a value missing in the file is NaN with status ``"ok"`` (validation
-    counts NaN separately). Labels must be integer class indices: an integral
-    number (``3`` or ``3.0``) is kept as is, even outside ``0 .. K-1`` (validation
-    reports it); a missing, fractional or non-numeric label becomes ``-1`` with
-    status ``"label is missing"`` / ``"label '<v>' is not an integer class
-    index"``. A row keeps its first problem in this order: features, label,
-    client key (a bad label stays visible as ``-1`` anyway).
+    counts NaN separately).
+
+    Labels are class indices or class names. With ``classes`` given, every
+    present label must be one of those names (its text, surrounding spaces
+    removed; ``3.0`` in a Parquet float column reads as ``3``) and becomes its
+    position in the list. Without, a column whose present labels are all numbers
+    holds class indices: an integral number (``3`` or ``3.0``) is kept as is, even
+    outside ``0 .. K-1`` (validation reports it), a fractional or infinite one
+    becomes ``-1`` with status ``"label '<v>' is not an integer class index"``;
+    a column with any non-numeric label (``cat``) holds class names, numbered in
+    sorted order (Unicode code points, as image sub-folder names are). A missing
+    label is ``-1`` with status ``"label is missing"``. A row keeps its first
+    problem in this order: features, label, client key (a bad label stays
+    visible as ``-1`` anyway).
 
     Parameters
     ----------
@@ -63,7 +72,7 @@ def ingest_table(
     out_dir : Path
         Prepared directory to write (replaced atomically).
     label_column : str
-        ``data.label_column``: column of integer class indices.
+        ``data.label_column``: column of class indices or class names.
     feature_columns : sequence of str, optional
         ``data.feature_columns``, in the order to store them. Default: every
         column except the label, id and client columns (and a Parquet file's
@@ -75,13 +84,16 @@ def ingest_table(
         ``data.client_column``: values are kept as ``client_key`` (str; ``""`` with
         a non-ok status when missing). Default: no client column.
     num_classes : int, optional
-        ``data.num_classes`` (K). Default: largest integer label + 1.
+        ``data.num_classes`` (K). Default: largest integer label + 1, or the
+        number of class names.
+    classes : sequence of str, optional
+        ``data.classes``: the class names in index order. Default: see above.
 
     Returns
     -------
     IngestResult
-        ``input_shape`` is ``(n_features,)``; ``class_names`` are ``"0" ..
-        "K-1"``.
+        ``input_shape`` is ``(n_features,)``; ``class_names`` are the names
+        (``"0" .. "K-1"`` for integer labels).
 
     Raises
     ------
@@ -89,7 +101,9 @@ def ingest_table(
         If the suffix is not accepted or the file cannot be parsed; if a named
         column does not exist; if there are no feature columns or no data rows; if
         ids are missing or duplicated; if ``num_classes`` is not a positive integer,
-        or it is unset and no row has an integer label >= 0.
+        or it is unset and no row has an integer label >= 0; if ``classes`` is not
+        a list of distinct names, a label is not one of them, or ``num_classes``
+        differs from the number of names.
 
     Notes
     -----
@@ -108,6 +122,7 @@ def ingest_table(
         _require_column(column, key=key, columns=columns, path=path)
     features = _feature_columns(feature_columns, columns, roles, path)
     _check_num_classes(num_classes)
+    names = _check_classes(classes, num_classes)
     n_rows = reader.count_rows()
     if n_rows == 0:
         raise IngestError(
@@ -124,11 +139,11 @@ def ingest_table(
             writer.append(rows.convert(chunk))
         if rows.n_rows != n_rows:
             raise IngestError(f"data.path: {path} changed while it was being read")
-        k = num_classes if num_classes is not None else rows.inferred_classes()
+        labels, class_names = rows.finish_labels(names, num_classes)
         samples: dict[str, Any] = {
             "sample_id": rows.sample_ids,
-            "label": rows.labels,
-            "status": rows.statuses,
+            "label": labels,
+            "status": rows.statuses(),
             "source": [f"{path}:{n}" for n in range(1, n_rows + 1)],
         }
         if client_column is not None:
@@ -136,7 +151,7 @@ def ingest_table(
         return writer.commit(
             samples=samples,
             source="table",
-            class_names=[str(c) for c in range(k)],
+            class_names=class_names,
             value_range=rows.value_range(),
             scale=1.0,
             started=started,
@@ -237,6 +252,31 @@ def _check_num_classes(num_classes: object) -> None:
             f"data.num_classes: got {num_classes!r}; expected a positive integer "
             "(or unset to use the largest label + 1)"
         )
+
+
+def _check_classes(
+    classes: Sequence[str] | None, num_classes: int | None
+) -> list[str] | None:
+    key = "data.classes"
+    if classes is None:
+        return None
+    if isinstance(classes, str) or not all(isinstance(c, str) for c in classes):
+        raise IngestError(
+            f"{key}: got {classes!r}; expected a list of class names, e.g. "
+            "[cat, dog] (or null to take the labels' names in sorted order)"
+        )
+    names = [c.strip() for c in classes]
+    if len(names) < 2 or not all(names) or len(set(names)) < len(names):
+        raise IngestError(
+            f"{key}: got {list(classes)!r}; expected at least 2 distinct, non-empty "
+            "names"
+        )
+    if num_classes is not None and num_classes != len(names):
+        raise IngestError(
+            f"data.num_classes: {num_classes} but {key} lists {len(names)} names; "
+            "set data.num_classes to null"
+        )
+    return names
 
 
 # ---------------------------------------------------------------- reading
@@ -371,9 +411,16 @@ class _Rows:
     roles: dict[str, str]
     n_rows: int = field(default=0, init=False)
     sample_ids: list[str] = field(default_factory=list, init=False)
-    labels: list[int] = field(default_factory=list, init=False)
-    statuses: list[str] = field(default_factory=list, init=False)
     client_keys: list[str] = field(default_factory=list, init=False)
+    # per row: the first problem of each kind (None when there is none)
+    _feature_problems: list[str | None] = field(default_factory=list, init=False)
+    _index_problems: list[str | None] = field(default_factory=list, init=False)
+    _client_problems: list[str | None] = field(default_factory=list, init=False)
+    # per row: the label as a class index (-1 if not one) and as a name (None: missing)
+    _indices: list[int] = field(default_factory=list, init=False)
+    _names: list[str | None] = field(default_factory=list, init=False)
+    _any_text_label: bool = field(default=False, init=False)
+    _label_problems: list[str | None] = field(default_factory=list, init=False)
     _first_row_of_id: dict[str, int] = field(default_factory=dict, init=False)
     _max_label: int = field(default=-1, init=False)
     _low: float = field(default=np.inf, init=False)
@@ -385,16 +432,30 @@ class _Rows:
         n = len(chunk)
         status = np.full(n, None, dtype=object)
         x = self._features(chunk, status)
-        self._labels(chunk[self.roles["data.label_column"]], status)
+        self._feature_problems.extend(status.tolist())
+        self._labels(chunk[self.roles["data.label_column"]])
+        client = np.full(n, None, dtype=object)
         if "data.client_column" in self.roles:
-            self._clients(chunk[self.roles["data.client_column"]], status)
+            self._clients(chunk[self.roles["data.client_column"]], client)
+        self._client_problems.extend(client.tolist())
         if "data.id_column" in self.roles:
             self._ids(chunk[self.roles["data.id_column"]], first)
         else:
             self.sample_ids.extend(f"row-{r}" for r in range(first, first + n))
-        self.statuses.extend(STATUS_OK if s is None else s for s in status)
         self.n_rows += n
         return x
+
+    def statuses(self) -> list[str]:
+        """Each row's first problem (features, label, client key) or ``"ok"``."""
+        out = []
+        for problems in zip(
+            self._feature_problems,
+            self._label_problems,
+            self._client_problems,
+            strict=True,
+        ):
+            out.append(next((p for p in problems if p is not None), STATUS_OK))
+        return out
 
     def _features(self, chunk: pd.DataFrame, status: np.ndarray) -> np.ndarray:
         x = np.empty((len(chunk), len(self.features)), np.float32)
@@ -413,9 +474,16 @@ class _Rows:
             self._high = max(self._high, float(finite.max()))
         return x
 
-    def _labels(self, raw: pd.Series, status: np.ndarray) -> None:
+    def _labels(self, raw: pd.Series) -> None:
+        """Record each label both as a class index and as a class name."""
         values = _numeric(raw, key="data.label_column", path=self.path)
         present = raw.notna().to_numpy()
+        self._any_text_label |= bool((present & np.isnan(values)).any())
+        self._names.extend(
+            _key(v).strip() if p else None
+            for v, p in zip(raw.tolist(), present, strict=True)
+        )
+        status = np.full(len(raw), None, dtype=object)
         with np.errstate(invalid="ignore"):
             integral = (
                 np.isfinite(values)
@@ -431,7 +499,8 @@ class _Rows:
             )
         if integral.any():
             self._max_label = max(self._max_label, int(labels[integral].max()))
-        self.labels.extend(labels.tolist())
+        self._indices.extend(labels.tolist())
+        self._index_problems.extend(status.tolist())
 
     def _clients(self, raw: pd.Series, status: np.ndarray) -> None:
         column = self.roles["data.client_column"]
@@ -462,7 +531,58 @@ class _Rows:
                 )
             self.sample_ids.append(sample_id)
 
-    def inferred_classes(self) -> int:
+    def finish_labels(
+        self, classes: list[str] | None, num_classes: int | None
+    ) -> tuple[list[int], list[str]]:
+        """The class index of every row and the class names, once all rows are read.
+
+        Names are used when ``classes`` is given or any label is not a number;
+        otherwise the labels are class indices.
+        """
+        if classes is None and not self._any_text_label:
+            self._label_problems = self._index_problems
+            k = num_classes if num_classes is not None else self._inferred_classes()
+            return self._indices, [str(c) for c in range(k)]
+        if classes is None:
+            classes = sorted({n for n in self._names if n is not None})
+            if num_classes is not None and num_classes != len(classes):
+                raise IngestError(
+                    f"data.num_classes: {num_classes} but data.label_column "
+                    f"{self.roles['data.label_column']!r} in {self.path} holds "
+                    f"{len(classes)} class names ({_shown(classes)}); set "
+                    "data.num_classes to null"
+                )
+        index = {name: i for i, name in enumerate(classes)}
+        self._check_names(index)
+        labels = [-1 if n is None else index[n] for n in self._names]
+        self._label_problems = [
+            "label is missing" if n is None else None for n in self._names
+        ]
+        return labels, list(classes)
+
+    def _check_names(self, index: dict[str, int]) -> None:
+        """Every present label is a declared class name."""
+        unknown: dict[str, str] = {}
+        for name, sample_id in zip(self._names, self.sample_ids, strict=True):
+            if name is not None and name not in index:
+                unknown.setdefault(name, sample_id)
+        if not unknown:
+            return
+        where = "id" if "data.id_column" in self.roles else "at"
+        shown = ", ".join(
+            f"{_show(name)} ({where} {sample_id})"
+            for name, sample_id in list(unknown.items())[:_MAX_SHOWN_COLUMNS]
+        )
+        more = len(unknown) - _MAX_SHOWN_COLUMNS
+        raise IngestError(
+            f"data.classes: data.label_column {self.roles['data.label_column']!r} "
+            f"in {self.path} holds {shown}{f' and {more} more' if more > 0 else ''}"
+            f", not in data.classes; allowed: {_shown(list(index))} (add the name "
+            "to data.classes, fix the rows, or set data.classes to null to take "
+            "every name)"
+        )
+
+    def _inferred_classes(self) -> int:
         """K from the labels: largest integer label + 1."""
         if self._max_label < 0:
             raise IngestError(

@@ -9,6 +9,7 @@ them, so importing :mod:`fedpipe.partition` stays numpy-only.
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,21 +40,28 @@ def _count_matrix(manifest: dict, which: str) -> np.ndarray:
     return np.array(rows, dtype=np.int64).reshape(len(rows), n_classes)
 
 
-def class_count_table(manifest: dict) -> pd.DataFrame:
+def class_count_table(
+    manifest: dict, class_names: Sequence[str] | None = None
+) -> pd.DataFrame:
     """One row per client with its split sizes and per-class train counts.
 
     Parameters
     ----------
     manifest : dict
         Output of :func:`~fedpipe.partition.manifest.build_manifest`.
+    class_names : sequence of str, optional
+        Name of each class index (``schema.json`` ``class_names``, e.g. ``cat``,
+        ``dog``): the per-class columns are named by these. Default: by the class
+        value itself.
 
     Returns
     -------
     pandas.DataFrame
         Columns ``client``, ``n_train``, ``n_test`` (lengths of the client's
         local train and test id lists), then one ``int64`` column per class
-        in ``manifest["classes"]`` order, named by the class value itself
-        (e.g. ``0`` .. ``9``), holding the client's train count of that class.
+        in ``manifest["classes"]`` order, named by its class name (or by the
+        class value itself, e.g. ``0`` .. ``9``), holding the client's train
+        count of that class.
         Rows are in manifest client order.
 
     Raises
@@ -63,7 +71,9 @@ def class_count_table(manifest: dict) -> pd.DataFrame:
     """
     import pandas as pd
 
-    classes = list(manifest["classes"])
+    classes: list[Any] = list(manifest["classes"])
+    if class_names is not None:
+        classes = [_name_of(int(c), class_names) for c in classes]
     counts = _count_matrix(manifest, "train")
     table = pd.DataFrame(
         {
@@ -75,6 +85,11 @@ def class_count_table(manifest: dict) -> pd.DataFrame:
     )
     per_class = pd.DataFrame(counts, columns=classes, dtype=np.int64)
     return pd.concat([table, per_class], axis=1)
+
+
+def _name_of(label: int, class_names: Sequence[str]) -> str:
+    """The name of class index ``label`` (its number as text if it has none)."""
+    return str(class_names[label]) if 0 <= label < len(class_names) else str(label)
 
 
 def _describe(manifest: dict) -> str:

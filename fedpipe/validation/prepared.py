@@ -38,6 +38,7 @@ def validate_prepared(
     imbalance: str = "warn",
     duplicates: str = "warn",
     mixed_sizes: str = "warn",
+    skipped: Sequence[str] = (),
     report_dir: Path | None = None,
 ) -> ValidationReport:
     """Validate a prepared data set from its per-sample summary.
@@ -53,7 +54,9 @@ def validate_prepared(
     ``imbalance``, ``duplicates`` and ``mixed_sizes`` arguments say ("fail" or
     "warn"): the largest class above ``imbalance_ratio`` times the smallest;
     repeated content (same pixels or feature values); images of different sizes or
-    channel counts before resizing.
+    channel counts before resizing. ``skipped`` (``schema.json`` ``skipped``: the
+    operating-system files the ingest left out) is carried into the report and
+    counted in its summary.
     """
     spec = Spec.build(
         id_column="sample_id",
@@ -88,6 +91,7 @@ def validate_prepared(
         n_expectations=len(strict) + len(warn) + 1,
         failures=tuple(failures),
         warnings=tuple(warnings),
+        skipped=tuple(str(s) for s in skipped),
     )
     if report_dir is not None:
         write_reports(Path(report_dir), report, outcomes)
@@ -103,6 +107,10 @@ def _prepared_frame(summary: pd.DataFrame) -> pd.DataFrame:
     frame["content_key"] = frame["content_hash"].where(
         ok, "unreadable:" + frame["sample_id"]
     )
+    # a label the ingest could not read is stored as -1 and its status names the
+    # value the file holds: the status check reports it, not the label check
+    unread = (frame["label"] == -1) & ~ok
+    frame["label"] = frame["label"].astype(object).where(~unread, None)
     if {"orig_height", "orig_width", "orig_channels"} <= set(frame.columns):
         size = (
             frame["orig_height"].astype(str)
@@ -140,7 +148,8 @@ def _prepared_checks(gxe: Any, spec: Spec, names: Mapping[int, str]) -> list[Che
         Check(
             gxe.ExpectColumnValuesToBeInSet(column="status", value_set=["ok"]),
             lambda r: (
-                f"every sample must be readable; {have(r, 'a problem')} "
+                f"every sample must be read without a problem; "
+                f"{have(r, 'a problem')} "
                 f"(e.g. {unexpected_values(r)})"
             ),
         ),

@@ -72,6 +72,11 @@ class ValidationReport:
         Number of GX expectations evaluated.
     failures : tuple of ExpectationFailure
         Failed expectations, table-level first, in a fixed order.
+    warnings : tuple of ExpectationFailure
+        Failed expectations that do not fail the validation.
+    skipped : tuple of str
+        Operating-system files the ingest left out of the data (``Thumbs.db``,
+        ``.DS_Store``, ...), relative to ``data.path``; not samples.
     """
 
     success: bool
@@ -79,6 +84,7 @@ class ValidationReport:
     n_expectations: int
     failures: tuple[ExpectationFailure, ...]
     warnings: tuple[ExpectationFailure, ...] = ()
+    skipped: tuple[str, ...] = ()
 
     def summary_lines(self) -> list[str]:
         """Return short, actionable text lines.
@@ -87,17 +93,28 @@ class ValidationReport:
         -------
         list of str
             ``["validation passed: N rows, M expectations"]`` on success, otherwise
-            one line per failure.
+            one line per failure; then one per warning and, if the ingest skipped
+            operating-system files, a line counting them.
         """
         warned = [
             "WARNING " + w.summary_line().removeprefix("FAILED ") for w in self.warnings
-        ]
+        ] + self._skipped_lines()
         if self.success:
             return [
                 f"validation passed: {self.n_rows} rows, "
                 f"{self.n_expectations} expectations"
             ] + warned
         return [failure.summary_line() for failure in self.failures] + warned
+
+    def _skipped_lines(self) -> list[str]:
+        if not self.skipped:
+            return []
+        shown = ", ".join(self.skipped[:MAX_EXAMPLES])
+        more = len(self.skipped) - MAX_EXAMPLES
+        return [
+            f"skipped {len(self.skipped)} operating-system files, not samples: "
+            f"{shown}{f', ... ({more} more)' if more > 0 else ''}"
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         """Return a deterministic, JSON-serialisable dict (no timestamps or ids)."""
@@ -107,7 +124,7 @@ class ValidationReport:
             "n_expectations": self.n_expectations,
             "failures": [failure.to_dict() for failure in self.failures],
             "warnings": [warning.to_dict() for warning in self.warnings],
-        }
+        } | ({"skipped": list(self.skipped)} if self.skipped else {})
 
 
 def make_report(

@@ -151,6 +151,22 @@ def _break_label_outside_classes(project: Path) -> str:
     return "row-7"
 
 
+def _break_fractional_label(project: Path) -> str:
+    df = pd.read_csv(project / "data/table.csv")
+    df["label"] = df["label"].astype(float)
+    df.loc[6, "label"] = 0.5
+    df.to_csv(project / "data/table.csv", index=False)
+    # the value the file holds, not the -1 it is stored as
+    return "1 row has a problem (e.g. \"label '0.5' is not an integer class index"
+
+
+def _break_label_not_in_data_classes(project: Path) -> str:
+    _set(project, data={"classes": ["0", "1"]})
+    return (
+        "data.classes: data.label_column 'label' in data/table.csv holds '2' (at row-"
+    )
+
+
 def _set(project: Path, **sections: dict) -> None:
     path = project / "params.yaml"
     text = path.read_text()
@@ -172,6 +188,8 @@ CORPUS = {
     "strings-in-numeric-column": ("table", _break_string_in_numeric),
     "single-class": ("table", _break_single_class),
     "label-outside-declared-classes": ("table", _break_label_outside_classes),
+    "fractional-label": ("table", _break_fractional_label),
+    "label-not-in-data-classes": ("table", _break_label_not_in_data_classes),
 }
 
 

@@ -236,6 +236,109 @@ def test_hidden_entries_and_nested_folders_are_ignored(tmp_path: Path) -> None:
     assert result.class_names == ("with_mask", "without_mask")
 
 
+# ---------------------------------------------------------------- OS metadata
+
+
+def _with_os_metadata(data: Path) -> Path:
+    """Windows and macOS leftovers at the top level and inside class folders."""
+    (data / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    (data / "desktop.ini").write_text("[.ShellClassInfo]\n")
+    (data / "with_mask" / "Thumbs.db").write_bytes(b"\xd0\xcf\x11\xe0")
+    (data / "with_mask" / "desktop.ini").write_text("[ViewState]\n")
+    (data / "without_mask" / "._d.png").write_bytes(b"\x00\x05\x16\x07")
+    (data / "without_mask" / ".DS_Store").write_bytes(b"Bud1")
+    (data / "__MACOSX" / "with_mask").mkdir(parents=True)
+    (data / "__MACOSX" / "with_mask" / "._a.png").write_bytes(b"\x00\x05\x16\x07")
+    return data
+
+
+def test_os_metadata_files_are_skipped(tmp_path: Path) -> None:
+    data = _with_os_metadata(_good_folder(tmp_path))
+    result = _ingest(data, tmp_path / "out")
+    assert result.class_names == ("with_mask", "without_mask")
+    assert result.n_samples == 5
+    assert result.n_problems == 0
+    assert "__MACOSX" not in str(read_samples(tmp_path / "out")["sample_id"].tolist())
+
+
+def test_os_metadata_files_are_listed_as_skipped(tmp_path: Path) -> None:
+    data = _with_os_metadata(_good_folder(tmp_path))
+    assert _ingest(data, tmp_path / "out").skipped == (
+        ".DS_Store",
+        "__MACOSX/",
+        "desktop.ini",
+        "with_mask/Thumbs.db",
+        "with_mask/desktop.ini",
+        "without_mask/.DS_Store",
+        "without_mask/._d.png",
+    )
+
+
+def test_os_metadata_names_ignore_case(tmp_path: Path) -> None:
+    data = _good_folder(tmp_path)
+    (data / "with_mask" / "THUMBS.DB").write_bytes(b"\xd0\xcf")
+    (data / "with_mask" / "Desktop.ini").write_text("x")
+    result = _ingest(data, tmp_path / "out")
+    assert (result.n_samples, len(result.skipped)) == (5, 2)
+
+
+def test_only_macosx_folder_is_not_a_class(tmp_path: Path) -> None:
+    (tmp_path / "data" / "__MACOSX" / "cat").mkdir(parents=True)
+    _save(tmp_path / "data" / "__MACOSX" / "cat" / "a.png", _image(4, 4, "RGB"))
+    with pytest.raises(IngestError, match=r"no class subfolders .*__MACOSX"):
+        _ingest(tmp_path / "data", tmp_path / "out")
+
+
+def test_skipped_files_are_recorded_in_the_schema(tmp_path: Path) -> None:
+    data = _with_os_metadata(_good_folder(tmp_path))
+    result = _ingest(data, tmp_path / "out")
+    assert read_schema(tmp_path / "out")["skipped"] == list(result.skipped)
+
+
+def test_good_folders_skip_nothing(tmp_path: Path) -> None:
+    assert _ingest(_good_folder(tmp_path), tmp_path / "out").skipped == ()
+    assert "skipped" not in read_schema(tmp_path / "out")
+
+
+def test_non_image_next_to_os_metadata_still_fails_by_path(tmp_path: Path) -> None:
+    data = _with_os_metadata(_good_folder(tmp_path))
+    (data / "with_mask" / "notes.txt").write_text("not an image\n")
+    result = _ingest(data, tmp_path / "out")
+    assert result.n_problems == 1
+    row = _by_id(tmp_path / "out")["with_mask/notes.txt"]
+    assert row["status"] == "unreadable: cannot identify image file"
+    assert row["source"] == str(data / "with_mask" / "notes.txt")
+
+
+# ---------------------------------------------------------------- data.classes
+
+
+def test_data_classes_orders_the_folders(tmp_path: Path) -> None:
+    data = _good_folder(tmp_path)
+    result = _ingest(data, tmp_path / "out", classes=["without_mask", "with_mask"])
+    assert result.class_names == ("without_mask", "with_mask")
+    labels = {k: v["label"] for k, v in _by_id(tmp_path / "out").items()}
+    assert labels["with_mask/a.png"] == 1 and labels["without_mask/d.png"] == 0
+
+
+def test_data_classes_may_declare_a_class_without_folder(tmp_path: Path) -> None:
+    data = _good_folder(tmp_path)
+    classes = ["with_mask", "without_mask", "mask_worn_badly"]
+    result = _ingest(data, tmp_path / "out", classes=classes)
+    assert result.class_names == tuple(classes)
+    assert read_schema(tmp_path / "out")["classes"] == [0, 1, 2]
+
+
+def test_folder_not_in_data_classes_raises_with_allowed(tmp_path: Path) -> None:
+    data = _good_folder(tmp_path)
+    with pytest.raises(
+        IngestError,
+        match=r"data\.classes: .* class folders 'without_mask' not in data\.classes; "
+        r"allowed: 'with_mask', 'mask'",
+    ):
+        _ingest(data, tmp_path / "out", classes=["with_mask", "mask"])
+
+
 # ---------------------------------------------------------------- bad samples
 
 

@@ -248,11 +248,11 @@ def test_single_class(tmp_path: Path) -> None:
 
 
 def test_non_integer_labels_become_minus_one(tmp_path: Path) -> None:
-    _ingest(_csv(tmp_path, "x,y\n1,cat\n2,2.5\n3,1\n4,\n"), tmp_path)
+    _ingest(_csv(tmp_path, "x,y\n1,inf\n2,2.5\n3,1\n4,\n"), tmp_path)
     samples = _samples(tmp_path)
     assert samples["label"].tolist() == [-1, -1, 1, -1]
     assert samples["status"].tolist() == [
-        "label 'cat' is not an integer class index",
+        "label 'inf' is not an integer class index",
         "label '2.5' is not an integer class index",
         "ok",
         "label is missing",
@@ -278,7 +278,7 @@ def test_num_classes_declares_classes_without_samples(tmp_path: Path) -> None:
 
 
 def test_feature_problem_wins_over_label_problem(tmp_path: Path) -> None:
-    _ingest(_csv(tmp_path, "x,y\nabc,dog\n"), tmp_path, num_classes=2)
+    _ingest(_csv(tmp_path, "x,y\nabc,0.5\n"), tmp_path, num_classes=2)
     row = _samples(tmp_path).iloc[0]
     assert (row["label"], row["status"]) == (
         -1,
@@ -384,7 +384,82 @@ def test_not_parquet_raises(tmp_path: Path) -> None:
 
 def test_no_integer_labels_without_num_classes_raises(tmp_path: Path) -> None:
     with pytest.raises(IngestError, match=r"data\.label_column: .*data\.num_classes"):
-        _ingest(_csv(tmp_path, "x,y\n1,cat\n"), tmp_path)
+        _ingest(_csv(tmp_path, "x,y\n1,0.5\n2,\n"), tmp_path)
+
+
+# ---------------------------------------------------------------- class names
+
+
+def test_text_labels_are_classes_in_sorted_order(tmp_path: Path) -> None:
+    text = "x,y\n1,with_mask\n2,cat\n3,dog\n4,cat\n"
+    result = _ingest(_csv(tmp_path, text), tmp_path)
+    assert result.class_names == ("cat", "dog", "with_mask")
+    assert _samples(tmp_path)["label"].tolist() == [2, 0, 1, 0]
+    schema = read_schema(tmp_path / "out")
+    assert schema["classes"] == [0, 1, 2]
+    assert schema["class_names"] == ["cat", "dog", "with_mask"]
+
+
+def test_one_text_label_makes_every_label_a_name(tmp_path: Path) -> None:
+    result = _ingest(_csv(tmp_path, "x,y\n1,10\n2,cat\n3,2\n"), tmp_path)
+    assert result.class_names == ("10", "2", "cat")
+    assert _samples(tmp_path)["status"].tolist() == ["ok"] * 3
+
+
+def test_text_label_spaces_are_removed(tmp_path: Path) -> None:
+    result = _ingest(_csv(tmp_path, "x,y\n1, cat\n2,cat \n3,dog\n"), tmp_path)
+    assert result.class_names == ("cat", "dog")
+    assert _samples(tmp_path)["label"].tolist() == [0, 0, 1]
+
+
+def test_data_classes_gives_the_order(tmp_path: Path) -> None:
+    path = _csv(tmp_path, "x,y\n1,cat\n2,dog\n3,cat\n")
+    result = _ingest(path, tmp_path, classes=["dog", "cat", "bird"])
+    assert result.class_names == ("dog", "cat", "bird")
+    assert _samples(tmp_path)["label"].tolist() == [1, 0, 1]
+
+
+def test_data_classes_names_integer_labels(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"x": [1.0, 2.0, 3.0], "y": [1, 0, 1]})
+    result = _ingest(_write(tmp_path, frame, "t.parquet"), tmp_path, classes=["1", "0"])
+    assert result.class_names == ("1", "0")
+    assert _samples(tmp_path)["label"].tolist() == [0, 1, 0]
+
+
+def test_text_label_missing_is_minus_one(tmp_path: Path) -> None:
+    _ingest(_csv(tmp_path, "x,y\n1,cat\n2,\n3,dog\n"), tmp_path)
+    samples = _samples(tmp_path)
+    assert samples["label"].tolist() == [0, -1, 1]
+    assert samples["status"].tolist() == ["ok", "label is missing", "ok"]
+
+
+def test_label_not_in_data_classes_names_value_row_and_allowed(
+    tmp_path: Path,
+) -> None:
+    path = _csv(tmp_path, "x,y\n1,cat\n2,dog\n3,bird\n4,bird\n")
+    with pytest.raises(
+        IngestError,
+        match=r"data\.classes: .*'y' in .*t\.csv holds 'bird' \(at row-3\), not in "
+        r"data\.classes; allowed: 'cat', 'dog'",
+    ):
+        _ingest(path, tmp_path, classes=["cat", "dog"])
+
+
+def test_label_not_in_data_classes_names_the_id(tmp_path: Path) -> None:
+    path = _csv(tmp_path, "id,x,y\na7,1,cat\nb9,2,fish\n")
+    with pytest.raises(IngestError, match=r"'fish' \(id b9\)"):
+        _ingest(path, tmp_path, classes=["cat", "dog"], id_column="id")
+
+
+def test_num_classes_must_match_text_labels(tmp_path: Path) -> None:
+    with pytest.raises(IngestError, match=r"data\.num_classes: 3 .*2 class names"):
+        _ingest(_csv(tmp_path, "x,y\n1,cat\n2,dog\n"), tmp_path, num_classes=3)
+
+
+@pytest.mark.parametrize("classes", ["cat", ["cat"], ["cat", "cat"], ["a", ""]])
+def test_bad_data_classes_raises(tmp_path: Path, classes: object) -> None:
+    with pytest.raises(IngestError, match=r"data\.classes: got"):
+        _ingest(_csv(tmp_path, "x,y\n1,cat\n"), tmp_path, classes=classes)
 
 
 @pytest.mark.parametrize("num_classes", [0, -1, 2.5, True])

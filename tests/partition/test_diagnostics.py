@@ -62,6 +62,15 @@ def test_count_table_columns_and_rows() -> None:
     assert all(str(t) == "int64" for t in table.dtypes)
 
 
+def test_count_table_columns_named_by_class_names() -> None:
+    names = [f"class_{i}" for i in range(13)]
+    table = class_count_table(_manifest(), class_names=names)
+    assert list(table.columns)[3:] == names[3:]
+    assert table.equals(
+        class_count_table(_manifest()).set_axis(list(table.columns), axis=1)
+    )
+
+
 def test_count_table_adds_up_to_the_manifest() -> None:
     m = _manifest()
     table = class_count_table(m)
