@@ -115,8 +115,9 @@ def cmd_stage(args: argparse.Namespace) -> int:
     from flows import console
 
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    which = args.name if args.round is None else f"{args.name}-{args.round}"
     with console.session(
-        f"stage-{args.name}", verbosity=_verbosity(args), said_by_cli=_said_by_cli
+        f"stage-{which}", verbosity=_verbosity(args), said_by_cli=_said_by_cli
     ) as log:
         args.log_file = log
         _run_one_stage(args, params)
