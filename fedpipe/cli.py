@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 PARAMS = "params.yaml"  # the file dvc.yaml's stages track; there is no other
 EXIT_BAD_PARAMS = 2
 EXIT_FAILED = 1
+EXIT_SIGNAL = 128  # + the signal's number: 130 after Ctrl-C, 143 after kill
 
 _QUIET_ENV = {
     "TF_CPP_MIN_LOG_LEVEL": "2",
@@ -59,15 +61,25 @@ def _names_user_code(params) -> bool:  # type: ignore[no-untyped-def]
     return any(is_reference(n) for n in names)
 
 
+def _verbosity(args: argparse.Namespace) -> int:
+    return int(getattr(args, "verbose", False)) - int(getattr(args, "quiet", False))
+
+
 def _connect(args: argparse.Namespace) -> None:
     from fedpipe.config import ParamsError
-    from flows.console import quiet_user_errors
+    from flows.console import QUIET, quiet_user_errors, quiet_workers
     from flows.server import ensure_api
 
+    quiet_workers(_verbosity(args))  # before Prefect is imported
     quiet_user_errors((ParamsError,))
     url = ensure_api(start=not args.no_server_start)
     ui = url.removesuffix("/api")
-    print(f"Prefect: runs report to {url} (UI: {ui})", flush=True)
+    if _verbosity(args) > QUIET:
+        print(f"Prefect: runs report to {url} (UI: {ui})", flush=True)
+
+
+def _raise_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signum)  # Prefect's flow engine raises its own inside
 
 
 def _overrides(args: argparse.Namespace) -> int | None:
@@ -94,19 +106,46 @@ def cmd_run(args: argparse.Namespace) -> int:
         return code
     params = _load(PARAMS, sync=True)
     _connect(args)
+    from flows import console
     from flows.pipeline import run_pipeline
 
-    ran = run_pipeline(params, force=args.force, report=not args.no_report)
-    print(f"done: {len(ran)} stage(s) ran" + (f" ({', '.join(ran)})" if ran else ""))
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    quiet = _verbosity(args) == console.QUIET
+    with console.session(
+        "run", verbosity=_verbosity(args), said_by_cli=_said_by_cli
+    ) as log:
+        args.log_file = log
+        if not quiet:
+            print(f"log: {log}", flush=True)
+        ran = run_pipeline(params, force=args.force, report=not args.no_report)
+    if not quiet:
+        print(
+            f"done: {len(ran)} stage(s) ran" + (f" ({', '.join(ran)})" if ran else "")
+        )
     summary = Path("reports/summary.md")
     if summary.is_file():
         print(summary.read_text())
+    if not quiet:
+        print(f"log: {log}")
     return 0
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
     params = _load(PARAMS, sync=False)
     _connect(args)
+    from flows import console
+
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    which = args.name if args.round is None else f"{args.name}-{args.round}"
+    with console.session(
+        f"stage-{which}", verbosity=_verbosity(args), said_by_cli=_said_by_cli
+    ) as log:
+        args.log_file = log
+        _run_one_stage(args, params)
+    return 0
+
+
+def _run_one_stage(args: argparse.Namespace, params) -> None:  # type: ignore[no-untyped-def]
     from flows.stages import run_stage
 
     if args.name == "round":
@@ -122,7 +161,6 @@ def cmd_stage(args: argparse.Namespace) -> int:
         run_stage(params, f"round@{args.round}")
     else:
         run_stage(params, args.name)
-    return 0
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
@@ -359,6 +397,20 @@ def build_parser() -> argparse.ArgumentParser:
             "--no-server-start",
             action="store_true",
             help="fail instead of starting a local Prefect server when none answers",
+        )
+        talk = p.add_mutually_exclusive_group()
+        talk.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            help="also show Prefect's logs (every task run, tracebacks) on the "
+            "console; they always go to logs/fedpipe-*.log and the Prefect UI",
+        )
+        talk.add_argument(
+            "-q",
+            "--quiet",
+            action="store_true",
+            help="show only the final table and errors",
         )
 
     sync = sub.add_parser(
@@ -645,13 +697,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except ParamsError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        _name_log(args)
         return EXIT_BAD_PARAMS
     except Exception as exc:  # a failed stage: say what, not a 200-line traceback
         known = _known_failure(exc)
         if known is None:
+            _name_log(args)
             raise
         print(f"error: {known}", file=sys.stderr)
+        _name_log(args)
         return EXIT_FAILED
+    except BaseException as exc:  # Ctrl-C, kill: where the run stopped, no traceback
+        signum = _stop_signal(exc)
+        if signum is None or args.command not in ("run", "stage"):
+            raise
+        from flows.console import interrupted_message
+
+        name = signal.Signals(signum).name
+        print(interrupted_message(name), file=sys.stderr, flush=True)
+        _name_log(args)
+        return EXIT_SIGNAL + signum
+
+
+def _said_by_cli(exc: BaseException) -> bool:
+    """Whether :func:`main` ends on ``exc`` with one line of its own."""
+    from fedpipe.config import ParamsError
+
+    return (
+        isinstance(exc, ParamsError)
+        or _known_failure(exc) is not None
+        or _stop_signal(exc) is not None
+    )
+
+
+def _name_log(args: argparse.Namespace) -> None:
+    log = getattr(args, "log_file", None)
+    if log is not None:
+        print(f"log: {log} (Prefect's logs, tracebacks included)", file=sys.stderr)
+
+
+def _stop_signal(exc: BaseException) -> int | None:
+    """SIGINT or SIGTERM when ``exc`` is how one of them stopped the command."""
+    if isinstance(exc, KeyboardInterrupt):
+        sent = exc.args[0] if exc.args else None
+        return signal.SIGTERM if sent == signal.SIGTERM else signal.SIGINT
+    if "prefect.exceptions" in sys.modules:
+        from prefect.exceptions import TerminationSignal
+
+        if isinstance(exc, TerminationSignal):
+            return int(exc.signal)
+    return None
 
 
 def _known_failure(exc: BaseException) -> str | None:

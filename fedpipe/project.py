@@ -14,7 +14,7 @@ from pathlib import Path
 TEMPLATE_FILES = ("dvc.yaml", "params.yaml")
 # written by every run but not versioned: the HTML report is rebuilt from the
 # versioned metrics (`fedpipe report`)
-GITIGNORED = ("reports/report.html",)
+GITIGNORED = ("reports/report.html", "logs/")
 
 REMOTE_NAME = "storage"
 # Outside every clone, the same for every clone of a project on this machine: DVC

@@ -25,6 +25,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from fedpipe import layout
 from fedpipe.config import Params
 from fedpipe.jsonio import read_json
+from flows import console
 from flows.stages import dask_scheduler, run_stage
 from tasks.artifacts import publish_run_artifacts
 from tasks.dvc import record_stage, restore_stage_outputs, stage_is_fresh
@@ -67,6 +68,7 @@ def run_pipeline(params: Params, force: bool = False, report: bool = True) -> li
     With ``runtime.runner: dask`` one Dask scheduler (a local cluster unless
     ``runtime.dask_address`` names one) serves every round of the run.
     """
+    console.run_started(_ui_url())
     with dask_scheduler(params) as dask:
         if params.runtime.runner == "dask":
             dask.start()  # workers start while the data stages run
@@ -86,6 +88,15 @@ def run_pipeline(params: Params, force: bool = False, report: bool = True) -> li
     return ran
 
 
+def _ui_url() -> str | None:
+    """This flow run's page in the Prefect UI (the address Prefect logs)."""
+    from prefect.context import FlowRunContext
+    from prefect.utilities.urls import url_for
+
+    context = FlowRunContext.get()
+    return url_for(context.flow_run) if context and context.flow_run else None
+
+
 def _run_stages(params: Params, force: bool, dask: DaskScheduler) -> list[str]:
     logger = get_run_logger()
     root = Path(".")
@@ -96,6 +107,7 @@ def _run_stages(params: Params, force: bool, dask: DaskScheduler) -> list[str]:
         if not ran and not force and stage_is_fresh(root, stage):
             logger.info("%s: up to date (dvc.lock)", stage)
             continue
+        console.stage_started(stage)
         try:
             # A subflow's heartbeat thread sleeps in 1 s steps and is joined when
             # the subflow ends: about 1 s per stage. The parent run keeps its

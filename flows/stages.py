@@ -19,6 +19,7 @@ from fedpipe.config import MNIST5K_PATH, Params
 from fedpipe.data import prepared_spec
 from fedpipe.history import progress_line
 from fedpipe.round import ClientJob, ClientResult, MapClients, RoundFailed, run_round
+from flows import console
 from tasks import data as data_tasks
 from tasks import federation as fed_tasks
 from tasks.artifacts import publish_round_table
@@ -76,6 +77,7 @@ def round_stage(params: Params, round_: int) -> dict:
     """Stage ``round@K``: :func:`fedpipe.round.run_round` on round K-1's files, a
     ``train-client`` task per selected client, then the round's outputs written."""
     started = time.perf_counter()
+    console.round_started(round_, params.federation.rounds)
     inputs = fed_tasks.load_round(params, round_)
     try:
         outputs = run_round(
@@ -90,9 +92,11 @@ def round_stage(params: Params, round_: int) -> dict:
     publish_round_table(outputs.record)
     fed_tasks.write_round(outputs, round_)
     summary = outputs.record.summary()
-    get_run_logger().info(
-        progress_line(summary, params.federation.rounds, time.perf_counter() - started)
+    line = progress_line(
+        summary, params.federation.rounds, time.perf_counter() - started
     )
+    get_run_logger().info(line)
+    console.round_finished(line)
     return summary
 
 
@@ -112,10 +116,19 @@ def _map_clients(runner: str) -> MapClients:
 
     ``local`` runs them one after another in this process; ``dask`` submits them
     all to the flow's ``DaskTaskRunner`` (see :func:`run_stage`) and waits for
-    each in turn.
+    each in turn. Either way the console hears of each client as it finishes.
     """
     if runner == "local":
-        return lambda jobs: [fed_tasks.train_client(job) for job in jobs]
+
+        def here(jobs: Sequence[ClientJob]) -> list[ClientResult]:
+            console.clients_started(len(jobs))
+            results = []
+            for job in jobs:
+                results.append(fed_tasks.train_client(job))
+                console.client_finished()
+            return results
+
+        return here
 
     def on_dask(jobs: Sequence[ClientJob]) -> list[ClientResult]:
         from prefect.context import FlowRunContext
@@ -127,8 +140,13 @@ def _map_clients(runner: str) -> MapClients:
                 "runtime.runner=dask needs the round flow to run on a "
                 "DaskTaskRunner; start rounds through run_stage()"
             )
+        console.clients_started(len(jobs))
         futures = [fed_tasks.train_client.submit(job) for job in jobs]
-        return [future.result() for future in futures]
+        results = []
+        for future in futures:
+            results.append(future.result())
+            console.client_finished()
+        return results
 
     return on_dask
 

@@ -36,8 +36,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> d
     )
     out = {}
     for name, project in (("local", local), ("dask", on_dask)):
+        # -v: the tests below read Prefect's logs (which process compiled)
         proc = run_cli(
-            [FEDPIPE, "run", "--no-server-start", "--no-report"], project, cli_env
+            [FEDPIPE, "run", "-v", "--no-server-start", "--no-report"],
+            project,
+            cli_env,
         )
         out[name] = {"project": project, "log": proc.stdout + proc.stderr}
     return out

@@ -1,0 +1,198 @@
+"""What a person sees: a live display on a terminal, plain round lines in a pipe,
+Prefect's logs in a file, one line on a known failure or an interrupt.
+
+One tiny project is copied before anything runs; each copy pays one ``fedpipe
+run`` (about 25 s), shared by the tests below through module fixtures.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from e2e_helpers import BIN, make_project, run_cli
+
+from fedpipe.overrides import set_params
+
+pytestmark = pytest.mark.e2e
+FEDPIPE = str(BIN / "fedpipe")
+DVC = str(BIN / "dvc")
+RUN = [FEDPIPE, "run", "--no-server-start", "--no-report"]
+ROUND_LINE = re.compile(r"^round +(\d+)/4  global acc", re.M)
+ESCAPE = re.compile(r"\x1b|\r")
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+LOG_NAME = re.compile(r"^log: (logs/fedpipe-run-[\d-]+\.log)$", re.M)
+
+
+def _in_terminal(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, int]:
+    """Run ``args`` with a pseudo-terminal as stdin, stdout and stderr."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a terminal of 120 columns, like a person's
+        os.chdir(cwd)
+        os.execve(args[0], args, {**env, "COLUMNS": "120", "TERM": "xterm"})
+    out = b""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 1.0)
+        if not ready:
+            continue
+        try:
+            data = os.read(fd, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        out += data
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return out.decode("utf-8", "replace"), os.waitstatus_to_exitcode(status)
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> Path:
+    """A tiny project nothing has run in yet (copy it before use)."""
+    return make_project(tmp_path_factory.mktemp("console") / "fresh", cli_env)
+
+
+def _copy(fresh: Path, name: str) -> Path:
+    project = fresh.parent / name
+    shutil.copytree(fresh, project)
+    return project
+
+
+@pytest.fixture(scope="module")
+def on_terminal(fresh: Path, cli_env: dict[str, str]) -> dict:
+    project = _copy(fresh, "terminal")
+    out, code = _in_terminal(RUN, project, cli_env)
+    return {"project": project, "out": out, "code": code}
+
+
+@pytest.fixture(scope="module")
+def in_pipe(fresh: Path, cli_env: dict[str, str]) -> dict:
+    project = _copy(fresh, "pipe")
+    proc = run_cli(RUN, project, cli_env)
+    return {"project": project, "proc": proc}
+
+
+def test_terminal_shows_live_progress_and_round_lines(on_terminal: dict) -> None:
+    out = on_terminal["out"]
+    assert on_terminal["code"] == 0, out[-3000:]
+    assert "\x1b[1A\x1b[2K" in out  # the live display redraws itself
+    shown = ANSI.sub("", out)
+    assert re.search(r"round \d +━+ \d/4 .*eta", shown), "no rounds bar"
+    assert re.search(r"clients +━+ \d/2 ", shown), "no clients bar"
+    # each round's line is printed once, above the display, and stays
+    rounds = re.findall(r"round +(\d+)/4  global acc .*\)\r?\n", shown)
+    assert rounds == ["1", "2", "3", "4"]
+    assert "| accuracy |" in out
+    assert "Task run" not in out and "Finished in state" not in out
+    assert out.count("Prefect run: http") == 1
+
+
+def test_pipe_gets_plain_round_lines(in_pipe: dict) -> None:
+    proc = in_pipe["proc"]
+    out = proc.stdout
+    assert not ESCAPE.search(out + proc.stderr)
+    assert [int(k) for k in ROUND_LINE.findall(out)] == [1, 2, 3, 4]
+    assert "Task run" not in out + proc.stderr
+    assert "Finished in state" not in out + proc.stderr
+    assert "Prefect: runs report to" in out
+    assert out.count("Prefect run: http") == 1
+
+
+def test_log_file_holds_prefects_logs(in_pipe: dict) -> None:
+    out = in_pipe["proc"].stdout
+    named = LOG_NAME.findall(out)
+    assert len(named) == 2 and named[0] == named[1]  # at the start and the end
+    log = (in_pipe["project"] / named[0]).read_text()
+    assert "Task run 'round 2 · client" in log
+    assert "Finished in state Completed()" in log
+    assert "round   4/4  global acc" in log
+    status = run_cli(["git", "status", "--porcelain"], in_pipe["project"], {})
+    assert "logs/" not in status.stdout
+
+
+def test_quiet_shows_only_the_table(in_pipe: dict, cli_env: dict[str, str]) -> None:
+    project = in_pipe["project"]
+    proc = run_cli([*RUN, "-q"], project, cli_env)
+    table = (project / "reports/summary.md").read_text()
+    assert proc.stdout.strip() == table.strip()
+    assert "INFO" not in proc.stderr and "WARNING |" not in proc.stderr
+
+
+def test_known_failure_is_one_clean_line(
+    in_pipe: dict, cli_env: dict[str, str]
+) -> None:
+    project = _copy(in_pipe["project"], "bad-validation")
+    set_params(project / "params.yaml", {"validation.min_rows": 100000})
+    proc = run_cli(RUN, project, cli_env, check=False)
+    assert proc.returncode == 1
+    err = proc.stderr
+    assert "Traceback" not in err and "ERROR" not in err, err[-3000:]
+    assert err.count("need at least 100000 samples") == 1
+    assert "error: data/prepared: data validation failed" in err
+    [log] = re.findall(r"^log: (\S+) \(Prefect's logs", err, re.M)
+    text = (project / log).read_text()
+    assert "Traceback" in text and "ValidationFailed" in text
+
+    verbose = run_cli([*RUN, "-v"], project, cli_env, check=False)
+    assert verbose.returncode == 1 and "Traceback" in verbose.stderr
+
+
+def _interrupt(project: Path, env: dict[str, str], sig: int) -> tuple[int, str]:
+    """Start ``fedpipe run``, send ``sig`` to its process group during round 3."""
+    proc = subprocess.Popen(
+        RUN,
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # SIGINT at its default, as in a terminal
+    )
+    marker = project / "metrics/rounds/round-2.json"
+    deadline = time.monotonic() + 300
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "run finished before it could be interrupted"
+    os.killpg(proc.pid, sig)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out + err
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "name"),
+    [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")],
+)
+def test_interrupt_says_where_it_stopped_and_run_resumes(
+    fresh: Path, cli_env: dict[str, str], sig: int, code: int, name: str
+) -> None:
+    project = _copy(fresh, f"stopped-{name}")
+    returncode, out = _interrupt(project, cli_env, sig)
+    assert returncode == code, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    [line] = [ln for ln in out.splitlines() if ln.startswith("interrupted")]
+    recorded = re.fullmatch(
+        rf"interrupted \({name}\): round (\d) is the last recorded round \(dvc\.lock\);"
+        r" `fedpipe run` \(or `dvc repro`\) resumes from there",
+        line,
+    )
+    assert recorded, line
+    if sig != signal.SIGINT:
+        return
+    last = int(recorded.group(1))
+    resumed = run_cli(RUN, project, cli_env)
+    ran = resumed.stdout.split("stage(s) ran", 1)[1]
+    assert "init" not in ran and f"round@{last}," not in ran
+    again = [int(k) for k in ROUND_LINE.findall(resumed.stdout)]
+    assert again and again[0] > last and again == list(range(again[0], 5))
+    status = run_cli([DVC, "status"], project, cli_env)
+    assert "Data and pipelines are up to date" in status.stdout
