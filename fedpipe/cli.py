@@ -596,6 +596,7 @@ Start here:
   fedpipe init my-study && cd my-study   a new project (dvc.yaml, params.yaml)
   fedpipe run                            every stage, each recorded in dvc.lock
   fedpipe status                         where the project stands, what is stale
+  fedpipe status                         where the project stands, what is stale
   fedpipe doctor                         what went wrong, with the fix
   fedpipe report                         one HTML page about the run
   fedpipe lineage                        every round's model back to data, params, code
@@ -605,13 +606,14 @@ Start here:
 EXAMPLES = {
     "fedpipe": [
         ("fedpipe run", "train the federation in params.yaml"),
+        ("fedpipe status", "where the project stands"),
         ("fedpipe -C path/to/project doctor", "diagnose another project's run"),
     ],
     "run": [
         ("fedpipe run", "bring every stage up to date"),
         ("fedpipe run -S train.lr=0.1 -S strategy.name=fedadam", "change params"),
         ("fedpipe run --exp lr-high -S train.lr=0.1", "a named DVC experiment"),
-        ("fedpipe run --force --no-report", "recompute everything, skip the report"),
+        ("fedpipe run -q", "only the final table and errors (-v: Prefect's logs)"),
         ("dvc repro", "the same stages, one process each"),
     ],
     "stage": [
