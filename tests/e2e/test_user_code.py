@@ -178,10 +178,9 @@ def test_lineage_shows_the_code_hashes(project: Path, cli_env: dict) -> None:
 @pytest.mark.parametrize(
     ("section", "value", "expected"),
     [
+        # two through the CLI; every kind of misfit is unit-tested in test_plugins
         ("client", {"algorithm": "code/client.py:Missing"}, "code/client.py has no"),
-        ("strategy", {"name": "code/model.py:build"}, "allowed: a subclass of"),
         ("client", {"options": {"speed": 2}}, "client.options.speed"),
-        ("model", {"name": "code/nowhere.py:build"}, "not found"),
     ],
 )
 def test_code_that_does_not_fit_stops_with_one_line(
