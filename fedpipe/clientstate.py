@@ -7,14 +7,21 @@ A round's client state is a folder (``models/round-K/clients/``) holding
 deterministic bytes (:func:`fedpipe.weights.save_state`), so a client that did not
 take part in a round has a byte-identical file and DVC, which stores each file of
 a directory output by its content, adds no bytes to its cache for it.
+
+A round touches only its participants: :func:`load_client_states` reads a client's
+file when that client is looked up (:class:`StoredStates`), :func:`merged` lays the
+round's updates over it without copying (:class:`MergedStates`), and
+:func:`save_client_states` links the files of clients that did not change from the
+previous round's folder instead of rewriting them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -50,45 +57,127 @@ def _nest(flat: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
     return out
 
 
-def load_client_states(folder: Path) -> dict[int, ClientState]:
-    """Every client's kept state from a round's folder (clients without a file
-    keep nothing)."""
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder}: client state not found")
-    out: dict[int, ClientState] = {}
-    for path in sorted(folder.iterdir()):
-        match = _FILE.match(path.name)
-        if match:
-            out[int(match.group(1))] = _nest(load_state(path))
-    return out
+class StoredStates(Mapping[int, ClientState]):
+    """A round's client-state folder, read one client at a time on lookup."""
+
+    def __init__(self, folder: Path) -> None:
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{folder}: client state not found")
+        self.folder = folder
+        index = folder / INDEX
+        if index.is_file():
+            clients = json.loads(index.read_text())["clients"]
+        else:  # a folder written before index.json existed
+            clients = [
+                int(m.group(1)) for p in folder.iterdir() if (m := _FILE.match(p.name))
+            ]
+        self._clients = sorted(int(c) for c in clients)
+        self._known = set(self._clients)
+        self._cache: dict[int, ClientState] = {}
+
+    def __getitem__(self, client: int) -> ClientState:
+        if client not in self._known:
+            raise KeyError(client)
+        if client not in self._cache:
+            self._cache[client] = _nest(load_state(client_file(self.folder, client)))
+        return self._cache[client]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._clients)
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    def __contains__(self, client: object) -> bool:
+        return client in self._known
 
 
-def merged(states: ClientStates, updates: ClientStates) -> dict[int, ClientState]:
+class MergedStates(Mapping[int, ClientState]):
+    """``base`` with each updated client's namespaces replaced by its update's
+    (namespaces not in an update are kept); nothing is copied."""
+
+    def __init__(self, base: ClientStates, updates: ClientStates) -> None:
+        self.base = base
+        self.updates = {c: u for c, u in updates.items()}
+        self._clients = sorted(set(base) | set(self.updates))
+
+    def __getitem__(self, client: int) -> ClientState:
+        if client in self.updates:
+            return {**self.base.get(client, {}), **self.updates[client]}
+        return self.base[client]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._clients)
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+
+def load_client_states(folder: Path) -> StoredStates:
+    """A round's client state (clients without a file keep nothing); each client's
+    file is read when it is first looked up."""
+    return StoredStates(folder)
+
+
+def merged(states: ClientStates, updates: ClientStates) -> MergedStates:
     """``states`` with each updated client's namespaces replaced by the update's
     (namespaces not in an update are kept)."""
-    out = {c: dict(s) for c, s in states.items()}
-    for client, update in updates.items():
-        out[client] = {**out.get(client, {}), **update}
-    return out
+    return MergedStates(states, updates)
+
+
+def _unchanged_source(states: ClientStates, client: int) -> Path | None:
+    """The previous round's file of a client this round did not change."""
+    if isinstance(states, MergedStates) and client not in states.updates:
+        return _unchanged_source(states.base, client)
+    if isinstance(states, StoredStates) and client in states:
+        return client_file(states.folder, client)
+    return None
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system, or links not allowed
+        shutil.copyfile(source, target)
 
 
 def save_client_states(folder: Path, states: ClientStates) -> None:
-    """Write a round's client state folder, replacing whatever was there."""
+    """Write a round's client state folder, replacing whatever was there.
+
+    Clients the round did not change keep the previous round's file (a hard link,
+    the same bytes); only the updated clients' files are written.
+    """
     tmp = folder.with_name(folder.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     namespaces: set[str] = set()
+    kept: list[int] = []
     for client in sorted(states):
+        source = _unchanged_source(states, client)
+        if source is not None:
+            _link_or_copy(source, client_file(tmp, client))
+            kept.append(client)
+            continue
         flat = _flatten(states[client])
         if flat:
             save_state(client_file(tmp, client), flat)
             namespaces.update(states[client])
-    index = {
-        "clients": sorted(c for c in states if _flatten(states[c])),
-        "namespaces": sorted(namespaces),
-    }
+            kept.append(client)
+    namespaces.update(_namespaces_of(states))
+    index = {"clients": kept, "namespaces": sorted(namespaces)}
     (tmp / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
     if folder.exists():
         shutil.rmtree(folder)
     tmp.replace(folder)
+
+
+def _namespaces_of(states: ClientStates) -> set[str]:
+    """Namespaces recorded by the stored folders under ``states``."""
+    if isinstance(states, MergedStates):
+        return _namespaces_of(states.base)
+    if isinstance(states, StoredStates):
+        index = states.folder / INDEX
+        if index.is_file():
+            return set(json.loads(index.read_text())["namespaces"])
+    return set()

@@ -336,6 +336,32 @@ class FaultsParams(_Section):
     aggregation_weight_sum: float | None = Field(None, gt=0.0)
 
 
+class EvaluationParams(_Section):
+    """Which clients' local test splits the new global model is scored on each round.
+
+    The held-out test set is scored every round. On the clients' splits:
+    ``clients: all`` scores every client (and each personalized model) every round;
+    ``participants`` only the round's selected clients; ``sample`` a seeded
+    ``sample_size`` clients per round; ``none`` no client. Rounds that are a
+    multiple of ``full_every``, and the last round, always score every client.
+    With many clients, anything but ``all`` keeps a round's cost proportional to
+    the clients that train in it.
+    """
+
+    clients: Literal["all", "participants", "sample", "none"] = "all"
+    sample_size: int | None = Field(None, ge=1)
+    full_every: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _sample_needs_size(self) -> EvaluationParams:
+        if self.clients == "sample" and self.sample_size is None:
+            raise ValueError(
+                "evaluation.clients=sample needs evaluation.sample_size (how many "
+                "clients to score each round, >= 1)"
+            )
+        return self
+
+
 class ValidationParams(_Section):
     """Data validation thresholds and which findings stop the run."""
 
@@ -353,11 +379,14 @@ class RuntimeParams(_Section):
     ``dask`` sends each client's training to Dask workers: those of the scheduler
     at ``dask_address`` (e.g. ``tcp://10.0.0.5:8786``) or, when it is null, of a
     local cluster of ``dask_workers`` processes that lives for the whole run.
+    ``clients_per_task``: clients trained per Prefect task (null: one per task
+    up to 10 clients a round, else 10 tasks a round).
     """
 
     runner: Literal["local", "dask"] = "local"
     dask_address: str | None = Field(None, min_length=1)
     dask_workers: int = Field(2, ge=1)
+    clients_per_task: int | None = Field(None, ge=1)
 
 
 class Params(_Section):
@@ -373,6 +402,7 @@ class Params(_Section):
     client: ClientParams = ClientParams()
     personalization: PersonalizationParams = PersonalizationParams()
     faults: FaultsParams = FaultsParams()
+    evaluation: EvaluationParams = EvaluationParams()
     validation: ValidationParams = ValidationParams()
     runtime: RuntimeParams = RuntimeParams()
     round_chain: dict[int, int] = Field(default_factory=dict)

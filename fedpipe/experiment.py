@@ -13,6 +13,7 @@ from fedpipe.data import DatasetSpec
 from fedpipe.models import layer_groups, normalization_layers
 from fedpipe.personalization import Personalization, resolve
 from fedpipe.plugins import is_reference, resolve_class
+from fedpipe.round import ClientEvaluation
 from fedpipe.strategy import STRATEGIES, Strategy
 from fedpipe.training import ModelSpec, model_spec_for
 
@@ -94,6 +95,17 @@ def local_training(params: Params) -> LocalTraining:
     t = params.train
     return LocalTraining(
         epochs=t.epochs, batch_size=t.batch_size, lr=t.lr, max_steps=t.local_steps
+    )
+
+
+def client_evaluation(params: Params) -> ClientEvaluation:
+    """Which clients each round scores the global model on (``evaluation.*``)."""
+    e = params.evaluation
+    return ClientEvaluation(
+        clients=e.clients,
+        sample_size=e.sample_size,
+        full_every=e.full_every,
+        rounds=params.federation.rounds,
     )
 
 

@@ -20,42 +20,74 @@ class RoundRecord:
 
     Attributes
     ----------
+    n_test : dict
+        Client id -> size of its local test split (scored and selected clients).
     global_test : dict
         The new global model on the held-out test set.
-    global_clients : list of dict
-        The new global model on each client's local test split (all clients).
+    global_clients : dict
+        Client id -> the new global model on its local test split (the clients
+        scored this round, ``evaluation.*``; every client by default).
     local : dict
         Client id -> its locally trained model on its own local test split
         (selected clients only).
-    personalized : list of dict, optional
-        Each client's personalized model on its own local test split (all
-        clients), when personalization is on.
+    personalized : dict, optional
+        Client id -> its personalized model on its own local test split (the
+        scored clients), when personalization is on.
+    n_clients : int, optional
+        Clients in the federation (default: those in ``n_test``).
+
+    Lists indexed by client id are accepted for ``n_test``, ``global_clients``
+    and ``personalized``.
     """
 
     round: int
     selected: list[int]
-    n_test: list[int]
+    n_test: Mapping[int, int]
     global_test: dict[str, float]
-    global_clients: list[dict[str, float]]
+    global_clients: Mapping[int, dict[str, float]]
     local: dict[int, dict[str, float]]
     aggregation_weight_sum: float
-    personalized: list[dict[str, float]] | None = None
+    personalized: Mapping[int, dict[str, float]] | None = None
+    n_clients: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("n_test", "global_clients", "personalized"):
+            value = getattr(self, name)
+            if isinstance(value, list | tuple):
+                object.__setattr__(self, name, dict(enumerate(value)))
+
+    @property
+    def scored(self) -> list[int]:
+        """Clients the global model was scored on this round, by id."""
+        return sorted(self.global_clients)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every client of the federation was scored this round."""
+        size = len(self.n_test) if self.n_clients is None else self.n_clients
+        return len(self.global_clients) == size
 
     def global_clients_mean(self) -> dict[str, float]:
         """Global model on client test splits, mean weighted by test size."""
-        return weighted_mean(self.global_clients, self.n_test)
+        return weighted_mean(
+            [self.global_clients[c] for c in self.scored],
+            [self.n_test[c] for c in self.scored],
+        )
 
     def global_clients_std(self) -> dict[str, float]:
         """Standard deviation of the global model's metrics across clients."""
-        return _std(self.global_clients)
+        return _std([self.global_clients[c] for c in self.scored])
 
     def personalized_mean(self) -> dict[str, float]:
         """Personalized models on their own test splits, weighted by test size."""
-        return weighted_mean(self.personalized or [], self.n_test)
+        own = self.personalized or {}
+        ids = sorted(own)
+        return weighted_mean([own[c] for c in ids], [self.n_test[c] for c in ids])
 
     def personalized_std(self) -> dict[str, float]:
         """Standard deviation of personalized-model metrics across clients."""
-        return _std(self.personalized or [])
+        own = self.personalized or {}
+        return _std([own[c] for c in sorted(own)])
 
     def local_mean(self) -> dict[str, float]:
         """Local models on their own test splits, weighted by test size."""
@@ -86,6 +118,8 @@ class RoundRecord:
             "local": _rounded(self.local_mean()),
             "local_std": _rounded(self.local_std()),
         }
+        if not self.complete:
+            out["clients_scored"] = len(self.global_clients)
         if self.personalized is not None:
             out["personalized"] = _rounded(self.personalized_mean())
             out["personalized_std"] = _rounded(self.personalized_std())
@@ -93,9 +127,11 @@ class RoundRecord:
 
     def client_table(self) -> pd.DataFrame:
         """One row per client: local-model and global-model metrics side by side."""
+        missing = {m: float("nan") for m in METRIC_NAMES}
         rows = []
-        for c, global_row in enumerate(self.global_clients):
-            local = self.local.get(c, {m: float("nan") for m in METRIC_NAMES})
+        for c in sorted(self.n_test):
+            global_row = self.global_clients.get(c, missing)
+            local = self.local.get(c, missing)
             row: dict[str, Any] = {
                 "client": c,
                 "selected": c in self.local,
@@ -104,7 +140,7 @@ class RoundRecord:
             row.update({f"local_{m}": local[m] for m in METRIC_NAMES})
             row.update({f"global_{m}": global_row[m] for m in METRIC_NAMES})
             if self.personalized is not None:
-                own = self.personalized[c]
+                own = self.personalized.get(c, missing)
                 row.update({f"personalized_{m}": own[m] for m in METRIC_NAMES})
             rows.append(row)
         return pd.DataFrame(rows)

@@ -47,13 +47,60 @@ from fedpipe.training import ModelRunner, ModelSpec
 
 
 def sample_clients(
-    *, n_clients: int, per_round: int, seed: int, round_: int
+    *, n_clients: int, per_round: int, seed: int, round_: int, purpose: str = "sample"
 ) -> list[int]:
-    """The clients that train in ``round_``: seeded per round, sorted by id."""
+    """The clients that train in ``round_`` (or, with another ``purpose``, are
+    picked for it): seeded per round, sorted by id."""
     if per_round >= n_clients:
         return list(range(n_clients))
-    rng = rng_for(seed, "sample", round_)
+    rng = rng_for(seed, purpose, round_)
     return sorted(int(c) for c in rng.choice(n_clients, size=per_round, replace=False))
+
+
+@dataclass(frozen=True)
+class ClientEvaluation:
+    """Which clients' test splits the new global model is scored on (``evaluation.*``).
+
+    Attributes
+    ----------
+    clients : str
+        ``all``, ``participants``, ``sample`` or ``none``.
+    sample_size : int or None
+        For ``sample``: clients scored per round (seeded per round).
+    full_every : int or None
+        Rounds that are a multiple of it score every client.
+    rounds : int or None
+        The federation's last round, which always scores every client.
+    """
+
+    clients: str = "all"
+    sample_size: int | None = None
+    full_every: int | None = None
+    rounds: int | None = None
+
+    def clients_for(
+        self, round_: int, selected: Sequence[int], n_clients: int, seed: int
+    ) -> list[int]:
+        """The clients scored in ``round_``, sorted by id."""
+        complete = (
+            self.clients == "all"
+            or round_ == self.rounds
+            or (self.full_every is not None and round_ % self.full_every == 0)
+        )
+        if complete:
+            return list(range(n_clients))
+        if self.clients == "participants":
+            return sorted(selected)
+        if self.clients == "sample":
+            assert self.sample_size is not None
+            return sample_clients(
+                n_clients=n_clients,
+                per_round=self.sample_size,
+                seed=seed,
+                round_=round_,
+                purpose="evaluate",
+            )
+        return []
 
 
 # ---------------------------------------------------------------- one client
@@ -197,6 +244,8 @@ class RoundInputs:
         Clients sampled this round.
     weight_sum_fault : float or None
         ``faults.aggregation_weight_sum``: applied after aggregation.
+    evaluation : ClientEvaluation
+        ``evaluation.*``: which clients the new global model is scored on.
     """
 
     round: int
@@ -211,6 +260,7 @@ class RoundInputs:
     training: LocalTraining
     clients_per_round: int
     weight_sum_fault: float | None = None
+    evaluation: ClientEvaluation = ClientEvaluation()
 
 
 @dataclass(frozen=True)
@@ -219,7 +269,7 @@ class RoundOutputs:
 
     weights: Weights = field(repr=False)
     server_state: State = field(repr=False)
-    client_states: dict[int, ClientState] = field(repr=False)
+    client_states: ClientStates = field(repr=False)
     record: RoundRecord
     health: dict[str, Any] = field(repr=False)
     health_seconds: float = 0.0
@@ -300,21 +350,28 @@ def run_round(
     weights = _after_aggregation(inputs, before, weights)
     if inputs.weight_sum_fault is not None:
         weight_sum *= inputs.weight_sum_fault
+    scored = inputs.evaluation.clients_for(
+        inputs.round, selected, len(inputs.data.clients), inputs.seed
+    )
     personalized = (
-        _personalized(inputs, runner, weights, states)
+        _personalized(inputs, runner, weights, states, scored)
         if inputs.algorithm.personalized
         else None
     )
-    held_out, on_clients, probs, losses = _evaluate_global(runner, weights, inputs.data)
+    held_out, on_clients, probs, losses = _evaluate_global(
+        runner, weights, inputs.data, scored
+    )
+    clients = inputs.data.clients
     record = RoundRecord(
         round=inputs.round,
         selected=list(selected),
-        n_test=[len(c.y_test) for c in inputs.data.clients],
+        n_test={c: len(clients[c].y_test) for c in sorted({*scored, *selected})},
         global_test=held_out,
         global_clients=on_clients,
         local={r.client: r.local for r in results},
         aggregation_weight_sum=weight_sum,
         personalized=personalized,
+        n_clients=len(clients),
     )
     health = _health(
         inputs,
@@ -345,10 +402,12 @@ def _personalized(
     runner: ModelRunner,
     weights: Weights,
     states: Mapping[int, ClientState],
-) -> list[dict[str, float]]:
-    """Every client's personalized model on its own local test split."""
-    out = []
-    for client in inputs.data.clients:
+    scored: Sequence[int],
+) -> dict[int, dict[str, float]]:
+    """The scored clients' personalized models, each on its own local test split."""
+    out = {}
+    for c in scored:
+        client = inputs.data.clients[c]
         task = ClientTask(
             client=client.client,
             round=inputs.round,
@@ -358,23 +417,24 @@ def _personalized(
         )
         trainer = KerasTrainer(runner, client, inputs.training)
         model = inputs.algorithm.personal_model(task, trainer)
-        out.append(trainer.evaluate(weights if model is None else model))
+        out[c] = trainer.evaluate(weights if model is None else model)
     return out
 
 
 def _evaluate_global(
-    runner: ModelRunner, weights: Weights, data: FederatedData
-) -> tuple[dict[str, float], list[dict[str, float]], np.ndarray, np.ndarray]:
-    """The global model on the held-out set and every client's test split, in one
-    pass; also the held-out probabilities and losses (for the health record)."""
-    splits = [(data.x_test, data.y_test)] + [(c.x_test, c.y_test) for c in data.clients]
+    runner: ModelRunner, weights: Weights, data: FederatedData, scored: Sequence[int]
+) -> tuple[dict[str, float], dict[int, dict[str, float]], np.ndarray, np.ndarray]:
+    """The global model on the held-out set and the scored clients' test splits, in
+    one pass; also the held-out probabilities and losses (for the health record)."""
+    clients = [data.clients[c] for c in scored]
+    splits = [(data.x_test, data.y_test)] + [(c.x_test, c.y_test) for c in clients]
     predicted = runner.predict_splits(weights, splits)
     metrics = [
         classification_metrics(ys, probs, losses)
         for (_, ys), (probs, losses) in zip(splits, predicted, strict=True)
     ]
     probs, losses = predicted[0]
-    return metrics[0], metrics[1:], probs, losses
+    return metrics[0], dict(zip(scored, metrics[1:], strict=True)), probs, losses
 
 
 def _health(

@@ -19,6 +19,7 @@ PURPOSES = {
     "finetune": 7,
     "ditto": 8,
     "centralized": 9,
+    "evaluate": 10,
 }
 
 

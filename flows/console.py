@@ -185,9 +185,9 @@ class _Session:
             task = self._task("clients", "clients", total=n)
             self.display.reset(task, total=n, visible=True)
 
-    def client_finished(self) -> None:
+    def client_finished(self, n: int = 1) -> None:
         if self.display is not None and "clients" in self.tasks:
-            self.display.advance(self.tasks["clients"])
+            self.display.advance(self.tasks["clients"], n)
 
     def round_finished(self, line: str) -> None:
         if self.handler is not None:
@@ -232,10 +232,10 @@ def clients_started(n: int) -> None:
         _active.clients_started(n)
 
 
-def client_finished() -> None:
-    """One of the current round's clients finished training."""
+def client_finished(n: int = 1) -> None:
+    """``n`` of the current round's clients finished training."""
     if _active is not None:
-        _active.client_finished()
+        _active.client_finished(n)
 
 
 def round_finished(line: str) -> None:

@@ -28,7 +28,8 @@ from fedpipe.jsonio import read_json
 from flows import console
 from flows.stages import dask_scheduler, run_stage
 from tasks.artifacts import publish_run_artifacts
-from tasks.dvc import record_stage, restore_stage_outputs, stage_is_fresh
+from tasks.dvc import fresh_prefix, record_stages, restore_stage_outputs
+from tasks.dvclock import LockRecorder
 from tasks.report import doctor_and_report
 from tasks.runtime import DaskScheduler
 
@@ -100,36 +101,76 @@ def _ui_url() -> str | None:
 def _run_stages(params: Params, force: bool, dask: DaskScheduler) -> list[str]:
     logger = get_run_logger()
     root = Path(".")
+    stages = layout.stage_names(params.federation.rounds)
+    fresh = 0 if force else fresh_prefix(root, stages)
+    for stage in stages[:fresh]:
+        logger.info("%s: up to date (dvc.lock)", stage)
     ran: list[str] = []
     waiting: list[str] = []  # ran, record deferred until their gate passes
-    last_record: PrefectFuture | None = None
-    for stage in layout.stage_names(params.federation.rounds):
-        if not ran and not force and stage_is_fresh(root, stage):
-            logger.info("%s: up to date (dvc.lock)", stage)
-            continue
-        console.stage_started(stage)
-        try:
-            # A subflow's heartbeat thread sleeps in 1 s steps and is joined when
-            # the subflow ends: about 1 s per stage. The parent run keeps its
-            # heartbeat (crash detection); its stages go without.
-            with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-                run_stage(params, stage, dask=dask)
-        except Exception:
-            if last_record is not None:
-                last_record.wait()
-            for held in waiting:
-                logger.warning("%s: restoring its last recorded outputs", held)
-                restore_stage_outputs(root, held)
-            raise
-        ran.append(stage)
-        if stage in GATED_BY:
-            waiting.append(stage)
-            continue
-        for done in [s for s in waiting if GATED_BY[s] == stage] + [stage]:
-            last_record = record_stage.submit(
-                root, done, wait_for=[last_record] if last_record else None
-            )
-        waiting = [s for s in waiting if GATED_BY[s] != stage]
-    if last_record is not None:
-        last_record.result()
+    with LockRecorder(root) as recorder:
+        records = _Records(recorder)
+        for stage in stages[fresh:]:
+            console.stage_started(stage)
+            try:
+                # A subflow's heartbeat thread sleeps in 1 s steps and is joined
+                # when the subflow ends: about 1 s per stage. The parent run keeps
+                # its heartbeat (crash detection); its stages go without.
+                with temporary_settings(
+                    updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}
+                ):
+                    run_stage(params, stage, dask=dask)
+            except Exception:
+                records.finish(failing=True)
+                for held in waiting:
+                    logger.warning("%s: restoring its last recorded outputs", held)
+                    restore_stage_outputs(root, held)
+                raise
+            ran.append(stage)
+            if stage in GATED_BY:
+                waiting.append(stage)
+                continue
+            records.add([s for s in waiting if GATED_BY[s] == stage] + [stage])
+            waiting = [s for s in waiting if GATED_BY[s] != stage]
+        records.finish()
     return ran
+
+
+class _Records:
+    """Stages waiting to be recorded in ``dvc.lock``, one record in flight.
+
+    A record starts as soon as the previous one is done and takes every stage that
+    finished meanwhile: when stages are quicker than recording, one ``dvc.lock``
+    write records several of them.
+    """
+
+    def __init__(self, recorder: LockRecorder) -> None:
+        self.recorder = recorder
+        self.pending: list[str] = []
+        self.in_flight: PrefectFuture | None = None
+
+    def add(self, stages: list[str]) -> None:
+        self.pending.extend(stages)
+        if self.in_flight is None or self.in_flight.state.is_final():
+            if self.in_flight is not None:
+                self.in_flight.result()  # raises if that record failed
+            self._submit()
+
+    def _submit(self) -> None:
+        if self.pending:
+            self.in_flight = record_stages.submit(self.recorder, self.pending)
+            self.pending = []
+
+    def finish(self, *, failing: bool = False) -> None:
+        """Record everything pending and wait for it. While a stage is ``failing``,
+        a failed record is logged, not raised (the stage's error is the one to
+        report)."""
+        for _ in range(2):
+            if self.in_flight is not None:
+                future, self.in_flight = self.in_flight, None
+                if failing:
+                    future.wait()
+                    if future.state.is_failed():
+                        get_run_logger().error("recording in dvc.lock failed")
+                else:
+                    future.result()
+            self._submit()

@@ -7,6 +7,7 @@ of one run, in one process. Same code, same outputs, either way.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -15,7 +16,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 
 from fedpipe import layout
-from fedpipe.config import MNIST5K_PATH, Params
+from fedpipe.config import MNIST5K_PATH, Params, RuntimeParams
 from fedpipe.data import prepared_spec
 from fedpipe.history import progress_line
 from fedpipe.round import ClientJob, ClientResult, MapClients, RoundFailed, run_round
@@ -75,14 +76,15 @@ def init_stage(params: Params) -> None:
 @flow(name="federation-round", flow_run_name="round {round_}")
 def round_stage(params: Params, round_: int) -> dict:
     """Stage ``round@K``: :func:`fedpipe.round.run_round` on round K-1's files, a
-    ``train-client`` task per selected client, then the round's outputs written."""
+    ``train-clients`` task per client (or group of clients), then the round's
+    outputs written."""
     started = time.perf_counter()
     console.round_started(round_, params.federation.rounds)
     inputs = fed_tasks.load_round(params, round_)
     try:
         outputs = run_round(
             inputs,
-            map_clients=_map_clients(params.runtime.runner),
+            map_clients=_map_clients(params.runtime),
             runner=runner_for(inputs.spec),
         )
     except RoundFailed as failed:
@@ -111,44 +113,64 @@ def summary_stage(params: Params) -> str:
     )
 
 
-def _map_clients(runner: str) -> MapClients:
-    """One ``train-client`` task per job, results in job (client) order.
+def _map_clients(runtime: RuntimeParams) -> MapClients:
+    """A ``train-clients`` task per group of jobs, results in job (client) order.
 
-    ``local`` runs them one after another in this process; ``dask`` submits them
-    all to the flow's ``DaskTaskRunner`` (see :func:`run_stage`) and waits for
+    Groups hold ``runtime.clients_per_task`` consecutive jobs (by default one per
+    task up to 10 clients a round, else 10 groups): a Prefect task run costs about
+    10 ms of API traffic, more than a small client's whole local training. Every
+    client's result is in the round's table artifact either way.
+
+    ``local`` runs the tasks one after another in this process; ``dask`` submits
+    them all to the flow's ``DaskTaskRunner`` (see :func:`run_stage`) and waits for
     each in turn. Either way the console hears of each client as it finishes.
     """
-    if runner == "local":
 
-        def here(jobs: Sequence[ClientJob]) -> list[ClientResult]:
-            console.clients_started(len(jobs))
-            results = []
-            for job in jobs:
-                results.append(fed_tasks.train_client(job))
-                console.client_finished()
-            return results
-
-        return here
-
-    def on_dask(jobs: Sequence[ClientJob]) -> list[ClientResult]:
-        from prefect.context import FlowRunContext
-        from prefect_dask import DaskTaskRunner
-
-        context = FlowRunContext.get()
-        if context is None or not isinstance(context.task_runner, DaskTaskRunner):
-            raise RuntimeError(
-                "runtime.runner=dask needs the round flow to run on a "
-                "DaskTaskRunner; start rounds through run_stage()"
-            )
+    def run(jobs: Sequence[ClientJob]) -> list[ClientResult]:
         console.clients_started(len(jobs))
-        futures = [fed_tasks.train_client.submit(job) for job in jobs]
-        results = []
-        for future in futures:
-            results.append(future.result())
-            console.client_finished()
+        groups = client_groups(jobs, runtime.clients_per_task)
+        if runtime.runner != "local":
+            _check_dask()
+            futures = [_train(g).submit(g) for g in groups]
+        results: list[ClientResult] = []
+        for i, group in enumerate(groups):
+            done = (
+                _train(group)(group)
+                if runtime.runner == "local"
+                else futures[i].result()
+            )
+            results.extend(done)
+            console.client_finished(len(done))
         return results
 
-    return on_dask
+    return run
+
+
+def client_groups(
+    jobs: Sequence[ClientJob], per_task: int | None
+) -> list[list[ClientJob]]:
+    """Consecutive groups of ``per_task`` jobs (None: one per job up to 10 jobs,
+    else 10 groups of equal size but the last)."""
+    size = per_task or max(1, math.ceil(len(jobs) / 10))
+    return [list(jobs[i : i + size]) for i in range(0, len(jobs), size)]
+
+
+def _train(group: Sequence[ClientJob]):  # type: ignore[no-untyped-def]
+    return fed_tasks.train_clients.with_options(
+        task_run_name=fed_tasks.task_name(group)
+    )
+
+
+def _check_dask() -> None:
+    from prefect.context import FlowRunContext
+    from prefect_dask import DaskTaskRunner
+
+    context = FlowRunContext.get()
+    if context is None or not isinstance(context.task_runner, DaskTaskRunner):
+        raise RuntimeError(
+            "runtime.runner=dask needs the round flow to run on a "
+            "DaskTaskRunner; start rounds through run_stage()"
+        )
 
 
 def run_stage(params: Params, stage: str, *, dask: DaskScheduler | None = None) -> None:

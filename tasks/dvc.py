@@ -3,17 +3,21 @@
 ``fedpipe run`` executes every stage in one process instead of one process per
 stage; afterwards each stage is recorded in ``dvc.lock`` exactly as ``dvc repro``
 would record it (``dvc commit --force STAGE``), so ``dvc status`` is clean and the
-lock file stays the audit trail.
+lock file stays the audit trail. The recording runs in a process of its own
+(:class:`tasks.dvclock.LockRecorder`), several finished stages at a time.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+
+from tasks.dvclock import LockRecorder
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
@@ -27,22 +31,31 @@ def _repo(root: Path):  # type: ignore[no-untyped-def]
     return Repo(str(root))
 
 
-def stage_is_fresh(root: Path, stage: str) -> bool:
-    """True when ``stage`` is recorded in ``dvc.lock`` and nothing it uses changed."""
+def fresh_prefix(root: Path, stages: Sequence[str]) -> int:
+    """How many of ``stages`` (in pipeline order), from the first, are recorded in
+    ``dvc.lock`` with nothing they use changed (one repository opened for all)."""
     with _repo(root) as repo:
-        return not repo.status(targets=[stage])
+        for n, stage in enumerate(stages):
+            if repo.status(targets=[stage]):
+                return n
+    return len(stages)
 
 
-@task(name="record-stage", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 3])
-def record_stage(root: Path, stage: str) -> None:
-    """Record ``stage``'s current deps, params and outputs in ``dvc.lock``.
+@task(
+    name="record-stages",
+    task_run_name="record {stages}",
+    cache_policy=NO_CACHE,
+    retries=2,
+    retry_delay_seconds=[1, 3],
+)
+def record_stages(recorder: LockRecorder, stages: list[str]) -> None:
+    """Record the ``stages``' current deps, params and outputs in ``dvc.lock``.
 
     The outputs are copied into DVC's cache without relinking the workspace files
     (``relink=False``): this runs while the next stage already reads them, and a
     relink replaces each file for a moment.
     """
-    with _repo(root) as repo:
-        repo.commit(stage, force=True, relink=False)
+    recorder.record(stages)
 
 
 def restore_stage_outputs(root: Path, stage: str) -> None:

@@ -4,6 +4,7 @@ training, writing a round's outputs. The round itself is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from prefect import get_run_logger, task
@@ -15,6 +16,7 @@ from fedpipe.config import Params
 from fedpipe.data import prepared_spec
 from fedpipe.experiment import (
     client_algorithm_for,
+    client_evaluation,
     local_training,
     model_spec,
     strategy_for,
@@ -67,25 +69,29 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         training=local_training(params),
         clients_per_round=params.federation.clients_per_round(),
         weight_sum_fault=params.faults.aggregation_weight_sum,
+        evaluation=client_evaluation(params),
     )
 
 
-@task(
-    name="train-client",
-    task_run_name="round {job.task.round} · client {job.task.client}",
-    cache_policy=NO_CACHE,
-    retries=1,
-)
-def train_client(job: ClientJob) -> ClientResult:
-    """Run one client's job on this process's compiled model."""
-    runner, first = training_runner(job.spec)
+@task(name="train-clients", cache_policy=NO_CACHE, retries=1)
+def train_clients(jobs: list[ClientJob]) -> list[ClientResult]:
+    """Run clients' jobs, one after another, on this process's compiled model."""
+    runner, first = training_runner(jobs[0].spec)
     if first:
         get_run_logger().info(
             "%s compiled in %s; reused for later clients and rounds",
-            job.spec.name,
+            jobs[0].spec.name,
             where_am_i(),
         )
-    return run_client(job, runner)
+    return [run_client(job, runner) for job in jobs]
+
+
+def task_name(jobs: Sequence[ClientJob]) -> str:
+    """``round 3 · client 7``, or ``round 3 · clients 10-19 (10)`` for a cohort."""
+    first, last = jobs[0].task, jobs[-1].task
+    if len(jobs) == 1:
+        return f"round {first.round} · client {first.client}"
+    return f"round {first.round} · clients {first.client}-{last.client} ({len(jobs)})"
 
 
 @task(name="write-health", cache_policy=NO_CACHE)

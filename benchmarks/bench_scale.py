@@ -1,0 +1,353 @@
+"""Seconds per round, peak memory and cache bytes as the federation grows.
+
+For each case (clients in the federation x clients per round) a fresh project
+(``fedpipe init``) is made on a generated table with the same data per client
+(``--rows-per-client`` rows: after the held-out 20 % and the local test 20 %,
+about 26 training samples each, at least 20), trained with the MLP for
+``--rounds`` rounds, and measured three ways, all in this one go:
+
+- ``fedpipe run --no-report`` (a private Prefect server; every stage recorded in
+  ``dvc.lock``): seconds per round from the times its round metrics files were
+  written (rounds 2..R, so start-up and compilation are left out), and the peak
+  resident memory of the process (``wait4``);
+- the library loop: :func:`fedpipe.round.run_round` on the same inputs, one round
+  after another in a plain process, no Prefect, no files, no DVC (rounds 2..R);
+  fedpipe against it is the cost of orchestration and versioning;
+- bytes each round adds to ``.dvc/cache`` (new cache objects of its outs, as
+  :mod:`benchmarks.bench_cache` attributes them).
+
+``--images`` adds the images case: ``seed_cnn`` on 100x100 RGB, ``--images-n``
+generated images in two classes, 100 clients of which 10 train per round.
+
+Large federations score the global model on the round's participants only
+(``evaluation.clients: participants``; the last round scores everyone) unless
+``--evaluate all``. Run from the repository root:
+
+    python benchmarks/bench_scale.py [--cases 10x10,100x10,1000x10,1000x100]
+        [--rounds 4] [--images] [--json PATH] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_cache import (  # noqa: E402
+    DVC,
+    FEDPIPE,
+    QUIET,
+    ROUND_PREFIX,
+    _run,
+    _set_params,
+    attribute,
+    private_prefect_server,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+N_FEATURES = 32
+N_CLASSES = 10
+
+
+@dataclass(frozen=True)
+class Case:
+    """One federation size: ``clients`` in all, ``per_round`` training per round."""
+
+    clients: int
+    per_round: int
+    images: bool = False
+
+    @property
+    def label(self) -> str:
+        kind = "images, seed_cnn" if self.images else "table, mlp"
+        return f"{self.clients:,}x{self.per_round:,} ({kind})"
+
+    @classmethod
+    def parse(cls, text: str) -> Case:
+        clients, _, per_round = text.lower().partition("x")
+        return cls(int(clients), int(per_round))
+
+
+@dataclass(frozen=True)
+class Result:
+    case: str
+    fedpipe_s: float
+    library_s: float
+    peak_rss_mb: float
+    cache_bytes_per_round: float
+    rounds: int
+    final_accuracy: float | None
+
+    @property
+    def ratio(self) -> float:
+        return self.fedpipe_s / self.library_s
+
+
+# ---------------------------------------------------------------- data
+
+
+def write_table(path: Path, rows: int, seed: int) -> None:
+    """``rows`` samples of ``N_FEATURES`` features around one centre per class."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0.0, 1.0, size=(N_CLASSES, N_FEATURES))
+    labels = rng.integers(0, N_CLASSES, rows)
+    x = centres[labels] + rng.normal(0.0, 1.5, size=(rows, N_FEATURES))
+    table = pd.DataFrame(
+        x.astype(np.float32), columns=[f"f{i}" for i in range(N_FEATURES)]
+    )
+    table["label"] = labels
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.to_parquet(path, index=False)
+
+
+def write_images(folder: Path, n: int, seed: int, size: int = 100) -> None:
+    """``n`` RGB images in two class folders: noise with a brighter square or disc."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[:size, :size]
+    for name in ("disc", "square"):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        label = i % 2
+        img = rng.integers(0, 120, size=(size, size, 3), dtype=np.uint8)
+        cy, cx = rng.integers(25, size - 25, 2)
+        r = int(rng.integers(10, 20))
+        if label == 0:
+            mask = (yy - cy) ** 2 + (xx - cx) ** 2 <= r * r
+        else:
+            mask = (abs(yy - cy) <= r) & (abs(xx - cx) <= r)
+        img[mask] = rng.integers(150, 255, size=3, dtype=np.uint8)
+        name = ("disc", "square")[label]
+        Image.fromarray(img).save(folder / name / f"{i:05d}.png")
+
+
+# ---------------------------------------------------------------- one case
+
+
+def make_project(
+    project: Path, case: Case, *, args: argparse.Namespace, env: Mapping[str, str]
+) -> None:
+    _run(
+        [FEDPIPE, "init", str(project), "--remote", str(project) + "-remote"], ROOT, env
+    )
+    if case.images:
+        write_images(project / "data" / "raw" / "shapes", args.images_n, seed=1)
+        data = {"source": "images", "path": "data/raw/shapes", "image_size": [100, 100]}
+        model = {"name": "seed_cnn"}
+        min_samples = 20
+    else:
+        write_table(
+            project / "data" / "raw" / "scale.parquet",
+            case.clients * args.rows_per_client,
+            seed=1,
+        )
+        data = {"source": "table", "path": "data/raw/scale.parquet"}
+        model = {"name": "mlp"}
+        min_samples = 20
+    evaluate = "all" if args.evaluate == "all" else "participants"
+    _set_params(
+        project,
+        {
+            "data": data,
+            "model": model,
+            "federation": {
+                "clients": case.clients,
+                "rounds": args.rounds,
+                "fraction_fit": case.per_round / case.clients,
+                "min_clients": 1,
+            },
+            "partition": {"min_samples": min_samples, "method": "iid"},
+            "evaluation": {"clients": evaluate},
+            "validation": {"min_rows": 100},
+        },
+    )
+    _run([FEDPIPE, "sync"], project, env)
+    _run(["git", "add", "-A"], project, env)
+    _run(["git", "commit", "-qm", "bench_scale case"], project, env)
+
+
+def run_fedpipe(project: Path, env: Mapping[str, str]) -> tuple[float, float]:
+    """``fedpipe run``: seconds per round (rounds 2..R) and peak RSS in MB."""
+    args = [FEDPIPE, "run", "--no-server-start", "--no-report", "-q"]
+    with open(project / "bench-run.log", "w") as log:
+        proc = subprocess.Popen(
+            args, cwd=project, env=dict(env), stdout=log, stderr=log
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(
+            f"fedpipe run failed in {project}:\n"
+            + (project / "bench-run.log").read_text()[-6000:]
+        )
+    written = sorted(
+        (int(p.stem.split("-")[1]), p.stat().st_mtime)
+        for p in (project / "metrics" / "rounds").glob("round-*.json")
+    )
+    times = [t for _, t in written]
+    per_round = statistics.median(np.diff(times)) if len(times) > 1 else float("nan")
+    return float(per_round), usage.ru_maxrss / 1024
+
+
+def run_library(project: Path, env: Mapping[str, str]) -> float:
+    """The library loop in a fresh process: seconds per round (rounds 2..R)."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--library-loop", str(project)],
+        cwd=ROOT,
+        env=dict(env) | {"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"library loop failed:\n{out.stderr[-6000:]}")
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["per_round"])
+
+
+def library_loop(project: Path) -> dict[str, float]:
+    """:func:`run_round` round after round on the project's inputs, nothing else."""
+    os.chdir(project)
+    from fedpipe import layout
+    from fedpipe.config import load_params
+    from fedpipe.round import run_here, run_round
+    from tasks.federation import load_round
+    from tasks.runtime import runner_for
+
+    params = load_params()
+    inputs = load_round.fn(params, 1)
+    runner = runner_for(inputs.spec)
+    stamps = []
+    for k in range(1, params.federation.rounds + 1):
+        out = run_round(inputs, map_clients=run_here(runner), runner=runner)
+        stamps.append(time.perf_counter())
+        inputs = _next(inputs, out, k + 1)
+    del layout
+    return {"per_round": float(statistics.median(np.diff(stamps)))}
+
+
+def _next(inputs, out, k: int):  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    return dataclasses.replace(
+        inputs,
+        round=k,
+        global_weights=out.weights,
+        server_state=out.server_state,
+        client_states=out.client_states,
+    )
+
+
+def cache_per_round(project: Path, env: Mapping[str, str]) -> float:
+    cache = Path(_run([DVC, "cache", "dir"], project, env).strip())
+    order = _run([DVC, "stage", "list", "--name-only"], project, env).split()
+    lock = yaml.safe_load((project / "dvc.lock").read_text())
+    stages = attribute(lock, order, cache / "files" / "md5")
+    rounds = [s.total for s in stages if s.stage.startswith(ROUND_PREFIX)]
+    return float(statistics.fmean(rounds[1:] or rounds))
+
+
+def measure(case: Case, work: Path, *, args, env) -> Result:  # type: ignore[no-untyped-def]
+    project = work / f"p{case.clients}x{case.per_round}{'-img' if case.images else ''}"
+    started = time.perf_counter()
+    make_project(project, case, args=args, env=env)
+    fed_s, rss = run_fedpipe(project, env)
+    lib_s = run_library(project, env)
+    summary = json.loads((project / "metrics" / "summary.json").read_text())
+    acc = (summary.get("global") or {}).get("accuracy")
+    print(
+        f"  {case.label}: fedpipe {fed_s:.3f} s/round, library {lib_s:.3f}, "
+        f"{time.perf_counter() - started:.0f} s in all",
+        file=sys.stderr,
+        flush=True,
+    )
+    return Result(
+        case=case.label,
+        fedpipe_s=fed_s,
+        library_s=lib_s,
+        peak_rss_mb=rss,
+        cache_bytes_per_round=cache_per_round(project, env),
+        rounds=args.rounds,
+        final_accuracy=acc,
+    )
+
+
+def markdown(results: Sequence[Result]) -> str:
+    lines = [
+        "| clients x per round | fedpipe run s/round | library loop s/round | ratio "
+        "| peak RSS MB | cache bytes/round | final accuracy |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        acc = "" if r.final_accuracy is None else f"{r.final_accuracy:.3f}"
+        lines.append(
+            f"| {r.case} | {r.fedpipe_s:.3f} | {r.library_s:.3f} | {r.ratio:.2f}x "
+            f"| {r.peak_rss_mb:,.0f} | {r.cache_bytes_per_round:,.0f} | {acc} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="10x10,100x10,1000x10,1000x100")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rows-per-client", type=int, default=40)
+    parser.add_argument("--images", action="store_true", help="add the images case")
+    parser.add_argument("--images-n", type=int, default=20_000)
+    parser.add_argument(
+        "--evaluate", choices=("participants", "all"), default="participants"
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--keep", type=Path, help="keep the projects in this folder")
+    parser.add_argument("--library-loop", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.library_loop:
+        print(json.dumps(library_loop(args.library_loop)))
+        return 0
+    if args.rounds < 2:
+        parser.error("--rounds must be at least 2 (round 1 compiles)")
+    cases = [Case.parse(c) for c in args.cases.split(",") if c]
+    if args.images:
+        cases.append(Case(100, 10, images=True))
+
+    work = (
+        args.keep.resolve()
+        if args.keep
+        else Path(tempfile.mkdtemp(prefix="fedpipe-scale-"))
+    )
+    work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **QUIET, "DVC_SITE_CACHE_DIR": str(work / "dvc-site-cache")}
+    env.pop("PREFECT_API_URL", None)
+    env["PREFECT_HOME"] = str(work / "prefect-client-home")
+    results = []
+    try:
+        with private_prefect_server(work / "prefect-home") as url:
+            env["PREFECT_API_URL"] = url
+            for case in cases:
+                results.append(measure(case, work, args=args, env=env))
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(markdown(results))
+    if args.json:
+        rows = [asdict(r) | {"ratio": r.ratio} for r in results]
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

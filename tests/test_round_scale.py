@@ -1,0 +1,168 @@
+"""A round's cost follows its participants: which clients are scored
+(``evaluation.*``), and client state read and written per participant."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from fedpipe.client import make_client
+from fedpipe.client.base import LocalTraining
+from fedpipe.clientstate import (
+    client_file,
+    load_client_states,
+    merged,
+    save_client_states,
+)
+from fedpipe.config import ParamsError, parse_params
+from fedpipe.data import DatasetSpec
+from fedpipe.round import ClientEvaluation, RoundInputs, run_here, run_round
+from fedpipe.splits import ClientData, FederatedData
+from fedpipe.strategy import make_strategy
+from fedpipe.training import ModelRunner, ModelSpec, initial_weights
+
+# ---------------------------------------------------------------- which clients
+
+
+def test_all_scores_every_client_every_round() -> None:
+    plan = ClientEvaluation("all", rounds=5)
+    assert plan.clients_for(2, [3, 7], 10, seed=1) == list(range(10))
+
+
+def test_participants_score_the_selected_until_the_last_round() -> None:
+    plan = ClientEvaluation("participants", rounds=5)
+    assert plan.clients_for(2, [7, 3], 10, seed=1) == [3, 7]
+    assert plan.clients_for(5, [7, 3], 10, seed=1) == list(range(10))
+
+
+def test_full_every_k_rounds_and_none_between() -> None:
+    plan = ClientEvaluation("none", full_every=3, rounds=10)
+    scored = [len(plan.clients_for(k, [1], 6, seed=0)) for k in range(1, 11)]
+    assert scored == [0, 0, 6, 0, 0, 6, 0, 0, 6, 6]
+
+
+def test_sample_is_seeded_per_round_and_not_the_training_draw() -> None:
+    plan = ClientEvaluation("sample", sample_size=4, rounds=10)
+    first = plan.clients_for(1, [], 100, seed=7)
+    assert first == plan.clients_for(1, [], 100, seed=7)
+    assert len(first) == 4 and first == sorted(first)
+    assert first != plan.clients_for(2, [], 100, seed=7)
+    assert first != plan.clients_for(1, [], 100, seed=8)
+
+
+def test_sample_without_a_size_is_refused_naming_the_key() -> None:
+    raw = {"evaluation": {"clients": "sample"}, "federation": {"rounds": 1}}
+    raw["round_chain"] = {1: 0}
+    with pytest.raises(ParamsError, match="evaluation.sample_size"):
+        parse_params(raw, source="params.yaml")
+
+
+# ---------------------------------------------------------------- in a round
+
+
+def _federation(n_clients: int, rng: np.random.Generator) -> FederatedData:
+    def split(n: int) -> tuple[np.ndarray, np.ndarray]:
+        return rng.normal(size=(n, 6)).astype(np.float32), rng.integers(0, 3, n)
+
+    clients = []
+    for c in range(n_clients):
+        (x_tr, y_tr), (x_te, y_te) = split(12), split(4)
+        clients.append(ClientData(c, x_tr, y_tr, x_te, y_te))
+    x, y = split(20)
+    spec = DatasetSpec("random", (0, 1, 2), (6,), (-5.0, 5.0), 1.0, 20)
+    return FederatedData(spec, x, y, tuple(clients))
+
+
+@pytest.fixture(scope="module")
+def setting():
+    rng = np.random.default_rng(0)
+    data = _federation(8, rng)
+    spec = ModelSpec("mlp", (6,), 3, "sgd", 0.1)
+    return data, spec, ModelRunner(spec)
+
+
+def _round(setting, k: int, evaluation: ClientEvaluation, strategy: str = "fedavg"):
+    data, spec, runner = setting
+    strat = make_strategy(strategy, total_clients=len(data.clients))
+    weights = initial_weights(spec, 3)
+    inputs = RoundInputs(
+        round=k,
+        seed=3,
+        spec=spec,
+        data=data,
+        global_weights=weights,
+        server_state=strat.init_state(weights),
+        client_states={},
+        strategy=strat,
+        algorithm=make_client(strat.client_algorithm),
+        training=LocalTraining(1, 4, 0.1),
+        clients_per_round=3,
+        evaluation=evaluation,
+    )
+    return run_round(inputs, map_clients=run_here(runner), runner=runner)
+
+
+def test_a_participants_round_scores_and_tables_only_its_clients(setting) -> None:
+    out = _round(setting, 1, ClientEvaluation("participants", rounds=4))
+    selected = out.record.selected
+    assert len(selected) == 3
+    assert out.record.scored == selected
+    table = out.record.client_table()
+    assert table["client"].tolist() == selected
+    summary = out.record.summary()
+    assert summary["clients_scored"] == 3
+    # the same clients, scored as part of a complete round, give the same numbers
+    full = _round(setting, 1, ClientEvaluation("all", rounds=4))
+    assert "clients_scored" not in full.record.summary()
+    for c in selected:
+        assert out.record.global_clients[c] == full.record.global_clients[c]
+    assert len(full.record.client_table()) == 8
+    np.testing.assert_array_equal(out.weights[0], full.weights[0])
+
+
+def test_the_last_round_scores_everyone(setting) -> None:
+    out = _round(setting, 4, ClientEvaluation("none", rounds=4))
+    assert out.record.scored == list(range(8))
+    empty = _round(setting, 2, ClientEvaluation("none", rounds=4))
+    assert empty.record.scored == []
+    assert empty.record.summary()["global_on_clients"]["accuracy"] is None
+    assert empty.record.client_table()["client"].tolist() == empty.record.selected
+
+
+# ---------------------------------------------------------------- client state
+
+
+def _state(value: float) -> dict:
+    return {"scaffold": {"c_i/000": np.full(3, value, np.float32)}}
+
+
+def test_client_state_is_read_only_for_the_clients_looked_up(tmp_path) -> None:
+    save_client_states(tmp_path / "r1", {c: _state(c) for c in range(5)})
+    stored = load_client_states(tmp_path / "r1")
+    assert sorted(stored) == list(range(5)) and 3 in stored and 9 not in stored
+    client_file(tmp_path / "r1", 4).unlink()  # an unread client's file is not needed
+    assert float(stored[2]["scaffold"]["c_i/000"][0]) == 2.0
+    with pytest.raises(FileNotFoundError):
+        stored[4]  # noqa: B018 - looked up: read now
+
+
+def test_unchanged_clients_are_linked_not_rewritten(tmp_path) -> None:
+    save_client_states(tmp_path / "r1", {c: _state(c) for c in range(4)})
+    later = merged(load_client_states(tmp_path / "r1"), {2: _state(9.0), 5: _state(5)})
+    save_client_states(tmp_path / "r2", later)
+    same_inode = [
+        os.stat(client_file(tmp_path / "r1", c)).st_ino
+        == os.stat(client_file(tmp_path / "r2", c)).st_ino
+        for c in range(4)
+    ]
+    assert same_inode == [True, True, False, True]
+    # and the folder is byte for byte what writing every client would give
+    everything = {c: _state(c) for c in range(4)} | {2: _state(9.0), 5: _state(5)}
+    save_client_states(tmp_path / "full", everything)
+    for name in sorted(os.listdir(tmp_path / "full")):
+        assert (tmp_path / "r2" / name).read_bytes() == (
+            tmp_path / "full" / name
+        ).read_bytes(), name
+    assert sorted(os.listdir(tmp_path / "r2")) == sorted(os.listdir(tmp_path / "full"))
