@@ -150,7 +150,7 @@ class _Records:
 
     def add(self, stages: list[str]) -> None:
         self.pending.extend(stages)
-        if self.in_flight is None or self.in_flight.state.is_final():
+        if self.in_flight is None or self.in_flight.wrapped_future.done():
             if self.in_flight is not None:
                 self.in_flight.result()  # raises if that record failed
             self._submit()
