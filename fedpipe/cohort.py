@@ -43,12 +43,13 @@ fit (weights not shaped like the model) runs sequentially too.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import keras
 import numpy as np
@@ -57,12 +58,13 @@ import tensorflow as tf
 from fedpipe.client.base import LocalFit, LocalTrainer, LocalTraining
 from fedpipe.metrics import classification_metrics
 from fedpipe.models import layer_kind
-from fedpipe.round import ClientJob, ClientResult, MapClients, run_client
+from fedpipe.round import ClientJob, ClientResult, KerasTrainer, MapClients, run_client
 from fedpipe.splits import ClientData
 from fedpipe.strategy import ClientUpdate
 from fedpipe.training import ModelRunner
 
 log = logging.getLogger("fedpipe")
+T = TypeVar("T")
 
 PREDICT_ROWS = 1024
 """Rows per client and call when evaluating (as ModelRunner.predict)."""
@@ -221,11 +223,10 @@ def train_cohort(jobs: Sequence[ClientJob], runner: ModelRunner) -> list[ClientR
     (equal to rounding). A model that cannot be vectorized runs the jobs through
     ``run_client`` one after another (exactly its bits) and logs why, once.
     """
-    engine, reason = cohort_engine(runner)
-    if engine is None:
-        log.info("cohort: %d clients train one by one: %s", len(jobs), reason)
-        return [run_client(job, runner) for job in jobs]
-    return _train_vectorized(jobs, engine)
+    return in_cohort(
+        runner,
+        [(job.data, job.training, functools.partial(_run_job, job)) for job in jobs],
+    )
 
 
 def cohort_map(runner: ModelRunner, size: int | None) -> MapClients:
@@ -235,41 +236,62 @@ def cohort_map(runner: ModelRunner, size: int | None) -> MapClients:
         raise ValueError(f"train.cohort_size: got {size}; allowed: null or >= 1")
 
     def map_clients(jobs: Sequence[ClientJob]) -> list[ClientResult]:
-        if size is None or size == 1 or not jobs:
+        if size is None or size == 1:
             return [run_client(job, runner) for job in jobs]
-        engine, reason = cohort_engine(runner)
-        if engine is None:
-            log.info("cohort: %d clients train one by one: %s", len(jobs), reason)
-            return [run_client(job, runner) for job in jobs]
+        if cohort_engine(runner)[0] is None:
+            return train_cohort(jobs, runner)  # one by one, one log line
         out: list[ClientResult] = []
         for start in range(0, len(jobs), size):
-            out.extend(_train_vectorized(jobs[start : start + size], engine))
+            out.extend(train_cohort(jobs[start : start + size], runner))
         return out
 
     return map_clients
 
 
-def _train_vectorized(
-    jobs: Sequence[ClientJob], engine: CohortEngine
-) -> list[ClientResult]:
-    """Each job's algorithm in its own thread; requests served in barriers."""
-    barrier = _Barrier(len(jobs))
-    results: list[ClientResult | None] = [None] * len(jobs)
-    errors: list[BaseException | None] = [None] * len(jobs)
+Work = tuple[ClientData, LocalTraining, Callable[[LocalTrainer], T]]
+"""One client's piece of work: its data, ``train.*`` and what to do with a trainer
+bound to them."""
+
+
+def in_cohort(runner: ModelRunner, work: Sequence[Work[T]]) -> list[T]:
+    """Call each ``fn(trainer)`` with a trainer on its client's data, the fits and
+    evaluations of all of them vectorized; results in order.
+
+    What :func:`train_cohort` runs (``fn`` = a client's round); the round's other
+    per-client loops can use it too (e.g. personalized models:
+    ``fn = lambda t: t.evaluate(algorithm.personal_model(task, t))``). When the
+    model cannot be vectorized, each ``fn`` gets a
+    :class:`fedpipe.round.KerasTrainer` instead, one after another (the sequential
+    path's bits), and one line on the ``fedpipe`` logger says why.
+    """
+    if not work:
+        return []
+    engine, reason = cohort_engine(runner)
+    if engine is None:
+        log.info("cohort: %d clients train one by one: %s", len(work), reason)
+        return [fn(KerasTrainer(runner, data, training)) for data, training, fn in work]
+    return _vectorized(work, engine)
+
+
+def _vectorized(work: Sequence[Work[T]], engine: CohortEngine) -> list[T]:
+    """Each piece of work in its own thread; requests served in barriers."""
+    barrier = _Barrier(len(work))
+    results: list[Any] = [None] * len(work)
+    errors: list[BaseException | None] = [None] * len(work)
     trainable = engine.runner.trainable_indices()
 
-    def work(i: int, job: ClientJob) -> None:
-        trainer = CohortTrainer(i, barrier, job.data, job.training, trainable)
+    def run(i: int) -> None:
+        data, training, fn = work[i]
         try:
-            results[i] = _run_job(job, trainer)
+            results[i] = fn(CohortTrainer(i, barrier, data, training, trainable))
         except BaseException as exc:  # re-raised by the cohort, in job order
             errors[i] = exc
         finally:
             barrier.finish()
 
     threads = [
-        threading.Thread(target=work, args=(i, job), daemon=True, name=f"cohort-{i}")
-        for i, job in enumerate(jobs)
+        threading.Thread(target=run, args=(i,), daemon=True, name=f"cohort-{i}")
+        for i in range(len(work))
     ]
     for t in threads:
         t.start()
@@ -280,7 +302,7 @@ def _train_vectorized(
     for exc in errors:
         if exc is not None:
             raise exc
-    return [r for r in results if r is not None]
+    return results
 
 
 # ---------------------------------------------------------------- the engine
@@ -605,7 +627,18 @@ class CohortEngine:
                 grads = [g + o for g, o in zip(grads, rest[-1], strict=True)]
             return grads, loss
 
-        def step(tv, ntv, moments, velocities, count, x, y, m, active, extra):  # type: ignore[no-untyped-def]
+        def step(
+            tv: list[tf.Tensor],
+            ntv: list[tf.Tensor],
+            moments: list[tf.Tensor],
+            velocities: list[tf.Tensor],
+            count: tf.Tensor,
+            x: tf.Tensor,
+            y: tf.Tensor,
+            m: tf.Tensor,
+            active: tf.Tensor,
+            extra: list[Any],
+        ) -> tuple[Any, ...]:
             grads, loss = tf.vectorized_map(
                 grads_one, (tv, ntv, x, y, m, *extra), fallback_to_while_loop=False
             )

@@ -20,14 +20,16 @@ from fedpipe.client import (
     Ditto,
     FedPer,
     FedProxClient,
+    FineTune,
     LocalSGD,
+    LocalTrainer,
     LocalTraining,
     ScaffoldClient,
     pack,
 )
-from fedpipe.cohort import cohort_engine, cohort_map, train_cohort
+from fedpipe.cohort import cohort_engine, cohort_map, in_cohort, train_cohort
 from fedpipe.config import TrainParams
-from fedpipe.round import ClientJob, ClientResult, run_client
+from fedpipe.round import ClientJob, ClientResult, KerasTrainer, run_client
 from fedpipe.splits import ClientData
 from fedpipe.strategy import AggregationError
 from fedpipe.training import ModelRunner, ModelSpec, initial_weights
@@ -45,9 +47,9 @@ def _runner(spec: ModelSpec) -> ModelRunner:
     return _runners[spec]
 
 
-def _spec(optimizer: str = "sgd", n_classes: int = 3, **kw: object) -> ModelSpec:
+def _spec(optimizer: str = "sgd", n_classes: int = 3) -> ModelSpec:
     lr = 0.05 if optimizer == "sgd" else 0.01
-    return ModelSpec("mlp", (FEATURES,), n_classes, optimizer, lr, **kw)  # type: ignore[arg-type]
+    return ModelSpec("mlp", (FEATURES,), n_classes, optimizer, lr)
 
 
 def _data(client: int, n: int, shape: Sequence[int], n_classes: int) -> ClientData:
@@ -176,6 +178,23 @@ def test_max_steps_caps_every_client() -> None:
         )
     ]
     _assert_same(seq, results)
+
+
+def test_personal_models_in_a_cohort() -> None:
+    """FineTune's personal model (a fit with ``epochs``) for every client, as the
+    round's personalized evaluation would run it."""
+    runner = _runner(_spec())
+    algorithm = FineTune(LocalSGD(), epochs=2)
+    jobs = _jobs(runner.spec, algorithm)
+
+    def personal(job: ClientJob) -> Callable[[LocalTrainer], dict[str, float]]:
+        return lambda t: t.evaluate(algorithm.personal_model(job.task, t))
+
+    seq = [personal(j)(KerasTrainer(runner, j.data, j.training)) for j in jobs]
+    coh = in_cohort(runner, [(j.data, j.training, personal(j)) for j in jobs])
+    for s, c in zip(seq, coh, strict=True):
+        for name, value in s.items():
+            np.testing.assert_allclose(c[name], value, atol=ATOL, rtol=RTOL)
 
 
 def test_cohort_is_deterministic() -> None:
