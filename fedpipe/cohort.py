@@ -32,13 +32,17 @@ thread timing, so results are deterministic. A generator protocol would have
 needed every algorithm rewritten as a generator; threads keep the contract as it
 is (any algorithm, built in or a user's, that trains through its trainer joins).
 
-**Fallback.** A model that cannot be vectorized with the same math (convolutions:
-TensorFlow vectorizes their filter gradient as a loop, no gain; random layers such
-as dropout: masks drawn per batch shape; non-trainable state such as batch-norm
-statistics: updated from padded batches; an optimizer setting not written out here;
-an op TensorFlow cannot vectorize) trains sequentially through ``run_client``, with
-one log line on the ``fedpipe`` logger saying why. A single request that does not
-fit (weights not shaped like the model) runs sequentially too.
+**Fallback.** A model that cannot be vectorized with the same math trains
+sequentially through ``run_client``'s steps, with one warning on the ``fedpipe``
+logger (once per runner) saying why: convolutions (TensorFlow vectorizes their
+filter gradient as a loop; for small_cnn's layers, 100 clients of 26 samples, one
+step took 2.1x the K separate steps vectorized, 2.0x as one channel-stacked
+network with grouped convolutions and 10x as shifted batched matmuls:
+benchmarks/bench_cohort.py), random layers such as dropout (masks are drawn per
+batch shape, padded batches would draw others), non-trainable state such as
+batch-norm statistics (updated from padded batches), an optimizer setting not
+written out here, an op TensorFlow cannot vectorize. A request that does not fit
+(weights not shaped like the model) runs sequentially too.
 """
 
 from __future__ import annotations
@@ -221,7 +225,8 @@ def train_cohort(jobs: Sequence[ClientJob], runner: ModelRunner) -> list[ClientR
 
     The same :class:`ClientResult` fields as :func:`fedpipe.round.run_client`
     (equal to rounding). A model that cannot be vectorized runs the jobs through
-    ``run_client`` one after another (exactly its bits) and logs why, once.
+    ``run_client``'s steps one after another (exactly its bits); why is logged
+    once per runner (:func:`cohort_engine`).
     """
     return in_cohort(
         runner,
@@ -239,7 +244,7 @@ def cohort_map(runner: ModelRunner, size: int | None) -> MapClients:
         if size is None or size == 1:
             return [run_client(job, runner) for job in jobs]
         if cohort_engine(runner)[0] is None:
-            return train_cohort(jobs, runner)  # one by one, one log line
+            return train_cohort(jobs, runner)  # one by one
         out: list[ClientResult] = []
         for start in range(0, len(jobs), size):
             out.extend(train_cohort(jobs[start : start + size], runner))
@@ -262,13 +267,13 @@ def in_cohort(runner: ModelRunner, work: Sequence[Work[T]]) -> list[T]:
     ``fn = lambda t: t.evaluate(algorithm.personal_model(task, t))``). When the
     model cannot be vectorized, each ``fn`` gets a
     :class:`fedpipe.round.KerasTrainer` instead, one after another (the sequential
-    path's bits), and one line on the ``fedpipe`` logger says why.
+    path's bits), and one warning on the ``fedpipe`` logger, once per runner,
+    says why.
     """
     if not work:
         return []
-    engine, reason = cohort_engine(runner)
+    engine, _ = cohort_engine(runner)
     if engine is None:
-        log.info("cohort: %d clients train one by one: %s", len(work), reason)
         return [fn(KerasTrainer(runner, data, training)) for data, training, fn in work]
     return _vectorized(work, engine)
 
@@ -313,8 +318,11 @@ _engines: weakref.WeakKeyDictionary[ModelRunner, tuple[CohortEngine | None, str]
 
 
 def cohort_engine(runner: ModelRunner) -> tuple[CohortEngine | None, str]:
-    """The vectorized engine of ``runner``'s model, or None and why not (once per
-    runner: the check traces the vectorized step)."""
+    """The vectorized engine of ``runner``'s model, or None and why not.
+
+    Checked once per runner (the check traces the vectorized step); when the
+    model cannot be vectorized, one warning on the ``fedpipe`` logger says why.
+    """
     if runner not in _engines:
         reason = unvectorizable(runner)
         engine = None
@@ -322,6 +330,12 @@ def cohort_engine(runner: ModelRunner) -> tuple[CohortEngine | None, str]:
             engine = CohortEngine(runner)
             reason = engine.probe()
             engine = engine if reason is None else None
+        if reason is not None:
+            log.warning(
+                "cohort: model %r trains its clients one by one: %s",
+                runner.spec.name,
+                reason,
+            )
         _engines[runner] = (engine, reason or "")
     return _engines[runner]
 
@@ -388,7 +402,7 @@ class CohortEngine:
     """Vectorized fits and evaluations on ``runner``'s model (one thread only)."""
 
     def __init__(self, runner: ModelRunner) -> None:
-        self.runner = runner
+        self.runner = weakref.proxy(runner)  # the runner owns the engine
         self.model = runner.model
         place = {id(v): j for j, v in enumerate(self.model.weights)}
         self.trainable = [place[id(v)] for v in self.model.trainable_variables]
@@ -482,7 +496,7 @@ class CohortEngine:
             for ws in lists
         )
         if not ok:
-            log.info(
+            log.warning(
                 "cohort: job %d trains alone: weights not shaped like the model",
                 r.index,
             )
