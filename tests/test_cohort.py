@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -25,13 +26,23 @@ from fedpipe.client import (
     LocalTrainer,
     LocalTraining,
     ScaffoldClient,
+    make_client,
     pack,
 )
 from fedpipe.cohort import cohort_engine, cohort_map, in_cohort, train_cohort
 from fedpipe.config import TrainParams
-from fedpipe.round import ClientJob, ClientResult, KerasTrainer, run_client
-from fedpipe.splits import ClientData
-from fedpipe.strategy import AggregationError
+from fedpipe.data import DatasetSpec
+from fedpipe.round import (
+    ClientJob,
+    ClientResult,
+    KerasTrainer,
+    RoundInputs,
+    run_client,
+    run_here,
+    run_round,
+)
+from fedpipe.splits import ClientData, FederatedData
+from fedpipe.strategy import AggregationError, make_strategy
 from fedpipe.training import ModelRunner, ModelSpec, initial_weights
 
 SIZES = (3, 9, 20, 41)  # batch 8: smaller than a batch, 2, 3 and 6 batches
@@ -214,6 +225,23 @@ def test_cohort_map_splits_into_cohorts_in_order() -> None:
         ]
 
 
+def test_a_client_without_training_data() -> None:
+    """No batches: the start weights back, a NaN loss, as sequential training."""
+    runner = _runner(_spec())
+    jobs = _jobs(runner.spec, LocalSGD())
+    empty = ClientData(
+        9,
+        jobs[0].data.x_train[:0],
+        jobs[0].data.y_train[:0],
+        jobs[0].data.x_test,
+        jobs[0].data.y_test,
+    )
+    jobs.insert(1, replace(jobs[0], data=empty))
+    seq = [run_client(j, runner) for j in jobs]
+    assert np.isnan(seq[1].train_loss)
+    _assert_same(seq, train_cohort(jobs, runner))
+
+
 def test_an_algorithms_error_reaches_the_caller() -> None:
     runner = _runner(_spec())
     jobs = _jobs(runner.spec, ScaffoldClient())  # no server control variate
@@ -268,3 +296,36 @@ def test_cohort_size_param() -> None:
     assert TrainParams(cohort_size=100).cohort_size == 100
     with pytest.raises(ValueError, match="cohort_size"):
         TrainParams(cohort_size=0)
+
+
+def test_a_round_with_cohort_map() -> None:
+    """run_round takes cohort_map as its map_clients: the same round to rounding."""
+    runner = _runner(_spec())
+    clients = tuple(_data(c, n, (FEATURES,), 3) for c, n in enumerate(SIZES))
+    spec = DatasetSpec("random", (0, 1, 2), (FEATURES,), (-5.0, 5.0), 1.0, 100)
+    x_test = np.random.default_rng(0).normal(size=(12, FEATURES)).astype(np.float32)
+    data = FederatedData(spec, x_test, np.arange(12) % 3, clients)
+    strategy = make_strategy("fedprox", total_clients=len(SIZES))
+    weights = initial_weights(runner.spec, 0)
+    inputs = RoundInputs(
+        round=1,
+        seed=0,
+        spec=runner.spec,
+        data=data,
+        global_weights=weights,
+        server_state=strategy.init_state(weights),
+        client_states={},
+        strategy=strategy,
+        algorithm=make_client(strategy.client_algorithm, proximal_mu=0.1),
+        training=LocalTraining(2, 8, runner.spec.lr),
+        clients_per_round=3,
+    )
+    seq = run_round(inputs, map_clients=run_here(runner), runner=runner)
+    coh = run_round(inputs, map_clients=cohort_map(runner, 2), runner=runner)
+    assert coh.record.selected == seq.record.selected
+    _close(seq.weights, coh.weights)
+    for c, metrics in seq.record.local.items():
+        for name, value in metrics.items():
+            np.testing.assert_allclose(
+                coh.record.local[c][name], value, atol=ATOL, rtol=RTOL
+            )
