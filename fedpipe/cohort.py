@@ -25,12 +25,14 @@ with a :class:`CohortTrainer` whose ``fit``/``evaluate`` hand a request to the
 cohort and block. The cohort (the calling thread, the only one that touches
 TensorFlow) waits until *every* live job is blocked in a request or finished, then
 serves all pending requests at once: fits grouped by what changes the compiled
-step (proximal term, gradient offset, batch size), each group in job order as one
-vectorized fit; all evaluations as one vectorized prediction. Because it waits for
-all jobs, the set of requests at each barrier depends only on the jobs, never on
-thread timing, so results are deterministic. A generator protocol would have
-needed every algorithm rewritten as a generator; threads keep the contract as it
-is (any algorithm, built in or a user's, that trains through its trainer joins).
+step (proximal term, gradient offset, batch size) and by step count within a
+factor of two (padding at most doubles the work when client sizes are skewed), each
+group in job order as one vectorized fit; all evaluations as one vectorized
+prediction. Because it waits for all jobs, the set of requests at each barrier
+depends only on the jobs, never on thread timing, so results are deterministic.
+A generator protocol would have needed every algorithm rewritten as a generator;
+threads keep the contract as it is (any algorithm, built in or a user's, that
+trains through its trainer joins).
 
 **Fallback.** A model that cannot be vectorized with the same math trains
 sequentially through ``run_client``'s steps, with one warning on the ``fedpipe``
@@ -97,11 +99,22 @@ class _Fit(_Request):
     proximal_mu: float = 0.0
     anchor: list[np.ndarray] | None = None
     gradient_offset: list[np.ndarray] | None = None
+    plan: list[np.ndarray] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self.plan = _batches(len(self.data.y_train), self)
 
     @property
-    def key(self) -> tuple[bool, bool, int]:
-        """What decides the compiled step: prox term, offset, batch size."""
-        return (self.proximal_mu > 0, self.gradient_offset is not None, self.batch_size)
+    def key(self) -> tuple[bool, bool, int, int]:
+        """Which fits share one vectorized run: the same compiled step (proximal
+        term, offset, batch size) and a step count within a factor of two (so
+        padding at most doubles a group's work, whatever the clients' sizes)."""
+        return (
+            self.proximal_mu > 0,
+            self.gradient_offset is not None,
+            self.batch_size,
+            len(self.plan).bit_length(),
+        )
 
 
 @dataclass
@@ -464,7 +477,7 @@ class CohortEngine:
     def serve(self, requests: Sequence[_Request]) -> None:
         """Compute every request's result (or error) and release its job."""
         fits = [r for r in requests if isinstance(r, _Fit)]
-        groups: dict[tuple[bool, bool, int], list[_Fit]] = {}
+        groups: dict[tuple[bool, bool, int, int], list[_Fit]] = {}
         for r in fits:
             if self._fits_model(r):
                 groups.setdefault(r.key, []).append(r)
@@ -523,7 +536,7 @@ class CohortEngine:
     # ------------------------------------------------------------ fitting
 
     def _fit_group(self, group: Sequence[_Fit]) -> None:
-        prox, offset, _ = group[0].key
+        prox, offset, *_ = group[0].key
         weights = [self._cast(r.weights) for r in group]
         sched = self._schedule(group)
         tv = self._stack(weights, self.trainable)
@@ -584,7 +597,7 @@ class CohortEngine:
     def _schedule(self, group: Sequence[_Fit]) -> _Schedule:
         """Each client's batches as ModelRunner.fit cuts them, padded to a grid."""
         batch = group[0].batch_size
-        plans = [_batches(len(r.data.y_train), r) for r in group]
+        plans = [r.plan for r in group]
         n_steps = max((len(p) for p in plans), default=0)
         first = group[0].data
         x = np.zeros(
