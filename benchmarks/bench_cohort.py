@@ -84,8 +84,10 @@ def library_table(repeats: int) -> list[str]:
     ]
     for name, shape in SHAPES.items():
         runner = ModelRunner(ModelSpec(name, shape, CLASSES, "sgd", 0.05))
-        engine, reason = cohort_engine(runner)
-        path = "vectorized" if engine is not None else f"fallback: {reason[:40]}..."
+        start = time.perf_counter()
+        engine, reason = cohort_engine(runner)  # once per runner: traces the step
+        check = f"check {time.perf_counter() - start:.1f} s"
+        path = f"vectorized ({check})" if engine else f"fallback: {reason[:24]}..."
         for clients, samples in SIZES:
             rows.append(library_row(runner, clients, samples, repeats) + f" {path} |")
     return rows
