@@ -196,6 +196,9 @@ class TrainParams(_Section):
     lr: float = Field(0.05, gt=0.0)
     optimizer: Literal["sgd", "adam"] = "sgd"
     local_steps: int | None = Field(None, ge=1)
+    cohort_size: int | None = Field(None, ge=1)
+    """Clients trained at once as one vectorized computation (fedpipe.cohort);
+    null or 1: one after another."""
 
 
 class ModelParams(_Section):
