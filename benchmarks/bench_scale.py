@@ -222,9 +222,9 @@ def run_library(project: Path, env: Mapping[str, str]) -> float:
 def library_loop(project: Path) -> dict[str, float]:
     """:func:`run_round` round after round on the project's inputs, nothing else."""
     os.chdir(project)
-    from fedpipe import layout
+    from fedpipe.cohort import cohort_map
     from fedpipe.config import load_params
-    from fedpipe.round import run_here, run_round
+    from fedpipe.round import run_round
     from tasks.federation import load_round
     from tasks.runtime import runner_for
 
@@ -233,10 +233,10 @@ def library_loop(project: Path) -> dict[str, float]:
     runner = runner_for(inputs.spec)
     stamps = []
     for k in range(1, params.federation.rounds + 1):
-        out = run_round(inputs, map_clients=run_here(runner), runner=runner)
+        clients = cohort_map(runner, params.train.cohort_size)
+        out = run_round(inputs, map_clients=clients, runner=runner)
         stamps.append(time.perf_counter())
         inputs = _next(inputs, out, k + 1)
-    del layout
     return {"per_round": float(statistics.median(np.diff(stamps)))}
 
 

@@ -64,9 +64,15 @@ import tensorflow as tf
 from fedpipe.client.base import LocalFit, LocalTrainer, LocalTraining
 from fedpipe.metrics import classification_metrics
 from fedpipe.models import layer_kind
-from fedpipe.round import ClientJob, ClientResult, KerasTrainer, MapClients, run_client
+from fedpipe.round import (
+    ClientJob,
+    ClientResult,
+    KerasTrainer,
+    MapClients,
+    run_client,
+    run_job,
+)
 from fedpipe.splits import ClientData
-from fedpipe.strategy import ClientUpdate
 from fedpipe.training import ModelRunner
 
 log = logging.getLogger("fedpipe")
@@ -215,21 +221,6 @@ class CohortTrainer(LocalTrainer):
         return result
 
 
-def _run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult:
-    """:func:`fedpipe.round.run_client`'s body on a given trainer."""
-    reply = job.algorithm.train(job.task, trainer)
-    local_model = reply.weights if reply.local_model is None else reply.local_model
-    return ClientResult(
-        update=ClientUpdate(
-            job.task.client, list(reply.weights), trainer.n_train, dict(reply.extras)
-        ),
-        n_test=len(job.data.y_test),
-        local=trainer.evaluate(local_model),
-        train_loss=float(reply.train_loss),
-        state=dict(reply.state),
-    )
-
-
 # ---------------------------------------------------------------- entry points
 
 
@@ -243,7 +234,7 @@ def train_cohort(jobs: Sequence[ClientJob], runner: ModelRunner) -> list[ClientR
     """
     return in_cohort(
         runner,
-        [(job.data, job.training, functools.partial(_run_job, job)) for job in jobs],
+        [(job.data, job.training, functools.partial(run_job, job)) for job in jobs],
     )
 
 

@@ -194,7 +194,12 @@ class ClientResult:
 
 def run_client(job: ClientJob, runner: ModelRunner) -> ClientResult:
     """Run one client's job on a compiled model of ``job.spec``."""
-    trainer = KerasTrainer(runner, job.data, job.training)
+    return run_job(job, KerasTrainer(runner, job.data, job.training))
+
+
+def run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult:
+    """Run one client's job on ``trainer`` (bound to the job's data): its
+    algorithm's round, then its local model on its local test split."""
     reply = job.algorithm.train(job.task, trainer)
     local_model = reply.weights if reply.local_model is None else reply.local_model
     return ClientResult(

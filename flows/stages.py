@@ -84,7 +84,7 @@ def round_stage(params: Params, round_: int) -> dict:
     try:
         outputs = run_round(
             inputs,
-            map_clients=_map_clients(params.runtime),
+            map_clients=_map_clients(params.runtime, params.train.cohort_size),
             runner=runner_for(inputs.spec),
         )
     except RoundFailed as failed:
@@ -113,7 +113,7 @@ def summary_stage(params: Params) -> str:
     )
 
 
-def _map_clients(runtime: RuntimeParams) -> MapClients:
+def _map_clients(runtime: RuntimeParams, cohort_size: int | None) -> MapClients:
     """A ``train-clients`` task per group of jobs, results in job (client) order.
 
     Groups hold ``runtime.clients_per_task`` consecutive jobs (by default one per
@@ -131,7 +131,7 @@ def _map_clients(runtime: RuntimeParams) -> MapClients:
         groups = client_groups(jobs, runtime.clients_per_task)
         if runtime.runner != "local":
             _check_dask()
-            futures = [_train(g).submit(g) for g in groups]
+            futures = [_train(g).submit(g, cohort_size) for g in groups]
         results: list[ClientResult] = []
         for i, group in enumerate(groups):
             done = (

@@ -23,7 +23,8 @@ from fedpipe.experiment import (
 )
 from fedpipe.jsonio import write_json
 from fedpipe.models import describe_model
-from fedpipe.round import ClientJob, ClientResult, RoundInputs, RoundOutputs, run_client
+from fedpipe.cohort import cohort_map
+from fedpipe.round import ClientJob, ClientResult, RoundInputs, RoundOutputs
 from fedpipe.training import initial_weights
 from fedpipe.weights import load_state, load_weights, save_state, save_weights
 from tasks.runtime import data_for, training_runner, where_am_i
@@ -74,8 +75,11 @@ def load_round(params: Params, round_: int) -> RoundInputs:
 
 
 @task(name="train-clients", cache_policy=NO_CACHE, retries=1)
-def train_clients(jobs: list[ClientJob]) -> list[ClientResult]:
-    """Run clients' jobs, one after another, on this process's compiled model."""
+def train_clients(
+    jobs: list[ClientJob], cohort_size: int | None = None
+) -> list[ClientResult]:
+    """Run clients' jobs on this process's compiled model: one after another, or
+    as vectorized cohorts of ``cohort_size`` (``train.cohort_size``)."""
     runner, first = training_runner(jobs[0].spec)
     if first:
         get_run_logger().info(
@@ -83,7 +87,7 @@ def train_clients(jobs: list[ClientJob]) -> list[ClientResult]:
             jobs[0].spec.name,
             where_am_i(),
         )
-    return [run_client(job, runner) for job in jobs]
+    return list(cohort_map(runner, cohort_size)(jobs))
 
 
 def task_name(jobs: Sequence[ClientJob]) -> str:
