@@ -12,6 +12,7 @@ from prefect.cache_policies import NO_CACHE
 
 from fedpipe import layout
 from fedpipe.clientstate import load_client_states, save_client_states
+from fedpipe.cohort import cohort_map
 from fedpipe.config import Params
 from fedpipe.data import prepared_spec
 from fedpipe.experiment import (
@@ -23,7 +24,6 @@ from fedpipe.experiment import (
 )
 from fedpipe.jsonio import write_json
 from fedpipe.models import describe_model
-from fedpipe.cohort import cohort_map
 from fedpipe.round import ClientJob, ClientResult, RoundInputs, RoundOutputs
 from fedpipe.training import initial_weights
 from fedpipe.weights import load_state, load_weights, save_state, save_weights
