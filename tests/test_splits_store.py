@@ -247,3 +247,10 @@ def test_arrays_pickle_by_value(store: tuple) -> None:
     assert copy.ref is None and _same(copy.x_test, data.x_test)
     assert _same(copy.clients[1].x_train, data.clients[1].x_train)
     assert isinstance(copy.clients[1].x_train_lazy, np.ndarray)
+
+
+def test_the_tasks_share_the_library_cache(store: tuple) -> None:
+    from tasks.runtime import data_for
+
+    prepared, manifest = store
+    assert data_for(prepared, manifest) is open_federated(prepared, manifest)
