@@ -380,8 +380,17 @@ class RuntimeParams(_Section):
 
     ``local`` trains the selected clients one after another in the run's process;
     ``dask`` sends each client's training to Dask workers: those of the scheduler
-    at ``dask_address`` (e.g. ``tcp://10.0.0.5:8786``) or, when it is null, of a
-    local cluster of ``dask_workers`` processes that lives for the whole run.
+    at ``dask_address`` (e.g. ``tls://10.0.0.5:8786``) or, when it is null, of a
+    local cluster of ``dask_workers`` processes (on loopback) that lives for the
+    whole run.
+
+    A Dask scheduler runs whatever it is sent, so a scheduler on another machine
+    is reached over TLS: a ``tls://`` address with ``dask_tls_ca`` (PEM file of
+    the CA that signed the cluster's certificates), ``dask_tls_cert`` and
+    ``dask_tls_key`` (this client's certificate and key). A plain ``tcp://``
+    address that is not loopback (127.0.0.1, localhost, ::1) is refused unless
+    ``dask_allow_insecure`` is true (a trusted, isolated network).
+
     ``clients_per_task``: clients trained per Prefect task (null: one per task
     up to 10 clients a round, else 10 tasks a round).
     """
@@ -390,6 +399,92 @@ class RuntimeParams(_Section):
     dask_address: str | None = Field(None, min_length=1)
     dask_workers: int = Field(2, ge=1)
     clients_per_task: int | None = Field(None, ge=1)
+    dask_tls_ca: str | None = Field(None, min_length=1)
+    dask_tls_cert: str | None = Field(None, min_length=1)
+    dask_tls_key: str | None = Field(None, min_length=1)
+    dask_allow_insecure: bool = False
+
+    def tls_files(self) -> dict[str, str]:
+        """The ``runtime.dask_tls_*`` keys that are set, and their paths."""
+        keys = ("dask_tls_ca", "dask_tls_cert", "dask_tls_key")
+        return {f"runtime.{k}": getattr(self, k) for k in keys if getattr(self, k)}
+
+    @model_validator(mode="after")
+    def _secure_address(self) -> RuntimeParams:
+        tls = self.tls_files()
+        all_keys = "runtime.dask_tls_ca, runtime.dask_tls_cert and runtime.dask_tls_key"
+        if tls and len(tls) < 3:
+            unset = [
+                f"runtime.{k}"
+                for k in ("dask_tls_ca", "dask_tls_cert", "dask_tls_key")
+                if f"runtime.{k}" not in tls
+            ]
+            raise ValueError(
+                f"{all_keys} go together (CA, certificate, key); "
+                f"{', '.join(unset)} not set"
+            )
+        address = self.dask_address
+        if address is None:
+            if tls:
+                raise ValueError(
+                    f"{all_keys} secure the scheduler at runtime.dask_address "
+                    "(tls://host:8786), which is not set; the local cluster (no "
+                    "address) listens on loopback only and needs none"
+                )
+            return self
+        scheme, host = dask_address_parts(address)
+        if scheme in _ENCRYPTED_SCHEMES:
+            if not tls:
+                raise ValueError(
+                    f"runtime.dask_address={address}: a TLS scheduler; set {all_keys} "
+                    "(PEM files: the cluster's CA, this client's certificate, its key)"
+                )
+            return self
+        if tls:
+            raise ValueError(
+                f"runtime.dask_address={address}: {all_keys} are set but the address "
+                f"is {scheme}://, not encrypted; use tls://{host}:PORT"
+            )
+        if _is_loopback(host) or self.dask_allow_insecure:
+            return self
+        raise ValueError(
+            f"runtime.dask_address={address}: an unencrypted connection to another "
+            "machine (a Dask scheduler runs any code it is sent, and the traffic "
+            f"carries the model); use a tls:// address with {all_keys}, or set "
+            "runtime.dask_allow_insecure: true on a trusted, isolated network"
+        )
+
+
+_ENCRYPTED_SCHEMES = frozenset({"tls", "wss"})
+
+
+def dask_address_parts(address: str) -> tuple[str, str]:
+    """``(scheme, host)`` of a Dask address: ``tls://10.0.0.5:8786`` ->
+    ``("tls", "10.0.0.5")``; without a scheme Dask means ``tcp``; IPv6 hosts
+    come without their brackets."""
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    rest = rest.split("/", 1)[0]
+    if rest.startswith("["):
+        host = rest[1:].split("]", 1)[0]
+    elif rest.count(":") == 1:
+        host = rest.split(":", 1)[0]
+    else:
+        host = rest  # a bare IPv6 address, or a host without a port
+    return scheme.lower(), host
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine by name or address (no DNS lookup)."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class Params(_Section):

@@ -2,7 +2,8 @@
 
 Every source is ingested into one prepared directory (``features.npy``,
 ``samples.parquet``, ``schema.json``; see :mod:`fedpipe.ingest`), which every later
-stage reads; models receive float32 arrays built by :func:`to_arrays`.
+stage reads; models receive float32 arrays built by :func:`to_arrays` (or
+:func:`to_features`, a few rows at a time).
 """
 
 from __future__ import annotations
@@ -172,5 +173,18 @@ def to_arrays(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rows ``positions`` as float32 features scaled by ``spec.scale``, int32 labels."""
     idx = np.asarray(positions, dtype=np.int64)
+    return to_features(features, idx, spec), labels[idx].astype(np.int32)
+
+
+def to_features(
+    features: np.ndarray, positions: Sequence[int], spec: DatasetSpec
+) -> np.ndarray:
+    """Rows ``positions`` of ``features`` (e.g. the memory-mapped ``features.npy``)
+    as float32 scaled by ``spec.scale``, shaped ``(len(positions), *input_shape)``.
+
+    The conversion is elementwise, so any subset of rows (one client, one chunk)
+    gets the same bits as converting all rows at once and slicing.
+    """
+    idx = np.asarray(positions, dtype=np.int64)
     x = np.asarray(features[idx], dtype=np.float32) / np.float32(spec.scale)
-    return x.reshape((len(idx), *spec.input_shape)), labels[idx].astype(np.int32)
+    return x.reshape((len(idx), *spec.input_shape))

@@ -431,8 +431,7 @@ def _evaluate_global(
 ) -> tuple[dict[str, float], dict[int, dict[str, float]], np.ndarray, np.ndarray]:
     """The global model on the held-out set and the scored clients' test splits, in
     one pass; also the held-out probabilities and losses (for the health record)."""
-    clients = [data.clients[c] for c in scored]
-    splits = [(data.x_test, data.y_test)] + [(c.x_test, c.y_test) for c in clients]
+    splits = data.evaluation_splits(scored)
     predicted = runner.predict_splits(weights, splits)
     metrics = [
         classification_metrics(ys, probs, losses)

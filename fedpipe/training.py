@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
@@ -26,6 +26,20 @@ from fedpipe.models import build_model, loss_for  # noqa: E402
 from fedpipe.seeds import derive_seed  # noqa: E402
 
 _determinism_enabled = False
+
+PREDICT_BATCH = 1024
+"""Rows per batch of :meth:`ModelRunner.predict` (evaluation only; training takes
+``train.batch_size``)."""
+
+
+class Rows(Protocol):
+    """Features that slice like an array: ``len(x)`` and ``x[a:b]`` (a float32
+    array of those rows). A numpy array is one; so is a lazy
+    :class:`fedpipe.splits.Features` view."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, key: slice, /) -> np.ndarray: ...
 
 
 def enable_determinism() -> None:
@@ -276,46 +290,63 @@ class ModelRunner:
     def predict(
         self,
         weights: list[np.ndarray],
-        x: np.ndarray,
+        x: Rows,
         y: np.ndarray,
-        batch_size: int = 1024,
+        batch_size: int = PREDICT_BATCH,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Probabilities and per-sample losses of ``weights`` on (x, y)."""
-        self.model.set_weights(weights)
-        probs, losses = [], []
-        for start in range(0, len(x), batch_size):
-            p, loss = self._predict(
-                tf.constant(x[start : start + batch_size]),
-                tf.constant(self._target(y[start : start + batch_size])),
-            )
-            probs.append(p.numpy())
-            losses.append(loss.numpy().reshape(-1))
-        if not probs:
-            return np.zeros((0, 1), np.float32), np.zeros(0, np.float32)
-        return np.concatenate(probs), np.concatenate(losses)
+        """Probabilities and per-sample losses of ``weights`` on (x, y).
+
+        ``x`` is an array or anything that slices like one (``len(x)``,
+        ``x[a:b]``), such as a :class:`fedpipe.splits.Features` view: one batch
+        of rows is read at a time.
+        """
+        return self.predict_splits(weights, [(x, y)], batch_size=batch_size)[0]
 
     def predict_splits(
         self,
         weights: list[np.ndarray],
-        splits: Sequence[tuple[np.ndarray, np.ndarray]],
+        splits: Sequence[tuple[Rows, np.ndarray]],
+        batch_size: int = PREDICT_BATCH,
     ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """:meth:`predict` on several data sets with one pass over all of them."""
+        """:meth:`predict` on several data sets with one pass over all of them.
+
+        The batches run over the splits laid end to end (a batch may take the
+        last rows of one split and the first of the next), exactly as over their
+        concatenation, but each batch's rows are read from the splits when it
+        runs: memory holds one batch of features, not every split's.
+        """
         if not splits:
             return []
-        x = np.concatenate([xs for xs, _ in splits])
+        self.model.set_weights(weights)
+        sizes = [len(ys) for _, ys in splits]
         y = np.concatenate([ys for _, ys in splits])
-        probs, losses = self.predict(weights, x, y)
+        probs, losses = [], []
+        for start in range(0, len(y), batch_size):
+            stop = min(len(y), start + batch_size)
+            p, loss = self._predict(
+                tf.constant(_rows_between(splits, sizes, start, stop)),
+                tf.constant(self._target(y[start:stop])),
+            )
+            probs.append(p.numpy())
+            losses.append(loss.numpy().reshape(-1))
+        if probs:
+            all_probs, all_losses = np.concatenate(probs), np.concatenate(losses)
+        else:
+            all_probs, all_losses = (
+                np.zeros((0, 1), np.float32),
+                np.zeros(0, np.float32),
+            )
         out, start = [], 0
-        for _, ys in splits:
-            stop = start + len(ys)
-            out.append((probs[start:stop], losses[start:stop]))
+        for size in sizes:
+            stop = start + size
+            out.append((all_probs[start:stop], all_losses[start:stop]))
             start = stop
         return out
 
     def evaluate_splits(
         self,
         weights: list[np.ndarray],
-        splits: Sequence[tuple[np.ndarray, np.ndarray]],
+        splits: Sequence[tuple[Rows, np.ndarray]],
     ) -> list[dict[str, float]]:
         """:meth:`evaluate` on several data sets with one pass over all of them."""
         predicted = self.predict_splits(weights, splits)
@@ -325,8 +356,27 @@ class ModelRunner:
         ]
 
     def evaluate(
-        self, weights: list[np.ndarray], x: np.ndarray, y: np.ndarray
+        self, weights: list[np.ndarray], x: Rows, y: np.ndarray
     ) -> dict[str, float]:
         """Loss, accuracy, precision, recall and AUC of ``weights`` on (x, y)."""
         probs, losses = self.predict(weights, x, y)
         return classification_metrics(y, probs, losses)
+
+
+def _rows_between(
+    splits: Sequence[tuple[Rows, np.ndarray]],
+    sizes: Sequence[int],
+    start: int,
+    stop: int,
+) -> np.ndarray:
+    """Rows ``start:stop`` of the splits' features laid end to end, read from
+    only the splits that hold them."""
+    pieces, offset = [], 0
+    for (xs, _), size in zip(splits, sizes, strict=True):
+        lo, hi = max(start, offset), min(stop, offset + size)
+        if lo < hi:
+            pieces.append(xs[lo - offset : hi - offset])
+        offset += size
+        if offset >= stop:
+            break
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)

@@ -186,22 +186,16 @@ def run_stage(params: Params, stage: str, *, dask: DaskScheduler | None = None) 
     elif params.runtime.runner == "local":
         round_stage(params, int(arg))
     else:
-        from prefect_dask import DaskTaskRunner
-
         with ExitStack() as stack:
             if dask is None:
                 dask = stack.enter_context(dask_scheduler(params))
-            on_dask = round_stage.with_options(
-                task_runner=DaskTaskRunner(address=dask.address())
-            )
+            on_dask = round_stage.with_options(task_runner=dask.task_runner())
             on_dask(params, int(arg))
 
 
 def dask_scheduler(params: Params) -> DaskScheduler:
     """The run's Dask scheduler from ``runtime.*`` (use it in a ``with`` block)."""
-    return DaskScheduler(
-        address=params.runtime.dask_address, workers=params.runtime.dask_workers
-    )
+    return DaskScheduler.from_runtime(params.runtime)
 
 
 STAGE_FLOWS = {

@@ -1,8 +1,10 @@
-"""What one process keeps between rounds: the compiled model and the loaded arrays.
+"""What one process keeps between rounds: the compiled model and the opened data.
 
 Both are keyed by what they were made from (the model spec; the files' identity),
 so a change on disk is never served stale, and a process that runs many rounds pays
-for TensorFlow graph building and data decoding once.
+for TensorFlow graph building and opening the data once. The data is the library's
+(:func:`fedpipe.splits.open_federated`): the run's process and every Dask worker
+that unpickles a client's data reference share that one cache.
 """
 
 from __future__ import annotations
@@ -15,15 +17,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from fedpipe.data import prepared_spec
-from fedpipe.ingest import FEATURES_FILE, SAMPLES_FILE, open_features, read_samples
-from fedpipe.jsonio import read_json
-from fedpipe.splits import FederatedData, federated_data
+from fedpipe.config import ParamsError, RuntimeParams
+from fedpipe.splits import FederatedData, open_federated
 from fedpipe.training import ModelRunner, ModelSpec
 
 _lock = threading.Lock()
 _runners: dict[ModelSpec, ModelRunner] = {}
-_data: dict[tuple, FederatedData] = {}
 _training: set[ModelSpec] = set()
 
 
@@ -64,25 +63,14 @@ def where_am_i() -> str:
     return label
 
 
-def _identity(path: Path) -> tuple:
-    st = path.stat()
-    return (str(path.resolve()), st.st_mtime_ns, st.st_size)
-
-
 def data_for(prepared: Path, manifest: Path) -> FederatedData:
-    """The federated arrays for these files (re-read when any of them changes)."""
-    files = (prepared / FEATURES_FILE, prepared / SAMPLES_FILE, manifest)
-    key = tuple(_identity(f) for f in files)
-    with _lock:
-        if key not in _data:
-            _data.clear()
-            _data[key] = federated_data(
-                open_features(prepared),
-                read_samples(prepared),
-                read_json(manifest),
-                prepared_spec(prepared),
-            )
-        return _data[key]
+    """The federated data of these files (re-opened when any of them changes).
+
+    Features stay memory-mapped and are converted per client when used; a
+    client's data pickles as a reference to the files
+    (:func:`fedpipe.splits.open_federated`).
+    """
+    return open_federated(prepared, manifest)
 
 
 class DaskScheduler:
@@ -92,15 +80,51 @@ class DaskScheduler:
     one, a local cluster of ``workers`` single-threaded processes is started (by
     :meth:`start`, or on first use) and closed when the ``with`` block ends. The
     cluster outlives the round subflows, so each worker keeps its compiled model
-    (:func:`runner_for`) from client to client and round to round.
+    (:func:`runner_for`) and its opened data (:func:`data_for`) from client to
+    client and round to round. ``security`` (a ``distributed.Security``, see
+    :func:`dask_security`) is used by every connection to the scheduler: the
+    worker check, :meth:`client` and :meth:`task_runner`.
     """
 
-    def __init__(self, *, address: str | None, workers: int) -> None:
+    def __init__(
+        self, *, address: str | None, workers: int, security: Any = None
+    ) -> None:
         self._address = address
         self._workers = workers
+        self._security = security
         self._cluster: Any = None
         self._starting: Future[Any] | None = None
         self._announced = False
+
+    @classmethod
+    def from_runtime(cls, runtime: RuntimeParams) -> DaskScheduler:
+        """The scheduler ``runtime.*`` names (TLS files checked now)."""
+        return cls(
+            address=runtime.dask_address,
+            workers=runtime.dask_workers,
+            security=dask_security(runtime),
+        )
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of every ``distributed.Client`` made for this
+        scheduler (prefect-dask's ``DaskTaskRunner(client_kwargs=...)`` too)."""
+        return {} if self._security is None else {"security": self._security}
+
+    def client(self) -> Any:
+        """A ``distributed.Client`` connected to the scheduler (close it after)."""
+        from distributed import Client
+
+        return Client(
+            self.address(), timeout=30, set_as_default=False, **self.client_kwargs()
+        )
+
+    def task_runner(self) -> Any:
+        """A prefect-dask ``DaskTaskRunner`` connected to the scheduler."""
+        from prefect_dask import DaskTaskRunner
+
+        return DaskTaskRunner(
+            address=self.address(), client_kwargs=self.client_kwargs()
+        )
 
     def start(self) -> None:
         """Start the local cluster in the background, if this run needs one.
@@ -136,7 +160,8 @@ class DaskScheduler:
             logging.getLogger(name).setLevel(logging.WARNING)
         where = f"the Dask scheduler at {self._address}"
         if self._address is not None:
-            where += f" ({check_workers(self._address)} workers)"
+            workers = check_workers(self._address, security=self._security)
+            where += f" ({workers} workers)"
         else:
             self.start()
             assert self._starting is not None
@@ -163,11 +188,12 @@ class DaskScheduler:
             self._cluster = None
 
 
-def check_workers(address: str) -> int:
+def check_workers(address: str, *, security: Any = None) -> int:
     """Number of workers at the scheduler ``address``; each must run one thread.
 
     A worker process keeps one compiled model (:func:`runner_for`), which trains
-    one client at a time: workers are started with ``--nthreads 1``.
+    one client at a time: workers are started with ``--nthreads 1``. ``security``
+    is the connection's ``distributed.Security`` (None: plain TCP).
 
     Raises
     ------
@@ -176,7 +202,8 @@ def check_workers(address: str) -> int:
     """
     from distributed import Client
 
-    with Client(address, timeout=30, set_as_default=False) as client:
+    extra = {} if security is None else {"security": security}
+    with Client(address, timeout=30, set_as_default=False, **extra) as client:
         workers = client.scheduler_info(n_workers=-1)["workers"]
     if not workers:
         raise ValueError(
@@ -192,3 +219,34 @@ def check_workers(address: str) -> int:
             f"workers with `dask worker {address} --nthreads 1 --nworkers N`"
         )
     return len(workers)
+
+
+def dask_security(runtime: RuntimeParams) -> Any:
+    """The ``distributed.Security`` of ``runtime.dask_tls_*``, or None when unset.
+
+    TLS with the cluster's CA and this client's certificate and key; encryption
+    required (no connection falls back to plain TCP).
+
+    Raises
+    ------
+    ParamsError
+        A named file does not exist (relative paths are from the project
+        directory, where the run starts).
+    """
+    files = runtime.tls_files()
+    if not files:
+        return None
+    for key, path in files.items():
+        if not Path(path).is_file():
+            raise ParamsError(
+                f"{key}={path}: file not found (a PEM file; relative paths are "
+                f"from the project directory, {Path.cwd()})"
+            )
+    from distributed.security import Security
+
+    return Security(
+        tls_ca_file=runtime.dask_tls_ca,
+        tls_client_cert=runtime.dask_tls_cert,
+        tls_client_key=runtime.dask_tls_key,
+        require_encryption=True,
+    )

@@ -1,0 +1,228 @@
+"""Bytes a federation round sends to Dask: client data by reference against by value.
+
+The default workload (the 5,000 MNIST digits, 10 IID clients, small_cnn, every
+client each round) runs ``--rounds`` rounds of :func:`fedpipe.round.run_round`
+twice on one 2-worker ``LocalCluster`` (single-threaded worker processes, as
+``runtime.runner: dask`` starts): once with the clients' data as
+:func:`fedpipe.splits.open_federated` gives it (a reference to the prepared
+files, opened by each worker), once with every client's float32 arrays held in
+its job (what a job carried before). Per round it reports
+
+* the pickled jobs' size (``cloudpickle.dumps(job)``, summed over the clients);
+* Dask's own counters: bytes the client sent the scheduler (its batched stream:
+  the task graphs, arguments included) and bytes the scheduler sent the workers
+  (their batched streams);
+* how many data sets each worker has opened from the files (none after the
+  arrays variant, which runs first; one each after the reference variant).
+
+Both variants, and a plain in-process loop, must give bitwise-identical models.
+Run from the repository root::
+
+    python benchmarks/bench_dask_bytes.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _project(root: Path) -> Any:
+    """The default params, data and partition under ``root`` (cwd moves there)."""
+    from fedpipe import data as fdata
+    from fedpipe import layout
+    from fedpipe.config import load_params
+    from fedpipe.data import prepared_spec
+    from fedpipe.ingest import read_samples
+    from fedpipe.jsonio import write_json
+    from fedpipe.splits import partition_table
+
+    repo = Path(__file__).resolve().parents[1]
+    (root / "params.yaml").write_text((repo / "params.yaml").read_text())
+    os.chdir(root)
+    params = load_params()
+    fdata.write_table(fdata.load_mnist5k(), Path(params.data.path))
+    fdata.ingest(params.data, layout.PREPARED_DIR)
+    p = params.partition
+    manifest = partition_table(
+        read_samples(layout.PREPARED_DIR),
+        classes=prepared_spec(layout.PREPARED_DIR).classes,
+        seed=params.seed,
+        test_fraction=params.data.test_fraction,
+        method=p.method,
+        n_clients=params.federation.clients,
+        local_test_fraction=p.local_test_fraction,
+        dedupe=params.data.dedupe,
+        settings=p.model_dump(exclude={"method", "local_test_fraction"}),
+    )
+    write_json(layout.MANIFEST, manifest)
+    return params
+
+
+def _by_value(data: Any) -> Any:
+    """The same data with every client's float32 arrays held (the old jobs)."""
+    from fedpipe.splits import ClientData, FederatedData
+
+    clients = [
+        ClientData(c.client, c.x_train, c.y_train, c.x_test, c.y_test)
+        for c in data.clients
+    ]
+    return FederatedData(data.spec, data.x_test_lazy, data.y_test, clients)
+
+
+def _train_on_worker(job: Any) -> Any:
+    """One client's job on this worker's compiled model (as train-client does)."""
+    from fedpipe.round import run_client
+    from tasks.runtime import runner_for
+
+    return run_client(job, runner_for(job.spec))
+
+
+def _opened_here() -> int:
+    from fedpipe import splits
+
+    return len(splits._opened)
+
+
+def _scheduler_sent(dask_scheduler: Any) -> int:
+    return sum(bs.byte_count for bs in dask_scheduler.stream_comms.values())
+
+
+def _rounds(params: Any, data: Any, rounds: int, map_clients: Any) -> list[str]:
+    """``rounds`` rounds from the initial model; the sha256 of each round's
+    weights."""
+    from fedpipe import layout
+    from fedpipe.data import prepared_spec
+    from fedpipe.experiment import (
+        client_algorithm_for,
+        local_training,
+        model_spec,
+        strategy_for,
+    )
+    from fedpipe.round import RoundInputs, run_round
+    from fedpipe.training import initial_weights
+    from tasks.runtime import runner_for
+
+    spec = model_spec(params, prepared_spec(layout.PREPARED_DIR))
+    strategy = strategy_for(params)
+    algorithm = client_algorithm_for(params, spec, strategy)
+    weights = initial_weights(spec, params.seed)
+    state, client_states = strategy.init_state(weights), {}
+    hashes = []
+    for k in range(1, rounds + 1):
+        inputs = RoundInputs(
+            round=k,
+            seed=params.seed,
+            spec=spec,
+            data=data,
+            global_weights=weights,
+            server_state=state,
+            client_states=client_states,
+            strategy=strategy,
+            algorithm=algorithm,
+            training=local_training(params),
+            clients_per_round=params.federation.clients_per_round(),
+        )
+        out = run_round(inputs, map_clients=map_clients(k), runner=runner_for(spec))
+        weights, state, client_states = out.weights, out.server_state, out.client_states
+        digest = hashlib.sha256()
+        for w in weights:
+            digest.update(w.tobytes())
+        hashes.append(digest.hexdigest())
+    return hashes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    import cloudpickle
+    from distributed import Client, LocalCluster
+
+    from fedpipe import layout
+    from fedpipe.experiment import model_spec
+    from fedpipe.round import run_here
+    from tasks.runtime import data_for, runner_for
+
+    root = Path(tempfile.mkdtemp(prefix="bench-dask-bytes-"))
+    params = _project(root)
+    data = data_for(layout.PREPARED_DIR, layout.MANIFEST)
+    model_bytes = None
+    rows: list[dict] = []
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            preload=["tasks.federation"],
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        results = {}
+        for variant, held in (("arrays", _by_value(data)), ("reference", data)):
+
+            def on_dask(k: int, variant: str = variant) -> Any:
+                def run(jobs: Any) -> Any:
+                    nonlocal model_bytes
+                    model_bytes = sum(w.nbytes for w in jobs[0].task.global_weights)
+                    pickled = sum(len(cloudpickle.dumps(j)) for j in jobs)
+                    sent = client.scheduler_comm.byte_count
+                    to_workers = client.run_on_scheduler(_scheduler_sent)
+                    futures = [
+                        client.submit(_train_on_worker, j, pure=False) for j in jobs
+                    ]
+                    out = client.gather(futures)
+                    del futures
+                    rows.append(
+                        {
+                            "variant": variant,
+                            "round": k,
+                            "jobs": len(jobs),
+                            "pickled": pickled,
+                            "client->scheduler": client.scheduler_comm.byte_count
+                            - sent,
+                            "scheduler->workers": client.run_on_scheduler(
+                                _scheduler_sent
+                            )
+                            - to_workers,
+                        }
+                    )
+                    return out
+
+                return run
+
+            results[variant] = _rounds(params, held, args.rounds, on_dask)
+            opened = client.run(_opened_here)
+            print(f"{variant}: data sets opened per worker {sorted(opened.values())}")
+        here = run_here(runner_for(model_spec(params, data.spec)))
+        local = _rounds(params, data, args.rounds, lambda k: here)
+    mb = 2**20
+    print(f"default run: {len(data.clients)} clients, model {model_bytes / mb:.2f} MiB")
+    print(
+        f"{'variant':10} {'round':>5} {'jobs':>4} {'pickled MiB':>12} "
+        f"{'client->sched MiB':>18} {'sched->workers MiB':>19}"
+    )
+    for r in rows:
+        print(
+            f"{r['variant']:10} {r['round']:>5} {r['jobs']:>4} "
+            f"{r['pickled'] / mb:>12.2f} {r['client->scheduler'] / mb:>18.2f} "
+            f"{r['scheduler->workers'] / mb:>19.2f}"
+        )
+    same = results["reference"] == results["arrays"] == local
+    print(f"models bitwise identical (reference, arrays, local): {same}")
+    if not same:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
