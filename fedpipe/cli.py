@@ -131,6 +131,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
+    from fedpipe import stageclient
+
+    if stageclient.enabled():  # the project's warm worker runs it (FEDPIPE_WARM=0: no)
+        code = stageclient.run_warm(_stage_argv(args), verbose=bool(args.verbose))
+        if code is not None:
+            return code
     params = _load(PARAMS, sync=False)
     _connect(args)
     from flows import console
@@ -143,6 +149,22 @@ def cmd_stage(args: argparse.Namespace) -> int:
         args.log_file = log
         _run_one_stage(args, params)
     return 0
+
+
+def _stage_argv(args: argparse.Namespace) -> list[str]:
+    """The arguments of this ``fedpipe stage`` command, for the warm worker."""
+    from fedpipe.stageclient import stage_argv
+
+    flags = [
+        flag
+        for flag, on in (
+            ("--no-server-start", args.no_server_start),
+            ("-v", args.verbose),
+            ("-q", args.quiet),
+        )
+        if on
+    ]
+    return stage_argv(args.name, args.round, flags=flags)
 
 
 def _run_one_stage(args: argparse.Namespace, params) -> None:  # type: ignore[no-untyped-def]
