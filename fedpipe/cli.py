@@ -397,7 +397,10 @@ def build_parser() -> argparse.ArgumentParser:
     stage = sub.add_parser(
         "stage",
         help="run one pipeline stage (what dvc.yaml's stages call)",
-        description="Run one stage as its own Prefect flow run; `dvc repro` calls it.",
+        description="Run one stage as its own Prefect flow run; `dvc repro` calls it. "
+        "The stage runs in the project's warm worker, a background process that "
+        "keeps TensorFlow, Prefect and compiled models between the stages of a "
+        "`dvc repro` (FEDPIPE_WARM=0: in this process; see docs/pipeline.md).",
     )
     stage.add_argument(
         "name",
@@ -636,7 +639,7 @@ EXAMPLES = {
         ("fedpipe run -S train.lr=0.1 -S strategy.name=fedadam", "change params"),
         ("fedpipe run --exp lr-high -S train.lr=0.1", "a named DVC experiment"),
         ("fedpipe run -q", "only the final table and errors (-v: Prefect's logs)"),
-        ("dvc repro", "the same stages, one process each"),
+        ("dvc repro", "the same stages, through a warm worker"),
     ],
     "stage": [
         ("fedpipe stage round 3", "what dvc.yaml's round@3 runs"),

@@ -58,13 +58,18 @@ def _signature(path: str) -> tuple[int, int, int] | None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state != "Z"
 
 
 def run_cli(argv: list[str]) -> int:
@@ -139,9 +144,8 @@ class Worker:
             return f"no stage for {self.idle:g} s"
         if self.owner is not None and not _alive(self.owner):
             return f"dvc (pid {self.owner}) ended"
-        if _signature(str(self.path)) is None or (
-            os.stat(self.path).st_ino != self.inode
-        ):
+        signature = _signature(str(self.path))
+        if signature is None or signature[2] != self.inode:
             return f"{self.path} was removed"
         return None
 
@@ -165,7 +169,10 @@ class Worker:
 
     def _serve_one(self, conn: socket.socket) -> str | None:
         """Serve one connection; a reason to exit afterwards, or None."""
-        message, fds = _receive(conn)
+        try:
+            message, fds = _receive(conn)
+        except (OSError, ValueError):  # a client gone, or not a client
+            return None
         try:
             verdict = self._admit(conn, message, fds)
         except OSError:

@@ -65,8 +65,10 @@ def where_am_i() -> str:
 
 
 def _identity(path: Path) -> tuple:
+    # ctime and inode too: a long-lived process (the warm worker of `dvc repro`)
+    # outlives checkouts, and DVC may put back a file with its cached mtime
     st = path.stat()
-    return (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    return (str(path.resolve()), st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
 
 
 def data_for(prepared: Path, manifest: Path) -> FederatedData:
