@@ -51,6 +51,7 @@ DIR_ENV = "FEDPIPE_WARM_DIR"  # where sockets, locks and worker logs live
 IDLE_ENV = "FEDPIPE_WARM_IDLE"  # seconds a worker waits for the next stage
 DEFAULT_IDLE_S = 60.0
 START_TIMEOUT_S = 30.0  # for a new worker's socket to answer
+MAX_LOG_BYTES = 1_000_000  # a worker's log starts afresh beyond this
 # per-invocation variables: not part of a worker's key, set for each stage
 VOLATILE_ENV = ("DVC_STAGE", "_", "SHLVL", "OLDPWD", "PWD", "COLUMNS", "LINES")
 _SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "fish", "busybox"}
@@ -214,7 +215,9 @@ def _start_worker(folder: Path, key: str, project: Path) -> socket.socket:
     path = socket_path(folder, key)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()  # left by a worker that was killed
-    log = open(folder / f"{key}.log", "ab")  # noqa: SIM115 - handed to the child
+    log_path = folder / f"{key}.log"
+    big = log_path.is_file() and log_path.stat().st_size > MAX_LOG_BYTES
+    log = open(log_path, "wb" if big else "ab")  # noqa: SIM115 - for the child
     with log:
         proc = subprocess.Popen(
             [
