@@ -131,6 +131,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
+    from fedpipe import stageclient
+
+    if stageclient.enabled():  # the project's warm worker runs it (FEDPIPE_WARM=0: no)
+        code = stageclient.run_warm(_stage_argv(args), verbose=bool(args.verbose))
+        if code is not None:
+            return code
     params = _load(PARAMS, sync=False)
     _connect(args)
     from flows import console
@@ -143,6 +149,22 @@ def cmd_stage(args: argparse.Namespace) -> int:
         args.log_file = log
         _run_one_stage(args, params)
     return 0
+
+
+def _stage_argv(args: argparse.Namespace) -> list[str]:
+    """The arguments of this ``fedpipe stage`` command, for the warm worker."""
+    from fedpipe.stageclient import stage_argv
+
+    flags = [
+        flag
+        for flag, on in (
+            ("--no-server-start", args.no_server_start),
+            ("-v", args.verbose),
+            ("-q", args.quiet),
+        )
+        if on
+    ]
+    return stage_argv(args.name, args.round, flags=flags)
 
 
 def _run_one_stage(args: argparse.Namespace, params) -> None:  # type: ignore[no-untyped-def]
@@ -375,7 +397,10 @@ def build_parser() -> argparse.ArgumentParser:
     stage = sub.add_parser(
         "stage",
         help="run one pipeline stage (what dvc.yaml's stages call)",
-        description="Run one stage as its own Prefect flow run; `dvc repro` calls it.",
+        description="Run one stage as its own Prefect flow run; `dvc repro` calls it. "
+        "The stage runs in the project's warm worker, a background process that "
+        "keeps TensorFlow, Prefect and compiled models between the stages of a "
+        "`dvc repro` (FEDPIPE_WARM=0: in this process; see docs/pipeline.md).",
     )
     stage.add_argument(
         "name",
@@ -614,7 +639,7 @@ EXAMPLES = {
         ("fedpipe run -S train.lr=0.1 -S strategy.name=fedadam", "change params"),
         ("fedpipe run --exp lr-high -S train.lr=0.1", "a named DVC experiment"),
         ("fedpipe run -q", "only the final table and errors (-v: Prefect's logs)"),
-        ("dvc repro", "the same stages, one process each"),
+        ("dvc repro", "the same stages, through a warm worker"),
     ],
     "stage": [
         ("fedpipe stage round 3", "what dvc.yaml's round@3 runs"),

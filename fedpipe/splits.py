@@ -460,6 +460,10 @@ def _identity(files: Sequence[Path]) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def _local_identity(files: Sequence[Path]) -> tuple[tuple[int, int], ...]:
+    return tuple((st.st_ino, st.st_ctime_ns) for st in (p.stat() for p in files))
+
+
 def open_federated(prepared: Path | str, manifest: Path | str) -> FederatedData:
     """The federated data of a prepared directory and a partition manifest.
 
@@ -477,10 +481,13 @@ def open_federated(prepared: Path | str, manifest: Path | str) -> FederatedData:
         The partition stage's ``manifest.json``.
     """
     prepared, manifest = _absolute(prepared), _absolute(manifest)
-    key = (str(prepared), str(manifest))
     files = _store_files(prepared, manifest)
     with _opened_lock:
         identity = _identity(files)
+        # inode and ctime too, for this process's cache only: a long-lived process
+        # (the warm worker of `dvc repro`) outlives checkouts, and DVC may put a
+        # file back with its recorded mtime and size
+        key = (str(prepared), str(manifest), _local_identity(files))
         cached = _opened.get(key)
         if cached is not None and cached.ref is not None:
             if cached.ref.identity == identity:

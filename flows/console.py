@@ -63,10 +63,16 @@ class _NoTracebackFor(logging.Filter):
 
 
 def quiet_user_errors(kinds: tuple[type[BaseException], ...]) -> None:
-    """Drop the traceback from Prefect's run logs for exceptions of ``kinds``."""
-    log_filter = _NoTracebackFor(kinds)
+    """Drop the traceback from Prefect's run logs for exceptions of ``kinds``.
+
+    Once per process and ``kinds``: a warm worker calls this for every stage.
+    """
     for name in RUN_LOGGERS:
-        logging.getLogger(name).addFilter(log_filter)
+        logger = logging.getLogger(name)
+        if not any(
+            isinstance(f, _NoTracebackFor) and f.kinds == kinds for f in logger.filters
+        ):
+            logger.addFilter(_NoTracebackFor(kinds))
 
 
 class _NotRunBookkeeping(logging.Filter):

@@ -3,6 +3,10 @@
 One Prefect server (``prefect server start``) on a free loopback port serves the
 whole session, with its own PREFECT_HOME, so tests never touch a developer's server
 at 4200 and each CLI process reports to it instead of starting a temporary one.
+
+The warm workers ``fedpipe stage`` starts (``dvc repro``) keep their sockets in a
+folder of the session's (``FEDPIPE_WARM_DIR``), never the user's, and every one
+still running when the session ends is stopped.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import signal
 import socket
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from e2e_helpers import BIN
@@ -64,8 +69,19 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def warm_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The session's folder of warm-worker sockets; its workers stop at the end."""
+    from fedpipe.stageclient import stop_workers
+
+    path = tmp_path_factory.mktemp("fedpipe-warm")
+    path.chmod(0o700)
+    yield path
+    stop_workers(path)
+
+
+@pytest.fixture(scope="session")
 def cli_env(
-    prefect_api: str, tmp_path_factory: pytest.TempPathFactory
+    prefect_api: str, warm_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, str]:
     """Environment for CLI subprocesses: the session's Prefect API, quiet tools."""
     env = dict(os.environ)
@@ -80,5 +96,6 @@ def cli_env(
         GIT_COMMITTER_NAME="fedpipe tests",
         GIT_COMMITTER_EMAIL="tests@fedpipe.invalid",
         TF_CPP_MIN_LOG_LEVEL="3",
+        FEDPIPE_WARM_DIR=str(warm_dir),
     )
     return env
