@@ -16,6 +16,8 @@ about 26 training samples each, at least 20), trained with the MLP for
 - bytes each round adds to ``.dvc/cache`` (new cache objects of its outs, as
   :mod:`benchmarks.bench_cache` attributes them).
 
+A case written ``1000x100c100`` trains vectorized cohorts of 100 clients
+(``train.cohort_size: 100``) in both fedpipe and the library loop.
 ``--images`` adds the images case: ``seed_cnn`` on 100x100 RGB, ``--images-n``
 generated images in two classes, 100 clients of which 10 train per round.
 
@@ -69,16 +71,21 @@ class Case:
     clients: int
     per_round: int
     images: bool = False
+    cohort: int | None = None
 
     @property
     def label(self) -> str:
         kind = "images, seed_cnn" if self.images else "table, mlp"
+        if self.cohort:
+            kind += f", cohorts of {self.cohort}"
         return f"{self.clients:,}x{self.per_round:,} ({kind})"
 
     @classmethod
     def parse(cls, text: str) -> Case:
-        clients, _, per_round = text.lower().partition("x")
-        return cls(int(clients), int(per_round))
+        """``1000x100``, or ``1000x100c100`` with ``train.cohort_size: 100``."""
+        size, _, cohort = text.lower().partition("c")
+        clients, _, per_round = size.partition("x")
+        return cls(int(clients), int(per_round), cohort=int(cohort) if cohort else None)
 
 
 @dataclass(frozen=True)
@@ -174,6 +181,7 @@ def make_project(
             },
             "partition": {"min_samples": min_samples, "method": "iid"},
             "evaluation": {"clients": evaluate},
+            "train": {"cohort_size": case.cohort},
             "validation": {"min_rows": 100},
         },
     )
@@ -262,7 +270,10 @@ def cache_per_round(project: Path, env: Mapping[str, str]) -> float:
 
 
 def measure(case: Case, work: Path, *, args, env) -> Result:  # type: ignore[no-untyped-def]
-    project = work / f"p{case.clients}x{case.per_round}{'-img' if case.images else ''}"
+    suffix = ("-img" if case.images else "") + (
+        f"-c{case.cohort}" if case.cohort else ""
+    )
+    project = work / f"p{case.clients}x{case.per_round}{suffix}"
     started = time.perf_counter()
     make_project(project, case, args=args, env=env)
     fed_s, rss = run_fedpipe(project, env)
@@ -303,7 +314,9 @@ def markdown(results: Sequence[Result]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default="10x10,100x10,1000x10,1000x100")
+    parser.add_argument(
+        "--cases", default="10x10,100x10,1000x10,1000x100,1000x100c100,10000x100"
+    )
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--rows-per-client", type=int, default=40)
     parser.add_argument("--images", action="store_true", help="add the images case")
