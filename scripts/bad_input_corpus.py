@@ -372,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         good[kind] = good_project(work / f"good-{kind}", kind, env)
     outcomes = [run_case(n, good[CASES[n].kind], work, env) for n in names]
     print(table(outcomes))
+    print(f"cases ran in {work} (stderr of each: CASE.stderr.txt)", file=sys.stderr)
     failed = [o.case for o in outcomes if not o.passed]
     print(f"\n{len(outcomes) - len(failed)} of {len(outcomes)} cases pass", end="")
     print(f"; failed: {', '.join(failed)}" if failed else "")
