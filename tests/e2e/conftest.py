@@ -7,11 +7,15 @@ at 4200 and each CLI process reports to it instead of starting a temporary one.
 The warm workers ``fedpipe stage`` starts (``dvc repro``) keep their sockets in a
 folder of the session's (``FEDPIPE_WARM_DIR``), never the user's, and every one
 still running when the session ends is stopped.
+
+One tiny project (``tiny_fresh``) and one `fedpipe run` of it (``tiny_run``) serve
+every module that needs the default tiny federation as it is, or as it ran.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_helpers import BIN
+from e2e_helpers import BIN, make_project, run_cli
 
 
 def _free_port() -> int:
@@ -91,6 +95,9 @@ def cli_env(
         PREFECT_HOME=str(tmp_path_factory.mktemp("prefect-client-home")),
         DVC_NO_ANALYTICS="1",
         DVC_SITE_CACHE_DIR=str(tmp_path_factory.mktemp("dvc-site-cache")),
+        # `fedpipe init`'s default remote for every project of the session, never
+        # the user's (only tests/e2e/test_lineage_remote.py pushes to it)
+        FEDPIPE_DVC_REMOTE=str(tmp_path_factory.mktemp("dvc-remote")),
         GIT_AUTHOR_NAME="fedpipe tests",
         GIT_AUTHOR_EMAIL="tests@fedpipe.invalid",
         GIT_COMMITTER_NAME="fedpipe tests",
@@ -99,3 +106,24 @@ def cli_env(
         FEDPIPE_WARM_DIR=str(warm_dir),
     )
     return env
+
+
+@pytest.fixture(scope="session")
+def tiny_fresh(
+    tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]
+) -> Path:
+    """The default tiny project (``TINY``: 3 clients, 4 rounds), committed, never
+    run. Shared by the session: copy it before changing or running it."""
+    return make_project(tmp_path_factory.mktemp("tiny") / "fresh", cli_env)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(
+    tiny_fresh: Path, tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]
+) -> dict:
+    """One `fedpipe run` of a copy of ``tiny_fresh`` (in a pipe, report included),
+    shared by the session: ``project`` (copy it before changing it) and ``proc``."""
+    project = tmp_path_factory.mktemp("tiny-run") / "project"
+    shutil.copytree(tiny_fresh, project)
+    proc = run_cli([str(BIN / "fedpipe"), "run", "--no-server-start"], project, cli_env)
+    return {"project": project, "proc": proc}

@@ -1,11 +1,11 @@
 """Lineage audit and remote storage on a real tiny run.
 
-One `fedpipe run` (tiny MLP, 3 clients, 4 rounds) in a project whose default DVC
-remote is a temporary folder (never the user's default), committed and pushed;
-then a fresh `git clone` elsewhere pulls the data back. The audit is checked on the
-real dvc.lock: round 4's model traced to the raw data hash, tampered files and
-edited params flagged (with DVC's own `dvc status` agreeing), and the clone
-verifying clean.
+One `fedpipe run` (tiny MLP, 3 clients, 4 rounds: the session's tiny run) in a
+project whose default DVC remote is a temporary folder (never the user's default),
+committed and pushed; then a fresh `git clone` elsewhere pulls the data back. The
+audit is checked on the real dvc.lock: round 4's model traced to the raw data hash,
+tampered files and edited params flagged (with DVC's own `dvc status` agreeing),
+and the clone verifying clean.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import BIN, file_hashes, make_project, run_cli
+from e2e_helpers import BIN, file_hashes, run_cli
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -29,13 +29,19 @@ def _md5(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def pushed(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> dict:
-    """A run project pushed to a temporary remote, and a fresh clone pulled from it."""
+def pushed(
+    tiny_run: dict, tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]
+) -> dict:
+    """A run project pushed to a temporary remote, and a fresh clone pulled from it.
+
+    The project is a copy of the session's tiny run, whose `fedpipe init` took its
+    remote from ``FEDPIPE_DVC_REMOTE``: a folder of the session (conftest.py),
+    outside both the project and its clone."""
     base = tmp_path_factory.mktemp("lineage")
-    remote = base / "remote"  # outside both the project and its clone
-    env = dict(cli_env, FEDPIPE_DVC_REMOTE=str(remote))
-    project = make_project(base / "project", env)
-    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], project, env)
+    env = cli_env
+    remote = Path(env["FEDPIPE_DVC_REMOTE"])
+    project = base / "project"
+    shutil.copytree(tiny_run["project"], project)
     run_cli(["git", "add", "-A"], project, env)
     run_cli(["git", "commit", "-qm", "tiny run"], project, env)
     push = run_cli([DVC, "push"], project, env)

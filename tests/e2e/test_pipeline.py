@@ -12,10 +12,11 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
-from e2e_helpers import BIN, file_hashes, make_project, run_cli
+from e2e_helpers import BIN, file_hashes, run_cli
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -23,18 +24,22 @@ DVC = str(BIN / "dvc")
 
 
 @pytest.fixture(scope="module")
-def projects(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> dict:
-    """Two identical projects: one run by `fedpipe run`, one by `dvc repro`."""
+def projects(
+    tiny_fresh: Path,
+    tiny_run: dict,
+    tmp_path_factory: pytest.TempPathFactory,
+    cli_env: dict[str, str],
+) -> dict:
+    """Two identical projects: one run by `fedpipe run` (the session's tiny run),
+    one by `dvc repro`."""
     base = tmp_path_factory.mktemp("e2e")
-    by_run = make_project(base / "by-run", cli_env)
     by_repro = base / "by-repro"
-    shutil.copytree(by_run, by_repro)
-    run_out = run_cli([FEDPIPE, "run", "--no-server-start"], by_run, cli_env)
+    shutil.copytree(tiny_fresh, by_repro)
     repro_out = run_cli([DVC, "repro"], by_repro, cli_env)
     return {
-        "run": by_run,
+        "run": tiny_run["project"],
         "repro": by_repro,
-        "run_out": run_out,
+        "run_out": tiny_run["proc"],
         "repro_out": repro_out,
         "base": base,
     }
@@ -118,7 +123,9 @@ def test_plots_render(projects: dict, cli_env: dict[str, str]) -> None:
 
 
 def test_second_run_does_nothing(projects: dict, cli_env: dict[str, str]) -> None:
-    again = run_cli([FEDPIPE, "run", "--no-server-start"], projects["run"], cli_env)
+    project = projects["base"] / "again"  # the session's run stays as it ran
+    shutil.copytree(projects["run"], project)
+    again = run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env)
     assert "done: 0 stage(s) ran" in again.stdout
 
 

@@ -1,8 +1,9 @@
 """What a person sees: a live display on a terminal, plain round lines in a pipe,
 Prefect's logs in a file, one line on a known failure or an interrupt.
 
-One tiny project is copied before anything runs; each copy pays one ``fedpipe
-run`` (about 25 s), shared by the tests below through module fixtures.
+The session's tiny project is copied before anything runs; each copy pays one
+``fedpipe run`` (about 25 s), shared by the tests below through module fixtures;
+the pipe's run is the session's own tiny run (tests/e2e/conftest.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import BIN, make_project, run_cli
+from e2e_helpers import BIN, run_cli
 
 from fedpipe.overrides import set_params
 
@@ -57,9 +58,9 @@ def _in_terminal(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, 
 
 
 @pytest.fixture(scope="module")
-def fresh(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> Path:
-    """A tiny project nothing has run in yet (copy it before use)."""
-    return make_project(tmp_path_factory.mktemp("console") / "fresh", cli_env)
+def fresh(tiny_fresh: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's tiny project nothing has run in yet (copy it before use)."""
+    return shutil.copytree(tiny_fresh, tmp_path_factory.mktemp("console") / "fresh")
 
 
 def _copy(fresh: Path, name: str) -> Path:
@@ -76,10 +77,10 @@ def on_terminal(fresh: Path, cli_env: dict[str, str]) -> dict:
 
 
 @pytest.fixture(scope="module")
-def in_pipe(fresh: Path, cli_env: dict[str, str]) -> dict:
-    project = _copy(fresh, "pipe")
-    proc = run_cli(RUN, project, cli_env)
-    return {"project": project, "proc": proc}
+def in_pipe(fresh: Path, tiny_run: dict) -> dict:
+    """The session's tiny run (a copy of its project): `fedpipe run` in a pipe."""
+    project = shutil.copytree(tiny_run["project"], fresh.parent / "pipe")
+    return {"project": project, "proc": tiny_run["proc"]}
 
 
 def test_terminal_shows_live_progress_and_round_lines(on_terminal: dict) -> None:

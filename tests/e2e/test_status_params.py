@@ -1,18 +1,19 @@
 """`fedpipe status`, `fedpipe run -S` and `fedpipe run --exp` on one real project.
 
-One tiny project is run once for the module (and committed, as a person would
-before trying variants); the tests then read it, change it and put it back, in
-file order: the last one reruns the rounds with a new learning rate.
+One tiny project that has run (a copy of the session's tiny run), committed as a
+person would before trying variants; the tests then read it, change it and put it
+back, in file order: the last one reruns the rounds with a new learning rate.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import BIN, make_project, run_cli
+from e2e_helpers import BIN, run_cli
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -21,9 +22,11 @@ ROUNDS = [f"round@{k}" for k in range(1, 5)]  # TINY has 4 rounds
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> Path:
-    path = make_project(tmp_path_factory.mktemp("status") / "p", cli_env)
-    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], path, cli_env)
+def project(
+    tiny_run: dict, tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]
+) -> Path:
+    path = tmp_path_factory.mktemp("status") / "p"
+    shutil.copytree(tiny_run["project"], path)  # the session's tiny run
     run_cli(["git", "add", "-A"], path, cli_env)
     run_cli(["git", "commit", "-qm", "first run"], path, cli_env)
     return path
