@@ -28,8 +28,19 @@ from fedpipe.seeds import derive_seed  # noqa: E402
 _determinism_enabled = False
 
 PREDICT_BATCH = 1024
-"""Rows per batch of :meth:`ModelRunner.predict` (evaluation only; training takes
-``train.batch_size``)."""
+"""Most rows per batch of :meth:`ModelRunner.predict` (evaluation only; training
+takes ``train.batch_size``)."""
+
+PREDICT_BYTES = 16 * 2**20
+"""Float32 input bytes per prediction batch at most: large inputs take smaller
+batches (100x100 RGB: 139 rows), since a convolution's activations are a multiple
+of its input (1024 such images through ``seed_cnn`` peak at about 2.6 GB)."""
+
+
+def predict_batch(input_shape: Sequence[int]) -> int:
+    """Rows per prediction batch for samples of ``input_shape``."""
+    per_row = 4 * int(np.prod(input_shape))
+    return int(min(PREDICT_BATCH, max(32, PREDICT_BYTES // max(per_row, 1))))
 
 
 class Rows(Protocol):
@@ -292,7 +303,7 @@ class ModelRunner:
         weights: list[np.ndarray],
         x: Rows,
         y: np.ndarray,
-        batch_size: int = PREDICT_BATCH,
+        batch_size: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Probabilities and per-sample losses of ``weights`` on (x, y).
 
@@ -306,7 +317,7 @@ class ModelRunner:
         self,
         weights: list[np.ndarray],
         splits: Sequence[tuple[Rows, np.ndarray]],
-        batch_size: int = PREDICT_BATCH,
+        batch_size: int | None = None,
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """:meth:`predict` on several data sets with one pass over all of them.
 
@@ -317,6 +328,8 @@ class ModelRunner:
         """
         if not splits:
             return []
+        if batch_size is None:
+            batch_size = predict_batch(self.spec.input_shape)
         self.model.set_weights(weights)
         sizes = [len(ys) for _, ys in splits]
         y = np.concatenate([ys for _, ys in splits])
