@@ -9,10 +9,11 @@ about 26 training samples each, at least 20), trained with the MLP for
 - ``fedpipe run --no-report`` (a private Prefect server; every stage recorded in
   ``dvc.lock``): seconds per round from the times its round metrics files were
   written (rounds 2..R, so start-up and compilation are left out), and the peak
-  resident memory of the process (``wait4``);
+  resident memory of the process (``wait4``; the data stages included);
 - the library loop: :func:`fedpipe.round.run_round` on the same inputs, one round
   after another in a plain process, no Prefect, no files, no DVC (rounds 2..R);
-  fedpipe against it is the cost of orchestration and versioning;
+  fedpipe against it is the cost of orchestration and versioning; its peak
+  resident memory is that of the rounds alone;
 - bytes each round adds to ``.dvc/cache`` (new cache objects of its outs, as
   :mod:`benchmarks.bench_cache` attributes them; the median of rounds 2..R, as the
   last round scores every client and its table has a row for each).
@@ -95,6 +96,7 @@ class Result:
     fedpipe_s: float
     library_s: float
     peak_rss_mb: float
+    library_rss_mb: float
     cache_bytes_per_round: float
     rounds: int
     final_accuracy: float | None
@@ -213,8 +215,9 @@ def run_fedpipe(project: Path, env: Mapping[str, str]) -> tuple[float, float]:
     return float(per_round), usage.ru_maxrss / 1024
 
 
-def run_library(project: Path, env: Mapping[str, str]) -> float:
-    """The library loop in a fresh process: seconds per round (rounds 2..R)."""
+def run_library(project: Path, env: Mapping[str, str]) -> tuple[float, float]:
+    """The library loop in a fresh process: seconds per round (rounds 2..R) and
+    its peak RSS in MB (the rounds alone: no data stages)."""
     out = subprocess.run(
         [sys.executable, __file__, "--library-loop", str(project)],
         cwd=ROOT,
@@ -225,7 +228,8 @@ def run_library(project: Path, env: Mapping[str, str]) -> float:
     )
     if out.returncode != 0:
         raise RuntimeError(f"library loop failed:\n{out.stderr[-6000:]}")
-    return float(json.loads(out.stdout.strip().splitlines()[-1])["per_round"])
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    return float(got["per_round"]), float(got["peak_rss_mb"])
 
 
 def library_loop(project: Path) -> dict[str, float]:
@@ -246,7 +250,12 @@ def library_loop(project: Path) -> dict[str, float]:
         out = run_round(inputs, map_clients=clients, runner=runner)
         stamps.append(time.perf_counter())
         inputs = _next(inputs, out, k + 1)
-    return {"per_round": float(statistics.median(np.diff(stamps)))}
+    import resource
+
+    return {
+        "per_round": float(statistics.median(np.diff(stamps))),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def _next(inputs, out, k: int):  # type: ignore[no-untyped-def]
@@ -279,7 +288,7 @@ def measure(case: Case, work: Path, *, args, env) -> Result:  # type: ignore[no-
     started = time.perf_counter()
     make_project(project, case, args=args, env=env)
     fed_s, rss = run_fedpipe(project, env)
-    lib_s = run_library(project, env)
+    lib_s, lib_rss = run_library(project, env)
     summary = json.loads((project / "metrics" / "summary.json").read_text())
     acc = (summary.get("global") or {}).get("accuracy")
     print(
@@ -293,6 +302,7 @@ def measure(case: Case, work: Path, *, args, env) -> Result:  # type: ignore[no-
         fedpipe_s=fed_s,
         library_s=lib_s,
         peak_rss_mb=rss,
+        library_rss_mb=lib_rss,
         cache_bytes_per_round=cache_per_round(project, env),
         rounds=args.rounds,
         final_accuracy=acc,
@@ -302,14 +312,15 @@ def measure(case: Case, work: Path, *, args, env) -> Result:  # type: ignore[no-
 def markdown(results: Sequence[Result]) -> str:
     lines = [
         "| clients x per round | fedpipe run s/round | library loop s/round | ratio "
-        "| peak RSS MB | cache bytes/round | final accuracy |",
+        "| peak RSS MB (run / rounds only) | cache bytes/round | final accuracy |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         acc = "" if r.final_accuracy is None else f"{r.final_accuracy:.3f}"
         lines.append(
             f"| {r.case} | {r.fedpipe_s:.3f} | {r.library_s:.3f} | {r.ratio:.2f}x "
-            f"| {r.peak_rss_mb:,.0f} | {r.cache_bytes_per_round:,.0f} | {acc} |"
+            f"| {r.peak_rss_mb:,.0f} / {r.library_rss_mb:,.0f} "
+            f"| {r.cache_bytes_per_round:,.0f} | {acc} |"
         )
     return "\n".join(lines)
 

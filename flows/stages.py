@@ -128,7 +128,7 @@ def _map_clients(runtime: RuntimeParams, cohort_size: int | None) -> MapClients:
 
     def run(jobs: Sequence[ClientJob]) -> list[ClientResult]:
         console.clients_started(len(jobs))
-        groups = client_groups(jobs, runtime.clients_per_task)
+        groups = client_groups(jobs, runtime.clients_per_task or cohort_size)
         if runtime.runner != "local":
             _check_dask()
             futures = [_train(g).submit(g, cohort_size) for g in groups]
