@@ -116,10 +116,12 @@ def summary_stage(params: Params) -> str:
 def _map_clients(runtime: RuntimeParams, cohort_size: int | None) -> MapClients:
     """A ``train-clients`` task per group of jobs, results in job (client) order.
 
-    Groups hold ``runtime.clients_per_task`` consecutive jobs (by default one per
-    task up to 10 clients a round, else 10 groups): a Prefect task run costs about
-    10 ms of API traffic, more than a small client's whole local training. Every
-    client's result is in the round's table artifact either way.
+    Groups hold ``runtime.clients_per_task`` consecutive jobs; by default a
+    vectorized cohort each (``cohort_size``, ``train.cohort_size``: its clients
+    train as one computation, :mod:`fedpipe.cohort`), else one job per task up to
+    10 clients a round, else 10 groups: a Prefect task run costs about 10 ms of
+    API traffic, more than a small client's whole local training. Every client's
+    result is in the round's table artifact either way.
 
     ``local`` runs the tasks one after another in this process; ``dask`` submits
     them all to the flow's ``DaskTaskRunner`` (see :func:`run_stage`) and waits for
@@ -135,7 +137,7 @@ def _map_clients(runtime: RuntimeParams, cohort_size: int | None) -> MapClients:
         results: list[ClientResult] = []
         for i, group in enumerate(groups):
             done = (
-                _train(group)(group)
+                _train(group)(group, cohort_size)
                 if runtime.runner == "local"
                 else futures[i].result()
             )
