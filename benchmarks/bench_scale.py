@@ -19,7 +19,9 @@ about 26 training samples each, at least 20), trained with the MLP for
   last round scores every client and its table has a row for each).
 
 A case written ``1000x100c100`` trains vectorized cohorts of 100 clients
-(``train.cohort_size: 100``) in both fedpipe and the library loop.
+(``train.cohort_size: 100``) in both fedpipe and the library loop; ``1000x100d``
+runs fedpipe's client training on Dask (``runtime.runner: dask``, a local cluster
+of 2 worker processes; the library loop stays in one process).
 ``--images`` adds the images case: ``seed_cnn`` on 100x100 RGB, ``--images-n``
 generated images in two classes, 100 clients of which 10 train per round.
 
@@ -74,20 +76,31 @@ class Case:
     per_round: int
     images: bool = False
     cohort: int | None = None
+    dask: bool = False
 
     @property
     def label(self) -> str:
         kind = "images, seed_cnn" if self.images else "table, mlp"
         if self.cohort:
             kind += f", cohorts of {self.cohort}"
+        if self.dask:
+            kind += ", on Dask"
         return f"{self.clients:,}x{self.per_round:,} ({kind})"
 
     @classmethod
     def parse(cls, text: str) -> Case:
-        """``1000x100``, or ``1000x100c100`` with ``train.cohort_size: 100``."""
-        size, _, cohort = text.lower().partition("c")
+        """``1000x100``; ``1000x100c100`` with ``train.cohort_size: 100``;
+        ``1000x100d`` with ``runtime.runner: dask`` (a local cluster of 2)."""
+        text = text.lower()
+        dask = text.endswith("d")
+        size, _, cohort = text.removesuffix("d").partition("c")
         clients, _, per_round = size.partition("x")
-        return cls(int(clients), int(per_round), cohort=int(cohort) if cohort else None)
+        return cls(
+            int(clients),
+            int(per_round),
+            cohort=int(cohort) if cohort else None,
+            dask=dask,
+        )
 
 
 @dataclass(frozen=True)
@@ -185,6 +198,7 @@ def make_project(
             "partition": {"min_samples": min_samples, "method": "iid"},
             "evaluation": {"clients": evaluate},
             "train": {"cohort_size": case.cohort},
+            "runtime": {"runner": "dask" if case.dask else "local"},
             "validation": {"min_rows": 100},
         },
     )
@@ -284,6 +298,7 @@ def measure(case: Case, work: Path, *, args, env) -> Result:  # type: ignore[no-
     suffix = ("-img" if case.images else "") + (
         f"-c{case.cohort}" if case.cohort else ""
     )
+    suffix += "-dask" if case.dask else ""
     project = work / f"p{case.clients}x{case.per_round}{suffix}"
     started = time.perf_counter()
     make_project(project, case, args=args, env=env)
