@@ -50,23 +50,9 @@ def ingest(data: DataParams, out_dir: Path) -> int:
 @task(name="validate", cache_policy=NO_CACHE)
 def validate(prepared: Path, settings: ValidationParams, *, report_dir: Path) -> None:
     """Validate the prepared data with Great Expectations; raise if a check fails."""
-    from fedpipe.ingest import read_schema, row_summaries
-    from fedpipe.validation import validate_prepared
+    from fedpipe.validation import validate_prepared_dir
 
-    schema = read_schema(prepared)
-    report = validate_prepared(
-        row_summaries(prepared),
-        classes=schema["classes"],
-        class_names=schema["class_names"],
-        value_range=tuple(schema["value_range"]),
-        min_rows=settings.min_rows,
-        imbalance_ratio=settings.imbalance_ratio,
-        imbalance=settings.imbalance,
-        duplicates=settings.duplicates,
-        mixed_sizes=settings.mixed_sizes,
-        skipped=schema.get("skipped", ()),
-        report_dir=report_dir,
-    )
+    report = validate_prepared_dir(prepared, settings, report_dir=report_dir)
     logger = get_run_logger()
     for line in report.summary_lines():
         if line.startswith("FAILED"):

@@ -22,9 +22,9 @@ import yaml
 
 from fedpipe import data as fdata
 from fedpipe.config import ParamsError, load_params, sync_round_chain
-from fedpipe.ingest import IngestError, read_schema, row_summaries
+from fedpipe.ingest import IngestError
 from fedpipe.preflight import preflight
-from fedpipe.validation import validate_prepared
+from fedpipe.validation import validate_prepared_dir
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -82,20 +82,7 @@ def _what_the_run_says(project: Path) -> tuple[str, str]:
         fdata.ingest(params.data, prepared)
     except IngestError as exc:
         return "ingest", str(exc)
-    schema = read_schema(prepared)
-    settings = params.validation
-    report = validate_prepared(
-        row_summaries(prepared),
-        classes=schema["classes"],
-        class_names=schema["class_names"],
-        value_range=tuple(schema["value_range"]),
-        min_rows=settings.min_rows,
-        imbalance_ratio=settings.imbalance_ratio,
-        imbalance=settings.imbalance,
-        duplicates=settings.duplicates,
-        mixed_sizes=settings.mixed_sizes,
-        skipped=schema.get("skipped", ()),
-    )
+    report = validate_prepared_dir(prepared, params.validation)
     return ("passed" if report.success else "validation"), "\n".join(
         report.summary_lines()
     )

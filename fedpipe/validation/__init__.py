@@ -22,7 +22,7 @@ this package is cheap.
 
 from __future__ import annotations
 
-from fedpipe.validation.prepared import validate_prepared
+from fedpipe.validation.prepared import validate_prepared, validate_prepared_dir
 from fedpipe.validation.results import ExpectationFailure, ValidationReport
 from fedpipe.validation.spec import (
     FEATURE_MAX,
@@ -46,5 +46,6 @@ __all__ = [
     "ExpectationFailure",
     "ValidationReport",
     "validate_prepared",
+    "validate_prepared_dir",
     "validate_table",
 ]

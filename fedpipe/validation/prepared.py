@@ -27,6 +27,30 @@ from fedpipe.validation.results import (
 from fedpipe.validation.spec import ROW_NUMBER, Check, Spec
 
 
+def validate_prepared_dir(
+    prepared: Path, settings: Any, *, report_dir: Path | None = None
+) -> ValidationReport:
+    """:func:`validate_prepared` on a prepared directory: its row summaries and
+    ``schema.json``, with ``validation.*`` (``settings``, a
+    :class:`fedpipe.config.ValidationParams`)."""
+    from fedpipe.ingest import read_schema, row_summaries
+
+    schema = read_schema(prepared)
+    return validate_prepared(
+        row_summaries(prepared),
+        classes=schema["classes"],
+        class_names=schema["class_names"],
+        value_range=tuple(schema["value_range"]),
+        min_rows=settings.min_rows,
+        imbalance_ratio=settings.imbalance_ratio,
+        imbalance=settings.imbalance,
+        duplicates=settings.duplicates,
+        mixed_sizes=settings.mixed_sizes,
+        skipped=schema.get("skipped", ()),
+        report_dir=report_dir,
+    )
+
+
 def validate_prepared(
     summary: pd.DataFrame,
     *,
