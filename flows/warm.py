@@ -57,21 +57,6 @@ def _signature(path: str) -> tuple[int, int, int] | None:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state != "Z"
-
-
 def run_cli(argv: list[str]) -> int:
     """``fedpipe ARGV`` as the ``fedpipe`` script runs it: its exit status, and on
     an exception nobody caught, the traceback on stderr and status 1."""
@@ -142,7 +127,7 @@ class Worker:
     def _reason_to_exit(self, last: float) -> str | None:
         if time.monotonic() - last >= self.idle:
             return f"no stage for {self.idle:g} s"
-        if self.owner is not None and not _alive(self.owner):
+        if self.owner is not None and not stageclient.alive(self.owner):
             return f"dvc (pid {self.owner}) ended"
         signature = _signature(str(self.path))
         if signature is None or signature[2] != self.inode:
