@@ -12,6 +12,17 @@ from fedpipe.jsonio import write_json
 from fedpipe.splits import partition_table
 
 
+class CountingStore:
+    """An array that records the rows of every read (to see what is read when)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array, self.reads = array, []
+
+    def __getitem__(self, idx: np.ndarray) -> np.ndarray:
+        self.reads.append(len(idx))
+        return self.array[idx]
+
+
 def prepared_store(root: Path, n: int, *, shape: tuple[int, ...] = (6, 6, 1)) -> Path:
     """A prepared directory of ``n`` random uint8 images and its manifest."""
     rng = np.random.default_rng(n)

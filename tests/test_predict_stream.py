@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers_store import CountingStore
 
 from fedpipe.data import DatasetSpec
 from fedpipe.splits import Features
@@ -16,25 +17,14 @@ SPEC = ModelSpec(
 DATA = DatasetSpec("t", (0, 1, 2), (4, 4, 1), (0.0, 255.0), 255.0, 0)
 
 
-class _CountingStore:
-    """uint8 rows that record how many rows each read takes."""
-
-    def __init__(self, array: np.ndarray) -> None:
-        self.array, self.reads = array, []
-
-    def __getitem__(self, idx: np.ndarray) -> np.ndarray:
-        self.reads.append(len(idx))
-        return self.array[idx]
-
-
 @pytest.fixture(scope="module")
 def runner() -> ModelRunner:
     return ModelRunner(SPEC)
 
 
-def _store(n: int) -> _CountingStore:
+def _store(n: int) -> CountingStore:
     rng = np.random.default_rng(3)
-    return _CountingStore(rng.integers(0, 256, (n, 4, 4, 1), dtype=np.uint8))
+    return CountingStore(rng.integers(0, 256, (n, 4, 4, 1), dtype=np.uint8))
 
 
 def _concatenated_predict(runner, weights, splits, batch_size):

@@ -12,7 +12,7 @@ from pathlib import Path
 import cloudpickle
 import numpy as np
 import pytest
-from helpers_store import prepared_store
+from helpers_store import CountingStore, prepared_store
 
 from fedpipe.data import DatasetSpec, to_arrays
 from fedpipe.ingest import open_features, read_samples, read_schema
@@ -53,17 +53,6 @@ def _old_arrays(prepared: Path, manifest: Path) -> dict:
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-
-
-class _CountingStore:
-    """An array that records the rows of every read (to see what is read when)."""
-
-    def __init__(self, array: np.ndarray) -> None:
-        self.array, self.reads = array, []
-
-    def __getitem__(self, idx: np.ndarray) -> np.ndarray:
-        self.reads.append(len(idx))
-        return self.array[idx]
 
 
 @pytest.fixture
@@ -109,7 +98,7 @@ def test_a_split_is_converted_on_each_read_and_not_kept(store: tuple) -> None:
 
 def test_labels_and_lengths_read_no_features(tmp_path: Path) -> None:
     spec = DatasetSpec("t", (0, 1), (2,), (0.0, 255.0), 255.0, 10)
-    counting = _CountingStore(np.arange(20, dtype=np.uint8).reshape(10, 2))
+    counting = CountingStore(np.arange(20, dtype=np.uint8).reshape(10, 2))
     manifest = {
         "heldout": ["s0", "s1"],
         "clients": [{"client": 0, "train": ["s2", "s3", "s4"], "test": ["s5"]}],
