@@ -119,29 +119,10 @@ def library_loop(project: Path, rounds: int) -> dict[str, float]:
     process: no Prefect, no files, no DVC. The difference to fedpipe is the cost of
     orchestration and versioning alone.
     """
-    import dataclasses
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_scale import round_loop
 
-    os.chdir(project)
-    from fedpipe.config import load_params
-    from fedpipe.round import run_here, run_round
-    from tasks.federation import load_round
-    from tasks.runtime import runner_for
-
-    params = load_params()
-    inputs = load_round.fn(params, 1)
-    runner = runner_for(inputs.spec)
-    start = time.perf_counter()
-    stamps = []
-    for k in range(1, rounds + 1):
-        out = run_round(inputs, map_clients=run_here(runner), runner=runner)
-        stamps.append(time.perf_counter())
-        inputs = dataclasses.replace(
-            inputs,
-            round=k + 1,
-            global_weights=out.weights,
-            server_state=out.server_state,
-            client_states=out.client_states,
-        )
+    start, stamps, out = round_loop(project, rounds)
     accuracy = out.record.global_test["accuracy"]
     print(f"library loop: final accuracy {accuracy:.4f}", file=sys.stderr)
     return _timing(start, stamps)

@@ -47,6 +47,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -246,8 +247,15 @@ def run_library(project: Path, env: Mapping[str, str]) -> tuple[float, float]:
     return float(got["per_round"]), float(got["peak_rss_mb"])
 
 
-def library_loop(project: Path) -> dict[str, float]:
-    """:func:`run_round` round after round on the project's inputs, nothing else."""
+def round_loop(
+    project: Path, rounds: int | None = None
+) -> tuple[float, list[float], Any]:
+    """:func:`run_round` round after round on the project's inputs (what its
+    ``load-round`` task builds), nothing else: the start time, the time each round
+    ended, and the last round's outputs. ``rounds`` defaults to
+    ``federation.rounds``; ``train.cohort_size`` is honoured."""
+    import dataclasses
+
     os.chdir(project)
     from fedpipe.cohort import cohort_map
     from fedpipe.config import load_params
@@ -258,30 +266,30 @@ def library_loop(project: Path) -> dict[str, float]:
     params = load_params()
     inputs = load_round.fn(params, 1)
     runner = runner_for(inputs.spec)
-    stamps = []
-    for k in range(1, params.federation.rounds + 1):
-        clients = cohort_map(runner, params.train.cohort_size)
+    clients = cohort_map(runner, params.train.cohort_size)
+    start, stamps, out = time.perf_counter(), [], None
+    for k in range(1, (rounds or params.federation.rounds) + 1):
         out = run_round(inputs, map_clients=clients, runner=runner)
         stamps.append(time.perf_counter())
-        inputs = _next(inputs, out, k + 1)
+        inputs = dataclasses.replace(
+            inputs,
+            round=k + 1,
+            global_weights=out.weights,
+            server_state=out.server_state,
+            client_states=out.client_states,
+        )
+    return start, stamps, out
+
+
+def library_loop(project: Path) -> dict[str, float]:
+    """The library loop: seconds per round (rounds 2..R) and peak RSS."""
     import resource
 
+    _, stamps, _ = round_loop(project)
     return {
         "per_round": float(statistics.median(np.diff(stamps))),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
-
-
-def _next(inputs, out, k: int):  # type: ignore[no-untyped-def]
-    import dataclasses
-
-    return dataclasses.replace(
-        inputs,
-        round=k,
-        global_weights=out.weights,
-        server_state=out.server_state,
-        client_states=out.client_states,
-    )
 
 
 def cache_per_round(project: Path, env: Mapping[str, str]) -> float:
