@@ -14,6 +14,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from fedpipe import stopping
+
 PARAMS = "params.yaml"  # the file dvc.yaml's stages track; there is no other
 EXIT_BAD_PARAMS = 2
 EXIT_FAILED = 1
@@ -78,10 +80,6 @@ def _connect(args: argparse.Namespace) -> None:
         print(f"Prefect: runs report to {url} (UI: {ui})", flush=True)
 
 
-def _raise_on_sigterm(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(signum)  # Prefect's flow engine raises its own inside
-
-
 def _overrides(args: argparse.Namespace) -> int | None:
     """``-S key=value`` and ``--exp NAME`` of ``fedpipe run``: the overrides are
     written into params.yaml (None: go on with the run), or the run is a DVC
@@ -109,7 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from flows import console
     from flows.pipeline import run_pipeline
 
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    stopping.install()  # Prefect's flow engine raises its own inside
     quiet = _verbosity(args) == console.QUIET
     with console.session(
         "run", verbosity=_verbosity(args), said_by_cli=_said_by_cli
@@ -141,7 +139,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
     _connect(args)
     from flows import console
 
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    stopping.install()  # Prefect's flow engine raises its own inside
     which = args.name if args.round is None else f"{args.name}-{args.round}"
     with console.session(
         f"stage-{which}", verbosity=_verbosity(args), said_by_cli=_said_by_cli

@@ -25,6 +25,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from fedpipe import layout
 from fedpipe.config import Params
 from fedpipe.jsonio import read_json
+from fedpipe.stopping import raise_if_stopped, stop_requested
 from flows import console
 from flows.stages import dask_scheduler, run_stage
 from tasks.artifacts import publish_run_artifacts
@@ -114,6 +115,9 @@ def _run_stages(params: Params, force: bool, dask: DaskScheduler) -> list[str]:
     with LockRecorder(root) as recorder, no_heartbeat:
         records = _Records(recorder)
         for stage in stages[fresh:]:
+            if stop_requested():  # a Ctrl-C the last stage's flow engine swallowed
+                records.finish()  # that stage is complete: record it, then stop
+                raise_if_stopped()
             console.stage_started(stage)
             try:
                 run_stage(params, stage, dask=dask)
@@ -130,6 +134,7 @@ def _run_stages(params: Params, force: bool, dask: DaskScheduler) -> list[str]:
             records.add([s for s in waiting if GATED_BY[s] == stage] + [stage])
             waiting = [s for s in waiting if GATED_BY[s] != stage]
         records.finish()
+    raise_if_stopped()
     return ran
 
 
