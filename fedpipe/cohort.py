@@ -44,7 +44,9 @@ benchmarks/bench_cohort.py), random layers such as dropout (masks are drawn per
 batch shape, padded batches would draw others), non-trainable state such as
 batch-norm statistics (updated from padded batches), an optimizer setting not
 written out here, an op TensorFlow cannot vectorize. A request that does not fit
-(weights not shaped like the model) runs sequentially too.
+(weights not shaped like the model) runs sequentially too, and so does every
+request of a vectorized group that raised (one client's bad data must not fail
+the others: each then gets its own result or its own error).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ import numpy as np
 import tensorflow as tf
 
 from fedpipe.client.base import LocalFit, LocalTrainer, LocalTraining
+from fedpipe.failures import ClientFailure
 from fedpipe.metrics import classification_metrics
 from fedpipe.models import layer_kind
 from fedpipe.round import (
@@ -224,7 +227,9 @@ class CohortTrainer(LocalTrainer):
 # ---------------------------------------------------------------- entry points
 
 
-def train_cohort(jobs: Sequence[ClientJob], runner: ModelRunner) -> list[ClientResult]:
+def train_cohort(
+    jobs: Sequence[ClientJob], runner: ModelRunner
+) -> list[ClientResult | ClientFailure]:
     """Run client jobs as one cohort on ``runner``; results in job order.
 
     The same :class:`ClientResult` fields as :func:`fedpipe.round.run_client`
@@ -244,12 +249,12 @@ def cohort_map(runner: ModelRunner, size: int | None) -> MapClients:
     if size is not None and size < 1:
         raise ValueError(f"train.cohort_size: got {size}; allowed: null or >= 1")
 
-    def map_clients(jobs: Sequence[ClientJob]) -> list[ClientResult]:
+    def map_clients(jobs: Sequence[ClientJob]) -> list[ClientResult | ClientFailure]:
         if size is None or size == 1:
             return [run_client(job, runner) for job in jobs]
         if cohort_engine(runner)[0] is None:
             return train_cohort(jobs, runner)  # one by one
-        out: list[ClientResult] = []
+        out: list[ClientResult | ClientFailure] = []
         for start in range(0, len(jobs), size):
             out.extend(train_cohort(jobs[start : start + size], runner))
         return out
@@ -475,20 +480,38 @@ class CohortEngine:
             else:
                 self._guard([r], self._fit_sequential)
         for group in groups.values():
-            self._guard(group, self._fit_group)
+            self._guard(group, self._fit_group, alone=self._fit_sequential)
         evaluations = [r for r in requests if isinstance(r, _Evaluate)]
         if evaluations:
-            self._guard(evaluations, self._evaluate_group)
+            self._guard(
+                evaluations, self._evaluate_group, alone=self._evaluate_sequential
+            )
         for r in requests:
             r.done.set()
 
-    @staticmethod
-    def _guard(group: Sequence[_Request], serve: Callable[[Any], None]) -> None:
+    def _guard(
+        self,
+        group: Sequence[_Request],
+        serve: Callable[[Any], None],
+        alone: Callable[[Any], None] | None = None,
+    ) -> None:
+        """Serve ``group``; if that raises, serve each request ``alone`` (the
+        sequential path), so one bad client's error is its own; a request that
+        still fails gets the error, which its job raises as sequential
+        training would."""
         try:
             serve(group)
-        except Exception as exc:  # the job raises it, as sequential training would
-            for r in group:
-                r.error = exc
+            return
+        except Exception as exc:
+            if alone is None or len(group) == 1:
+                for r in group:
+                    r.error = exc
+                return
+            log.warning(
+                "cohort: %d requests served one by one after: %s", len(group), exc
+            )
+        for r in group:
+            self._guard([r], alone)
 
     def _fits_model(self, r: _Fit) -> bool:
         lists = [r.weights] + [
@@ -505,6 +528,10 @@ class CohortEngine:
                 r.index,
             )
         return ok
+
+    def _evaluate_sequential(self, group: Sequence[_Evaluate]) -> None:
+        (r,) = group
+        r.result = self.runner.evaluate(r.weights, r.data.x_test, r.data.y_test)
 
     def _fit_sequential(self, group: Sequence[_Fit]) -> None:
         (r,) = group

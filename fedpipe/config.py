@@ -166,6 +166,12 @@ class FederationParams(_Section):
     rounds: int = Field(10, ge=1)
     fraction_fit: float = Field(1.0, gt=0.0, le=1.0)
     min_clients: int = Field(1, ge=1)
+    # failures a round survives (fedpipe.failures); all off by default
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    round_deadline_steps: int | None = Field(None, ge=1)
+    stragglers: Literal["partial", "drop"] = "partial"
+    slow_clients: float = Field(0.0, ge=0.0, le=1.0)
+    slow_speed: float = Field(0.5, gt=0.0, le=1.0)
 
     @model_validator(mode="after")
     def _min_clients_fit(self) -> FederationParams:
@@ -173,6 +179,11 @@ class FederationParams(_Section):
             raise ValueError(
                 f"federation.min_clients={self.min_clients} exceeds "
                 f"federation.clients={self.clients}; allowed: 1..{self.clients}"
+            )
+        if self.slow_clients > 0 and self.round_deadline_steps is None:
+            raise ValueError(
+                "federation.slow_clients needs federation.round_deadline_steps (the "
+                "step budget a slow client completes a share slow_speed of)"
             )
         return self
 
@@ -334,9 +345,15 @@ class FaultsParams(_Section):
     ``aggregation_weight_sum``: the global model becomes ``sum_k a_k w_k`` with
     aggregation weights that add up to this instead of 1 — the bug behind the seed
     question's exploding global loss (see :mod:`fedpipe.faults`).
+    ``failing_clients``: these clients' jobs raise inside their own code path;
+    ``nonfinite_clients``: these clients send NaN weights; both from round
+    ``from_round`` on (see :mod:`fedpipe.failures` for what a round does then).
     """
 
     aggregation_weight_sum: float | None = Field(None, gt=0.0)
+    failing_clients: list[int] = Field(default_factory=list)
+    nonfinite_clients: list[int] = Field(default_factory=list)
+    from_round: int = Field(1, ge=1)
 
 
 class EvaluationParams(_Section):
@@ -505,6 +522,18 @@ class Params(_Section):
     validation: ValidationParams = ValidationParams()
     runtime: RuntimeParams = RuntimeParams()
     round_chain: dict[int, int] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _fault_clients_exist(self) -> Params:
+        n = self.federation.clients
+        for key in ("failing_clients", "nonfinite_clients"):
+            bad = [c for c in getattr(self.faults, key) if not 0 <= c < n]
+            if bad:
+                raise ValueError(
+                    f"faults.{key}: client ids {bad} do not exist; allowed: "
+                    f"0..{n - 1} (federation.clients={n})"
+                )
+        return self
 
     @model_validator(mode="after")
     def _chain_matches_rounds(self) -> Params:

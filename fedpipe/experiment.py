@@ -10,6 +10,8 @@ from fedpipe.client import ClientAlgorithm, client_class, make_client
 from fedpipe.client.base import LocalTraining
 from fedpipe.config import Params, ParamsError
 from fedpipe.data import DatasetSpec
+from fedpipe.failures import FailurePolicy
+from fedpipe.faults import PlantedFaults
 from fedpipe.models import layer_groups, normalization_layers
 from fedpipe.personalization import Personalization, resolve
 from fedpipe.plugins import is_reference, resolve_class
@@ -95,6 +97,29 @@ def local_training(params: Params) -> LocalTraining:
     t = params.train
     return LocalTraining(
         epochs=t.epochs, batch_size=t.batch_size, lr=t.lr, max_steps=t.local_steps
+    )
+
+
+def failure_policy(params: Params) -> FailurePolicy:
+    """How rounds treat unreliable clients (``federation.*``)."""
+    f = params.federation
+    return FailurePolicy(
+        dropout=f.dropout,
+        min_clients=f.min_clients,
+        round_deadline_steps=f.round_deadline_steps,
+        stragglers=f.stragglers,
+        slow_clients=f.slow_clients,
+        slow_speed=f.slow_speed,
+    )
+
+
+def planted_faults(params: Params) -> PlantedFaults:
+    """Clients that fail on purpose (``faults.failing_clients``, ...)."""
+    f = params.faults
+    return PlantedFaults(
+        failing=frozenset(f.failing_clients),
+        nonfinite=frozenset(f.nonfinite_clients),
+        from_round=f.from_round,
     )
 
 

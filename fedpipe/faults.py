@@ -10,8 +10,14 @@ Every fault is off by default (null) and is recorded with the round in
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
+
+from fedpipe.client.base import ClientAlgorithm, ClientReply, ClientTask, LocalTrainer
+
+Fault = Literal["raise", "nonfinite"]
 
 
 def misweighted_aggregate(
@@ -44,4 +50,75 @@ def misweighted_aggregate(
         if np.issubdtype(np.asarray(w).dtype, np.floating)
         else np.asarray(w)
         for w in after
+    ]
+
+
+# ---------------------------------------------------------------- faulty clients
+
+
+class PlantedClientFailure(RuntimeError):
+    """What a client of ``faults.failing_clients`` raises in its own job."""
+
+
+@dataclass(frozen=True)
+class PlantedFaults:
+    """Clients that fail on purpose (``faults.failing_clients``,
+    ``faults.nonfinite_clients``), from round ``from_round`` on."""
+
+    failing: frozenset[int] = frozenset()
+    nonfinite: frozenset[int] = frozenset()
+    from_round: int = 1
+
+    def fault_for(self, client: int, round_: int) -> Fault | None:
+        """The fault ``client`` has in ``round_``, or None."""
+        if round_ < self.from_round:
+            return None
+        if client in self.failing:
+            return "raise"
+        if client in self.nonfinite:
+            return "nonfinite"
+        return None
+
+    def wrap(
+        self, algorithm: ClientAlgorithm, client: int, round_: int
+    ) -> ClientAlgorithm:
+        """``algorithm``, or a :class:`FaultyClient` around it for a planted client."""
+        fault = self.fault_for(client, round_)
+        return algorithm if fault is None else FaultyClient(algorithm, fault)
+
+
+class FaultyClient(ClientAlgorithm):
+    """A client algorithm that trains as ``inner`` and then fails as planted.
+
+    ``raise``: the job raises :class:`PlantedClientFailure` after training, in
+    the client's own code path (a crash before it could send). ``nonfinite``:
+    every floating-point array it sends is NaN (a corrupted or blown-up update);
+    its local model (reported in ``local`` metrics) is what it trained.
+    """
+
+    name = "faulty"
+
+    def __init__(self, inner: ClientAlgorithm, fault: Fault) -> None:
+        self.inner, self.fault = inner, fault
+
+    def __repr__(self) -> str:
+        return f"FaultyClient({self.inner!r}, fault={self.fault!r})"
+
+    def train(self, task: ClientTask, trainer: LocalTrainer) -> ClientReply:
+        reply = self.inner.train(task, trainer)
+        if self.fault == "raise":
+            raise PlantedClientFailure(
+                f"client {task.client} failed on purpose (faults.failing_clients)"
+            )
+        local = reply.weights if reply.local_model is None else reply.local_model
+        return replace(reply, weights=_nan_like(reply.weights), local_model=local)
+
+
+def _nan_like(weights: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Each floating-point array filled with NaN (others as they are)."""
+    return [
+        np.full_like(w, np.nan)
+        if np.issubdtype(np.asarray(w).dtype, np.floating)
+        else np.asarray(w)
+        for w in weights
     ]

@@ -287,6 +287,7 @@ def round_health(
     labels: np.ndarray | None = None,
     losses: np.ndarray | None = None,
     record: Any = None,
+    excluded: Mapping[int, str] | None = None,
 ) -> dict[str, Any]:
     """The health record of one round (the contract of ``metrics/health``).
 
@@ -322,6 +323,10 @@ def round_health(
         The round's :class:`fedpipe.records.RoundRecord` or its ``summary()``:
         global loss/accuracy and the gap between the global model on client tests
         and the local models.
+    excluded : mapping of int to str, optional
+        Clients left out of aggregation and why (:mod:`fedpipe.failures`);
+        written as ``excluded`` when not empty. Those whose update came back
+        (non-finite ones) are in ``client_weights`` too.
 
     Returns
     -------
@@ -368,9 +373,11 @@ def round_health(
             global_coefficient=fitted.global_coefficient,
             rank=fitted.rank,
         )
-    total_n = float(sum(n_train[c] for c in ids))
+    out_ids = {int(c) for c in excluded or {}}
+    total_n = float(sum(n_train[c] for c in ids if c not in out_ids))
     aggregation["nominal_weights"] = {
-        str(c): (n_train[c] / total_n if total_n > 0 else None) for c in ids
+        str(c): (n_train[c] / total_n if total_n > 0 and c not in out_ids else None)
+        for c in ids
     }
 
     g = total[:kf, :kf]
@@ -437,6 +444,8 @@ def round_health(
         ),
         "gap": _gap(record),
     }
+    if excluded:
+        out["excluded"] = {str(c): excluded[c] for c in sorted(excluded)}
     out = _clean(out)
     out["seconds"] = _clean(time.perf_counter() - started)
     return out

@@ -46,6 +46,13 @@ def load_history(rounds: int, root: Path = Path(".")) -> pd.DataFrame:
 def progress_line(summary: Mapping[str, Any], rounds: int, seconds: float) -> str:
     """The line printed after each round."""
     g, lo, sd = summary["global"], summary["local"], summary["local_std"]
+    selected = len(summary["clients_selected"])
+    out = len(summary.get("clients_excluded", {}))
+    clients = (
+        f"{selected - out} of {selected} clients, {out} out"
+        if out
+        else f"{selected} clients"
+    )
 
     def fmt(v: float | None) -> str:
         return "  nan " if v is None else f"{v:.4f}"
@@ -55,7 +62,7 @@ def progress_line(summary: Mapping[str, Any], rounds: int, seconds: float) -> st
         f"global acc {fmt(g['accuracy'])} loss {fmt(g['loss'])}  |  "
         f"local acc {fmt(lo['accuracy'])} ± {fmt(sd['accuracy'])} "
         f"loss {fmt(lo['loss'])}  "
-        f"({len(summary['clients_selected'])} clients, {seconds:.1f} s)"
+        f"({clients}, {seconds:.1f} s)"
     )
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from fedpipe.failures import excluded_counts
 from fedpipe.metrics import METRIC_NAMES, weighted_mean
 
 
@@ -35,6 +36,13 @@ class RoundRecord:
         scored clients), when personalization is on.
     n_clients : int, optional
         Clients in the federation (default: those in ``n_test``).
+    excluded : dict, optional
+        Client id -> why it was left out of aggregation (``dropout``,
+        ``straggler``, ``nonfinite``, ``failed: <message>``; see
+        :mod:`fedpipe.failures`). Its local metrics, if it trained, are in
+        ``local`` but not in the local means.
+    partial : dict, optional
+        Client id -> the steps a straggler completed (its partial work used).
 
     Lists indexed by client id are accepted for ``n_test``, ``global_clients``
     and ``personalized``.
@@ -49,6 +57,8 @@ class RoundRecord:
     aggregation_weight_sum: float
     personalized: Mapping[int, dict[str, float]] | None = None
     n_clients: int | None = None
+    excluded: Mapping[int, str] = field(default_factory=dict)
+    partial: Mapping[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("n_test", "global_clients", "personalized"):
@@ -89,14 +99,20 @@ class RoundRecord:
         own = self.personalized or {}
         return _std([own[c] for c in sorted(own)])
 
+    @property
+    def aggregated(self) -> list[int]:
+        """Selected clients whose updates were aggregated, by id."""
+        return [c for c in self.selected if c not in self.excluded]
+
     def local_mean(self) -> dict[str, float]:
-        """Local models on their own test splits, weighted by test size."""
-        rows = [self.local[c] for c in self.selected]
-        return weighted_mean(rows, [self.n_test[c] for c in self.selected])
+        """Local models on their own test splits, weighted by test size
+        (aggregated clients)."""
+        rows = [self.local[c] for c in self.aggregated]
+        return weighted_mean(rows, [self.n_test[c] for c in self.aggregated])
 
     def local_std(self) -> dict[str, float]:
-        """Standard deviation of local-model metrics across selected clients."""
-        return _std([self.local[c] for c in self.selected])
+        """Standard deviation of local-model metrics across aggregated clients."""
+        return _std([self.local[c] for c in self.aggregated])
 
     @functools.cached_property
     def _summary(self) -> dict[str, Any]:
@@ -120,6 +136,16 @@ class RoundRecord:
         }
         if not self.complete:
             out["clients_scored"] = len(self.global_clients)
+        if self.excluded:
+            out["clients_aggregated"] = len(self.aggregated)
+            out["clients_excluded"] = {
+                str(c): self.excluded[c] for c in sorted(self.excluded)
+            }
+            out["excluded_counts"] = excluded_counts(self.excluded)
+        if self.partial:
+            out["clients_partial"] = {
+                str(c): self.partial[c] for c in sorted(self.partial)
+            }
         if self.personalized is not None:
             out["personalized"] = _rounded(self.personalized_mean())
             out["personalized_std"] = _rounded(self.personalized_std())
@@ -137,6 +163,8 @@ class RoundRecord:
                 "selected": c in self.local,
                 "n_test": self.n_test[c],
             }
+            if self.excluded:
+                row["excluded"] = self.excluded.get(c, "")
             row.update({f"local_{m}": local[m] for m in METRIC_NAMES})
             row.update({f"global_{m}": global_row[m] for m in METRIC_NAMES})
             if self.personalized is not None:

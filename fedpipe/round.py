@@ -16,6 +16,7 @@ order, so the order decides the last bits.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,16 @@ from fedpipe.client.base import (
     Weights,
 )
 from fedpipe.clientstate import ClientStates, merged
-from fedpipe.faults import misweighted_aggregate
+from fedpipe.failures import (
+    NONFINITE,
+    ClientFailure,
+    FailurePolicy,
+    lost_message,
+    nonfinite_update,
+    one_line,
+    plan_round,
+)
+from fedpipe.faults import PlantedFaults, misweighted_aggregate
 from fedpipe.health import round_health
 from fedpipe.metrics import classification_metrics
 from fedpipe.models import layer_info
@@ -42,6 +52,8 @@ from fedpipe.splits import ClientData, FederatedData
 from fedpipe.strategy import AggregationError, ClientUpdate, State, Strategy
 from fedpipe.strategy.aggregate import normalized
 from fedpipe.training import ModelRunner, ModelSpec
+
+log = logging.getLogger("fedpipe")
 
 # ---------------------------------------------------------------- sampling
 
@@ -154,13 +166,19 @@ class KerasTrainer(LocalTrainer):
 
 @dataclass(frozen=True)
 class ClientJob:
-    """Everything one client's training needs, to run anywhere."""
+    """Everything one client's training needs, to run anywhere.
+
+    A ``guarded`` job (every job of :func:`run_round`) that raises returns a
+    :class:`fedpipe.failures.ClientFailure` instead: one failing client never
+    fails the others trained with it (in one Prefect task, one cohort).
+    """
 
     spec: ModelSpec
     algorithm: ClientAlgorithm
     task: ClientTask
     data: ClientData = field(repr=False)
     training: LocalTraining
+    guarded: bool = False
 
 
 @dataclass(frozen=True)
@@ -192,14 +210,28 @@ class ClientResult:
         return self.update.client
 
 
-def run_client(job: ClientJob, runner: ModelRunner) -> ClientResult:
+def run_client(job: ClientJob, runner: ModelRunner) -> ClientResult | ClientFailure:
     """Run one client's job on a compiled model of ``job.spec``."""
     return run_job(job, KerasTrainer(runner, job.data, job.training))
 
 
-def run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult:
+def run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult | ClientFailure:
     """Run one client's job on ``trainer`` (bound to the job's data): its
-    algorithm's round, then its local model on its local test split."""
+    algorithm's round, then its local model on its local test split. A guarded
+    job's exception comes back as a :class:`ClientFailure` (logged)."""
+    if not job.guarded:
+        return _run_job(job, trainer)
+    try:
+        return _run_job(job, trainer)
+    except Exception as exc:  # one client's failure, left out by the round
+        message = one_line(exc)
+        log.warning("round %d: client %d failed: %s", job.task.round,
+                    job.task.client, message)  # fmt: skip
+        log.debug("client %d's traceback", job.task.client, exc_info=True)
+        return ClientFailure(job.task.client, message)
+
+
+def _run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult:
     reply = job.algorithm.train(job.task, trainer)
     local_model = reply.weights if reply.local_model is None else reply.local_model
     return ClientResult(
@@ -213,7 +245,7 @@ def run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult:
     )
 
 
-MapClients = Callable[[Sequence[ClientJob]], Sequence[ClientResult]]
+MapClients = Callable[[Sequence[ClientJob]], Sequence[ClientResult | ClientFailure]]
 """Runs a round's client jobs and returns their results in the same order."""
 
 
@@ -251,6 +283,10 @@ class RoundInputs:
         ``faults.aggregation_weight_sum``: applied after aggregation.
     evaluation : ClientEvaluation
         ``evaluation.*``: which clients the new global model is scored on.
+    failures : FailurePolicy
+        ``federation.*``: dropout, deadline, stragglers, usable updates needed.
+    planted : PlantedFaults
+        ``faults.failing_clients`` / ``faults.nonfinite_clients``.
     """
 
     round: int
@@ -266,6 +302,8 @@ class RoundInputs:
     clients_per_round: int
     weight_sum_fault: float | None = None
     evaluation: ClientEvaluation = ClientEvaluation()
+    failures: FailurePolicy = FailurePolicy()
+    planted: PlantedFaults = PlantedFaults()
 
 
 @dataclass(frozen=True)
@@ -289,13 +327,24 @@ class RoundFailed(AggregationError):
         self.health = health
 
 
-def client_jobs(inputs: RoundInputs, selected: Sequence[int]) -> list[ClientJob]:
-    """The round's job for each selected client, in client order."""
+class ClientsLost(RoundFailed):
+    """Fewer usable updates than ``federation.min_clients`` remained after
+    dropouts, failures, non-finite updates and dropped stragglers."""
+
+
+def client_jobs(
+    inputs: RoundInputs,
+    selected: Sequence[int],
+    training: Mapping[int, LocalTraining] | None = None,
+) -> list[ClientJob]:
+    """The round's job for each selected client, in client order (``training``:
+    a client's own ``train.*``, e.g. a straggler's step budget)."""
     broadcast = inputs.strategy.broadcast(inputs.server_state)
+    training = training or {}
     return [
         ClientJob(
             spec=inputs.spec,
-            algorithm=inputs.algorithm,
+            algorithm=inputs.planted.wrap(inputs.algorithm, c, inputs.round),
             task=ClientTask(
                 client=c,
                 round=inputs.round,
@@ -305,7 +354,8 @@ def client_jobs(inputs: RoundInputs, selected: Sequence[int]) -> list[ClientJob]
                 seed=inputs.seed,
             ),
             data=inputs.data.clients[c],
-            training=inputs.training,
+            training=training.get(c, inputs.training),
+            guarded=True,
         )
         for c in selected
     ]
@@ -326,8 +376,13 @@ def run_round(
     runner : ModelRunner
         A compiled model of ``inputs.spec`` for evaluation in this process.
 
+    Clients that drop out, fail, send non-finite values or miss the deadline
+    are left out (:mod:`fedpipe.failures`) and named in the record and health.
+
     Raises
     ------
+    ClientsLost
+        Fewer than ``federation.min_clients`` usable updates remained.
     RoundFailed
         The strategy refused the updates (with the round's health record).
     """
@@ -337,26 +392,41 @@ def run_round(
         seed=inputs.seed,
         round_=inputs.round,
     )
-    results = list(map_clients(client_jobs(inputs, selected)))
-    got = [r.client for r in results]
-    if got != list(selected):
-        raise RuntimeError(f"map_clients returned clients {got}, expected {selected}")
-    states = merged(inputs.client_states, {r.client: r.state for r in results})
+    plan = plan_round(
+        selected,
+        n_train={c: len(inputs.data.clients[c].y_train) for c in selected},
+        training=inputs.training,
+        policy=inputs.failures,
+        seed=inputs.seed,
+        round_=inputs.round,
+        n_clients=len(inputs.data.clients),
+    )
+    returned = list(map_clients(client_jobs(inputs, list(plan.train), plan.train)))
+    got = [r.client for r in returned]
+    if got != list(plan.train):
+        raise RuntimeError(
+            f"map_clients returned clients {got}, expected {list(plan.train)}"
+        )
+    results, excluded = _usable(returned, plan.excluded)
+    usable = [r for r in results if r.client not in excluded]
+    if len(usable) < max(1, inputs.failures.min_clients):
+        raise _lost(inputs, runner, results, excluded, len(usable), len(selected))
+    states = merged(inputs.client_states, {r.client: r.state for r in usable})
     before = inputs.global_weights
     try:
         weights, server_state = inputs.strategy.aggregate_round(
-            before, [r.update for r in results], inputs.server_state
+            before, [r.update for r in usable], inputs.server_state
         )
     except AggregationError as exc:
-        health = _health(inputs, runner, results, after=None)
+        health = _health(inputs, runner, results, after=None, excluded=excluded)
         health.pop("seconds")
         raise RoundFailed(str(exc), health) from exc
-    weight_sum = float(normalized([r.update.n_samples for r in results]).sum())
+    weight_sum = float(normalized([r.update.n_samples for r in usable]).sum())
     weights = _after_aggregation(inputs, before, weights)
     if inputs.weight_sum_fault is not None:
         weight_sum *= inputs.weight_sum_fault
     scored = inputs.evaluation.clients_for(
-        inputs.round, selected, len(inputs.data.clients), inputs.seed
+        inputs.round, [r.client for r in usable], len(inputs.data.clients), inputs.seed
     )
     personalized = (
         _personalized(inputs, runner, weights, states, scored)
@@ -377,6 +447,8 @@ def run_round(
         aggregation_weight_sum=weight_sum,
         personalized=personalized,
         n_clients=len(clients),
+        excluded=excluded,
+        partial=dict(plan.partial),
     )
     health = _health(
         inputs,
@@ -386,9 +458,53 @@ def run_round(
         record=record,
         probs=probs,
         losses=losses,
+        excluded=excluded,
     )
     seconds = float(health.pop("seconds"))
     return RoundOutputs(weights, server_state, states, record, health, seconds)
+
+
+def _usable(
+    returned: Sequence[ClientResult | ClientFailure], planned: Mapping[int, str]
+) -> tuple[list[ClientResult], dict[int, str]]:
+    """The results that came back, and every client left out and why (planned
+    exclusions, failures, non-finite updates), by client id."""
+    excluded = dict(planned)
+    results = []
+    for r in returned:
+        if isinstance(r, ClientFailure):
+            excluded[r.client] = f"failed: {r.message}"
+            continue
+        results.append(r)
+        if nonfinite_update(r.update):
+            excluded[r.client] = NONFINITE
+    return results, dict(sorted(excluded.items()))
+
+
+def _lost(
+    inputs: RoundInputs,
+    runner: ModelRunner,
+    results: Sequence[ClientResult],
+    excluded: Mapping[int, str],
+    usable: int,
+    selected: int,
+) -> ClientsLost:
+    """The round's stop: its one line, and its health record (what came back)."""
+    message = lost_message(
+        inputs.round,
+        usable=usable,
+        selected=selected,
+        min_clients=max(1, inputs.failures.min_clients),
+        excluded=excluded,
+    )
+    if results:
+        health = _health(inputs, runner, results, after=None, excluded=excluded)
+        health.pop("seconds")
+    else:
+        left_out = {str(c): r for c, r in excluded.items()}
+        health = {"round": inputs.round, "clients": [], "excluded": left_out}
+    health["stopped"] = message
+    return ClientsLost(message, health)
 
 
 def _after_aggregation(inputs: RoundInputs, before: Weights, after: Weights) -> Weights:
@@ -450,6 +566,7 @@ def _health(
     record: RoundRecord | None = None,
     probs: np.ndarray | None = None,
     losses: np.ndarray | None = None,
+    excluded: Mapping[int, str] | None = None,
 ) -> dict[str, Any]:
     return round_health(
         inputs.round,
@@ -464,4 +581,5 @@ def _health(
         labels=None if after is None else inputs.data.y_test,
         losses=losses,
         record=record,
+        excluded=excluded,
     )

@@ -20,6 +20,9 @@ PURPOSES = {
     "ditto": 8,
     "centralized": 9,
     "evaluate": 10,
+    # fedpipe.failures (numbers far from the others: merged branches add theirs)
+    "dropout": 31,
+    "slow": 32,
 }
 
 

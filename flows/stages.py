@@ -18,6 +18,7 @@ from prefect import flow, get_run_logger
 from fedpipe import layout
 from fedpipe.config import MNIST5K_PATH, Params, RuntimeParams
 from fedpipe.data import prepared_spec
+from fedpipe.failures import ClientFailure
 from fedpipe.history import progress_line
 from fedpipe.round import ClientJob, ClientResult, MapClients, RoundFailed, run_round
 from flows import console
@@ -128,13 +129,13 @@ def _map_clients(runtime: RuntimeParams, cohort_size: int | None) -> MapClients:
     each in turn. Either way the console hears of each client as it finishes.
     """
 
-    def run(jobs: Sequence[ClientJob]) -> list[ClientResult]:
+    def run(jobs: Sequence[ClientJob]) -> list[ClientResult | ClientFailure]:
         console.clients_started(len(jobs))
         groups = client_groups(jobs, runtime.clients_per_task or cohort_size)
         if runtime.runner != "local":
             _check_dask()
             futures = [_train(g).submit(g, cohort_size) for g in groups]
-        results: list[ClientResult] = []
+        results: list[ClientResult | ClientFailure] = []
         for i, group in enumerate(groups):
             done = (
                 _train(group)(group, cohort_size)

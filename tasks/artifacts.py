@@ -72,7 +72,8 @@ def publish_round_table(record: RoundRecord) -> None:
         description=(
             f"Round {record.round}: per client, its locally trained model on its own "
             "test split (local_*, selected clients only) and the new global model "
-            "on the same split (global_*)."
+            "on the same split (global_*); excluded: why a client was left out "
+            "of aggregation (only when one was)."
         ),
     )
 

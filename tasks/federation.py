@@ -18,10 +18,13 @@ from fedpipe.data import prepared_spec
 from fedpipe.experiment import (
     client_algorithm_for,
     client_evaluation,
+    failure_policy,
     local_training,
     model_spec,
+    planted_faults,
     strategy_for,
 )
+from fedpipe.failures import ClientFailure
 from fedpipe.jsonio import write_json
 from fedpipe.models import describe_model
 from fedpipe.round import ClientJob, ClientResult, RoundInputs, RoundOutputs
@@ -71,15 +74,22 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         clients_per_round=params.federation.clients_per_round(),
         weight_sum_fault=params.faults.aggregation_weight_sum,
         evaluation=client_evaluation(params),
+        failures=failure_policy(params),
+        planted=planted_faults(params),
     )
 
 
 @task(name="train-clients", cache_policy=NO_CACHE, retries=1)
 def train_clients(
     jobs: list[ClientJob], cohort_size: int | None = None
-) -> list[ClientResult]:
+) -> list[ClientResult | ClientFailure]:
     """Run clients' jobs on this process's compiled model: one after another, or
-    as vectorized cohorts of ``cohort_size`` (``train.cohort_size``)."""
+    as vectorized cohorts of ``cohort_size`` (``train.cohort_size``).
+
+    A client whose job raises comes back as a :class:`ClientFailure` (the round
+    leaves it out), so the task's one retry is for infrastructure only: a Dask
+    worker lost, a result that could not be sent back. A retry recomputes the
+    same bits."""
     runner, first = training_runner(jobs[0].spec)
     if first:
         get_run_logger().info(

@@ -29,7 +29,9 @@ def summarize(
     history_out.parent.mkdir(parents=True, exist_ok=True)
     history.to_csv(history_out, index=False, float_format="%.6g")
     last = read_json(layout.round_metrics(rounds))
-    write_json(metrics_out, {k: v for k, v in last.items() if k != "clients_selected"})
+    # client lists are not metrics (the counts, e.g. excluded_counts, are)
+    lists = ("clients_selected", "clients_excluded", "clients_partial")
+    write_json(metrics_out, {k: v for k, v in last.items() if k not in lists})
     table = final_table(last)
     text = f"# fedpipe run: final round {rounds}\n\n{table}\n"
     table_out.parent.mkdir(parents=True, exist_ok=True)

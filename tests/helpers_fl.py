@@ -12,7 +12,8 @@ Hooks make the symptoms: ``relabel`` (labels as stored), ``client_data`` (one
 client's arrays, e.g. shuffled labels or rescaled inputs), ``client_update`` (a
 client's trained weights, e.g. scaled x50: a client algorithm wrapping the
 strategy's) and ``weight_sum_fault`` (the library's planted fault,
-``faults.aggregation_weight_sum``, e.g. weights that sum to 1.8).
+``faults.aggregation_weight_sum``, e.g. weights that sum to 1.8); ``failures``
+and ``planted`` are ``federation.dropout`` & co. and ``faults.*_clients``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from fedpipe.client import (
 )
 from fedpipe.config import Params, round_chain
 from fedpipe.data import DatasetSpec, load_mnist5k
+from fedpipe.failures import FailurePolicy
+from fedpipe.faults import PlantedFaults
 from fedpipe.ingest import ingest_arrays, open_features, read_samples, read_schema
 from fedpipe.jsonio import write_json
 from fedpipe.round import RoundFailed, RoundInputs, run_here, run_round
@@ -87,6 +90,8 @@ def run_federation(
     client_data: Callable[[ClientData], ClientData] | None = None,
     client_update: Callable[[int, int, Weights], Weights] | None = None,
     weight_sum_fault: float | None = None,
+    failures: FailurePolicy | None = None,
+    planted: PlantedFaults | None = None,
 ) -> list[dict[str, Any]]:
     """Run a small federation through the library's round and write its files.
 
@@ -200,6 +205,8 @@ def run_federation(
             training=LocalTraining(epochs, batch_size, lr),
             clients_per_round=clients,
             weight_sum_fault=weight_sum_fault,
+            failures=failures or FailurePolicy(),
+            planted=planted or PlantedFaults(),
         )
         try:
             out = run_round(inputs, map_clients=run_here(runner), runner=runner)

@@ -106,7 +106,7 @@ def test_typo_key_is_named_with_allowed_keys() -> None:
     msg = _error(_raw(federation={"clinets": 5}))
     assert "federation.clinets" in msg
     assert "unknown key" in msg
-    assert "clients, fraction_fit, min_clients, rounds" in msg
+    assert "clients, dropout, fraction_fit, min_clients, round_deadline_steps" in msg
 
 
 def test_unknown_top_level_key_is_named() -> None:

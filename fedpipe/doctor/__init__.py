@@ -14,7 +14,8 @@ One check per module (:mod:`~fedpipe.doctor.labels`,
 :mod:`~fedpipe.doctor.learning_rate`, :mod:`~fedpipe.doctor.aggregation`,
 :mod:`~fedpipe.doctor.outliers`, :mod:`~fedpipe.doctor.norm_statistics`,
 :mod:`~fedpipe.doctor.drift`, :mod:`~fedpipe.doctor.loss_rising`,
-:mod:`~fedpipe.doctor.not_learning`, :mod:`~fedpipe.doctor.health_present`), each
+:mod:`~fedpipe.doctor.not_learning`, :mod:`~fedpipe.doctor.health_present`,
+:mod:`~fedpipe.doctor.failures`), each
 with its thresholds as named constants and the reason for their values. They are
 set so that a healthy run (the default: small_cnn, IID, 10 clients, lr 0.05, 10
 rounds) has no findings, and each symptom produced on purpose in
@@ -32,6 +33,7 @@ from fedpipe.doctor import codes
 from fedpipe.doctor.aggregation import check_aggregation, expected_weight_sum
 from fedpipe.doctor.base import Check, robust_z
 from fedpipe.doctor.drift import check_drift
+from fedpipe.doctor.failures import check_failures
 from fedpipe.doctor.findings import (
     EXPLAINS,
     PRIORITY,
@@ -60,6 +62,7 @@ __all__ = [
     "Finding",
     "check_aggregation",
     "check_drift",
+    "check_failures",
     "check_health_present",
     "check_labels",
     "check_learning_rate",
@@ -89,6 +92,7 @@ CHECKS: tuple[Check, ...] = (
     check_loss_rising,
     check_not_learning,
     check_health_present,
+    check_failures,
 )
 
 #: the parts of a run the checks read: one that exists but cannot be read stops

@@ -15,6 +15,11 @@ CLIENT_DRIFT = "client-drift"
 LOSS_RISING_ACCURACY_HOLDS = "loss-rising-accuracy-holds"
 NOT_LEARNING = "not-learning"
 HEALTH_RECORDS_MISSING = "health-records-missing"
+# clients left out of rounds (fedpipe.doctor.failures)
+ROUND_STOPPED_CLIENTS_LOST = "round-stopped-clients-lost"
+CLIENTS_FAILED = "clients-failed"
+CLIENT_UPDATES_NONFINITE = "client-updates-nonfinite"
+CLIENTS_DROPPED_OUT = "clients-dropped-out"
 
 #: every code, root causes before the symptoms they cause
 ALL = (
@@ -27,4 +32,8 @@ ALL = (
     LOSS_RISING_ACCURACY_HOLDS,
     NOT_LEARNING,
     HEALTH_RECORDS_MISSING,
+    ROUND_STOPPED_CLIENTS_LOST,
+    CLIENTS_FAILED,
+    CLIENT_UPDATES_NONFINITE,
+    CLIENTS_DROPPED_OUT,
 )

@@ -1,0 +1,347 @@
+"""Failures a round survives (fedpipe.failures, fedpipe.faults), through run_round.
+
+Every round here is the library's own :func:`fedpipe.round.run_round` on a tiny
+MLP and a few hundred random rows (10 clients): clients that drop out, raise,
+send NaN or miss the round's step deadline are left out and named; too few
+usable updates stop the round with one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from helpers_fl import run_federation
+
+from fedpipe.cli import _known_failure
+from fedpipe.client import LocalTraining, make_client
+from fedpipe.cohort import cohort_map
+from fedpipe.config import ParamsError, parse_params, round_chain
+from fedpipe.data import DatasetSpec
+from fedpipe.doctor import codes, diagnose
+from fedpipe.failures import (
+    FailurePolicy,
+    dropped_out,
+    excluded_counts,
+    plan_round,
+    slow_set,
+    steps_needed,
+)
+from fedpipe.faults import PlantedFaults
+from fedpipe.history import progress_line
+from fedpipe.round import (
+    ClientsLost,
+    RoundInputs,
+    RoundOutputs,
+    run_here,
+    run_round,
+)
+from fedpipe.splits import ClientData, FederatedData
+from fedpipe.strategy import make_strategy
+from fedpipe.training import ModelRunner, ModelSpec, initial_weights
+
+FEATURES, CLASSES, CLIENTS = 6, 3, 10
+SPEC = ModelSpec("mlp", (FEATURES,), CLASSES, "sgd", 0.05)
+_runner: list[ModelRunner] = []
+
+
+def runner() -> ModelRunner:
+    if not _runner:
+        _runner.append(ModelRunner(SPEC))
+    return _runner[0]
+
+
+def _client(c: int) -> ClientData:
+    rng = np.random.default_rng(200 + c)
+    n = 20 + 4 * c  # 20 .. 56 rows: 3 .. 7 batches of 8
+    x = rng.normal(size=(n, FEATURES)).astype(np.float32)
+    y = rng.integers(0, CLASSES, size=n).astype(np.int64)
+    return ClientData(c, x, y, x[:6], y[:6])
+
+
+def _inputs(**changes) -> RoundInputs:
+    rng = np.random.default_rng(0)
+    spec = DatasetSpec("random", (0, 1, 2), (FEATURES,), (-5.0, 5.0), 1.0, 100)
+    x_test = rng.normal(size=(30, FEATURES)).astype(np.float32)
+    data = FederatedData(
+        spec, x_test, np.arange(30) % CLASSES, tuple(map(_client, range(CLIENTS)))
+    )
+    strategy = make_strategy("fedavg", total_clients=CLIENTS)
+    weights = initial_weights(SPEC, 0)
+    inputs = RoundInputs(
+        round=1,
+        seed=3,
+        spec=SPEC,
+        data=data,
+        global_weights=weights,
+        server_state=strategy.init_state(weights),
+        client_states={},
+        strategy=strategy,
+        algorithm=make_client(strategy.client_algorithm),
+        training=LocalTraining(1, 8, SPEC.lr),
+        clients_per_round=CLIENTS,
+    )
+    return replace(inputs, **changes)
+
+
+def _run(inputs: RoundInputs, cohort: int | None = None) -> RoundOutputs:
+    clients = run_here(runner()) if cohort is None else cohort_map(runner(), cohort)
+    return run_round(inputs, map_clients=clients, runner=runner())
+
+
+def _bits(out: RoundOutputs) -> list[bytes]:
+    return [w.tobytes() for w in out.weights]
+
+
+UNDER_FIRE = dict(
+    failures=FailurePolicy(dropout=0.2, min_clients=3),
+    planted=PlantedFaults(failing=frozenset({4}), nonfinite=frozenset({1})),
+)
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def test_dropout_is_seeded_per_round_and_client() -> None:
+    picks = [dropped_out(range(100), dropout=0.2, seed=3, round_=r) for r in (1, 2)]
+    assert picks[0] == dropped_out(range(100), dropout=0.2, seed=3, round_=1)
+    assert picks[0] != picks[1]
+    assert 10 <= len(picks[0]) <= 30
+    # a client's draw does not depend on who else was sampled
+    assert dropped_out(
+        [c for c in range(100) if c % 2], dropout=0.2, seed=3, round_=1
+    ) == [c for c in picks[0] if c % 2]
+    assert dropped_out(range(100), dropout=0.0, seed=3, round_=1) == []
+
+
+def test_steps_and_stragglers_planned() -> None:
+    training = LocalTraining(2, 8, 0.05)
+    assert steps_needed(20, training) == 6
+    assert steps_needed(20, replace(training, max_steps=4)) == 4
+    n_train = {c: 8 * (c + 1) for c in range(4)}  # 1, 2, 3, 4 batches x 2 epochs
+    policy = FailurePolicy(round_deadline_steps=5)
+    plan = plan_round(
+        range(4),
+        n_train=n_train,
+        training=training,
+        policy=policy,
+        seed=0,
+        round_=1,
+        n_clients=4,
+    )
+    assert plan.partial == {2: 5, 3: 5} and plan.excluded == {}
+    assert plan.train[0] is training and plan.train[3].max_steps == 5
+    dropped = plan_round(
+        range(4),
+        n_train=n_train,
+        training=training,
+        policy=replace(policy, stragglers="drop"),
+        seed=0,
+        round_=1,
+        n_clients=4,
+    )
+    assert dropped.excluded == {2: "straggler", 3: "straggler"}
+    assert list(dropped.train) == [0, 1]
+    slow = slow_set(10, 0.3, seed=0)
+    assert len(slow) == 3 and slow == slow_set(10, 0.3, seed=0)
+
+
+# ---------------------------------------------------------------- rounds
+
+
+def test_dropout_a_raising_and_a_nan_client_complete_and_are_named() -> None:
+    out = _run(_inputs(**UNDER_FIRE))
+    excluded = out.record.excluded
+    assert excluded[4].startswith("failed: PlantedClientFailure: client 4")
+    assert excluded[1] == "nonfinite"
+    dropped = [c for c, r in excluded.items() if r == "dropout"]
+    assert dropped == dropped_out(range(CLIENTS), dropout=0.2, seed=3, round_=1)
+    assert dropped  # seed 3, round 1: some clients drop out
+    assert all(np.isfinite(w).all() for w in out.weights)
+    summary = out.record.summary()
+    assert summary["clients_excluded"] == {str(c): r for c, r in excluded.items()}
+    assert summary["clients_aggregated"] == CLIENTS - len(excluded)
+    assert summary["excluded_counts"] == excluded_counts(excluded)
+    assert summary["excluded_counts"]["failed"] == 1
+    assert out.health["excluded"] == summary["clients_excluded"]
+    # the NaN client is in the health record (its update came back), not fitted
+    rows = {c["client"]: c for c in out.health["clients"]}
+    assert rows[1]["nonfinite"] > 0 and rows[1]["update_norm"] is None
+    assert 4 not in rows and not set(dropped) & set(rows)
+    assert out.health["aggregation"]["n_fitted"] == CLIENTS - len(excluded)
+    table = out.record.client_table().set_index("client")
+    assert table.loc[1, "excluded"] == "nonfinite" and table.loc[0, "excluded"] == ""
+    line = progress_line(summary, 4, 1.0)
+    assert (
+        f"({CLIENTS - len(excluded)} of {CLIENTS} clients, {len(excluded)} out" in line
+    )
+
+
+def test_same_seed_same_dropouts_and_bits_other_seed_others() -> None:
+    a, b = _run(_inputs(**UNDER_FIRE)), _run(_inputs(**UNDER_FIRE))
+    assert a.record.excluded == b.record.excluded and _bits(a) == _bits(b)
+    other = _run(_inputs(**UNDER_FIRE, seed=4))
+    assert other.record.excluded != a.record.excluded
+
+
+def test_defaults_keep_the_round_as_it_was() -> None:
+    plain = _run(_inputs())
+    assert plain.record.excluded == {} and "excluded" not in plain.health
+    assert "clients_excluded" not in plain.record.summary()
+    assert "excluded" not in plain.record.client_table()
+    assert "out" not in progress_line(plain.record.summary(), 4, 1.0)
+
+
+def test_a_bad_client_in_a_vectorized_cohort_is_left_out_alone() -> None:
+    inputs = _inputs(**UNDER_FIRE)
+    seq, coh = _run(inputs), _run(inputs, cohort=4)
+    assert coh.record.excluded == seq.record.excluded
+    for x, y in zip(seq.weights, coh.weights, strict=True):
+        np.testing.assert_allclose(x, y, atol=1e-5, rtol=1e-4)
+
+
+def test_too_few_usable_updates_stop_the_round_with_one_line() -> None:
+    inputs = _inputs(
+        failures=FailurePolicy(min_clients=9),
+        planted=PlantedFaults(failing=frozenset({2}), nonfinite=frozenset({5})),
+    )
+    with pytest.raises(ClientsLost) as caught:
+        _run(inputs)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("round 1 stopped: 8 usable update(s) of 10 sampled")
+    assert "federation.min_clients needs 9" in message
+    assert "client 2 (failed: PlantedClientFailure" in message
+    assert "client 5 (nonfinite)" in message
+    health = caught.value.health
+    assert health["stopped"] == message and health["excluded"]["5"] == "nonfinite"
+    assert len(health["clients"]) == 9  # every update that came back
+    assert _known_failure(caught.value) == message  # the CLI's one line
+
+
+def test_faults_start_from_their_round() -> None:
+    planted = PlantedFaults(failing=frozenset({1}), from_round=2)
+    assert _run(_inputs(planted=planted)).record.excluded == {}
+    assert 1 in _run(_inputs(planted=planted, round=2)).record.excluded
+
+
+def test_stragglers_partial_work_is_used_or_dropped() -> None:
+    # clients need 3, 3, 4, 4, 5 .. 7 steps; 4 may be taken: 4..9 are stragglers
+    deadline = FailurePolicy(round_deadline_steps=4)
+    full = _run(_inputs())
+    partial = _run(_inputs(failures=deadline))
+    drop = _run(_inputs(failures=replace(deadline, stragglers="drop")))
+    stragglers = list(range(4, CLIENTS))
+    assert partial.record.partial == dict.fromkeys(stragglers, 4)
+    assert partial.record.excluded == {}
+    assert drop.record.excluded == dict.fromkeys(stragglers, "straggler")
+    assert drop.record.partial == {}
+    assert drop.record.summary()["clients_aggregated"] == 4
+    assert _bits(full) != _bits(partial) != _bits(drop) != _bits(full)
+    # stragglers that drop do not train: no local model, not in the health record
+    assert set(drop.record.local) == {0, 1, 2, 3}
+    assert [c["client"] for c in drop.health["clients"]] == [0, 1, 2, 3]
+
+
+def test_slow_clients_are_the_stragglers() -> None:
+    policy = FailurePolicy(round_deadline_steps=8, slow_clients=0.3, slow_speed=0.25)
+    out = _run(_inputs(failures=policy))
+    assert set(out.record.partial) == set(slow_set(CLIENTS, 0.3, seed=3))
+    assert set(out.record.partial.values()) == {2}
+
+
+# ---------------------------------------------------------------- params
+
+
+def _params(**sections) -> dict:
+    return {
+        "federation": {"clients": 4, "rounds": 1},
+        "round_chain": round_chain(1),
+        **sections,
+    }
+
+
+@pytest.mark.parametrize(
+    "section, key, value",
+    [
+        ("federation", "dropout", 1.0),
+        ("federation", "dropout", -0.1),
+        ("federation", "round_deadline_steps", 0),
+        ("federation", "stragglers", "wait"),
+        ("faults", "failing_clients", [4]),
+        ("faults", "nonfinite_clients", [-1]),
+    ],
+)
+def test_bad_failure_params_name_the_key(section: str, key: str, value) -> None:
+    raw = _params()
+    raw.setdefault(section, {})[key] = value
+    with pytest.raises(ParamsError, match=rf"{section}\.{key}"):
+        parse_params(raw)
+
+
+def test_slow_clients_need_a_deadline() -> None:
+    raw = _params()
+    raw["federation"]["slow_clients"] = 0.2
+    with pytest.raises(ParamsError, match="federation.round_deadline_steps"):
+        parse_params(raw)
+
+
+def test_a_client_with_misshapen_data_fails_alone_in_a_cohort() -> None:
+    """The cohort's vectorized fit cannot stack a client whose rows have another
+    width: its group is served one by one, and only that client fails."""
+    inputs = _inputs()
+    bad = inputs.data.clients[5]
+    wide = ClientData(
+        5, np.pad(bad.x_train, ((0, 0), (0, 1))), bad.y_train, bad.x_test, bad.y_test
+    )
+    clients = tuple(wide if c.client == 5 else c for c in inputs.data.clients)
+    d = inputs.data
+    inputs = replace(inputs, data=FederatedData(d.spec, d.x_test, d.y_test, clients))
+    seq, coh = _run(inputs), _run(inputs, cohort=10)
+    assert list(coh.record.excluded) == list(seq.record.excluded) == [5]
+    assert coh.record.excluded[5].startswith("failed: ")
+    for x, y in zip(seq.weights, coh.weights, strict=True):
+        np.testing.assert_allclose(x, y, atol=1e-5, rtol=1e-4)
+
+
+# ---------------------------------------------------------------- the doctor
+
+
+def test_the_doctor_names_dropped_failed_and_nonfinite_clients(tmp_path) -> None:
+    run_federation(
+        tmp_path,
+        rounds=2,
+        n_samples=400,
+        failures=FailurePolicy(dropout=0.2),
+        planted=PlantedFaults(failing=frozenset({4}), nonfinite=frozenset({1})),
+    )
+    findings = {f.code: f for f in diagnose(tmp_path)}
+    failed = findings[codes.CLIENTS_FAILED]
+    assert failed.severity == "warning" and "client 4" in failed.title
+    assert "PlantedClientFailure" in failed.evidence[0]
+    nonfinite = findings[codes.CLIENT_UPDATES_NONFINITE]
+    present = [
+        k
+        for k in (1, 2)
+        if 1 not in dropped_out(range(10), dropout=0.2, seed=0, round_=k)
+    ]
+    assert nonfinite.title.startswith("client 1 sent") and nonfinite.rounds == present
+    assert findings[codes.CLIENTS_DROPPED_OUT].severity == "info"
+    # one NaN client among nine is not the learning rate's doing
+    assert codes.LEARNING_RATE_TOO_HIGH not in findings
+    assert codes.ROUND_STOPPED_CLIENTS_LOST not in findings
+
+
+def test_the_doctor_names_the_round_that_stopped(tmp_path) -> None:
+    run_federation(
+        tmp_path,
+        rounds=2,
+        n_samples=400,
+        failures=FailurePolicy(min_clients=10),
+        planted=PlantedFaults(nonfinite=frozenset({3}), from_round=2),
+    )
+    findings = diagnose(tmp_path)
+    first = findings[0]
+    assert first.code == codes.ROUND_STOPPED_CLIENTS_LOST and first.severity == "error"
+    assert first.rounds == [2] and "client 3 (nonfinite)" in first.evidence[0]
