@@ -204,20 +204,21 @@ def plan_round(
     """
     gone = set(dropped_out(selected, dropout=policy.dropout, seed=seed, round_=round_))
     slow = slow_set(n_clients, policy.slow_clients, seed)
-    plan = RoundPlan()
+    train: dict[int, LocalTraining] = {}
+    excluded: dict[int, str] = {}
+    partial: dict[int, int] = {}
     for c in selected:
-        if c in gone:
-            plan.excluded[c] = DROPOUT
-            continue
         budget = step_budget(c, policy, slow)
-        if budget is None or steps_needed(n_train[c], training) <= budget:
-            plan.train[c] = training
+        if c in gone:
+            excluded[c] = DROPOUT
+        elif budget is None or steps_needed(n_train[c], training) <= budget:
+            train[c] = training
         elif policy.stragglers == "drop":
-            plan.excluded[c] = STRAGGLER
+            excluded[c] = STRAGGLER
         else:
-            plan.train[c] = replace(training, max_steps=budget)
-            plan.partial[c] = budget
-    return plan
+            train[c] = replace(training, max_steps=budget)
+            partial[c] = budget
+    return RoundPlan(train, excluded, partial)
 
 
 def nonfinite_update(update: ClientUpdate) -> bool:
