@@ -100,6 +100,18 @@ UNDER_FIRE = dict(
 )
 
 
+@pytest.fixture(scope="module")
+def under_fire() -> RoundOutputs:
+    """A round with 20% dropout, client 4 raising and client 1 sending NaN."""
+    return _run(_inputs(**UNDER_FIRE))
+
+
+@pytest.fixture(scope="module")
+def plain() -> RoundOutputs:
+    """The same round with the defaults."""
+    return _run(_inputs())
+
+
 # ---------------------------------------------------------------- the plan
 
 
@@ -150,8 +162,10 @@ def test_steps_and_stragglers_planned() -> None:
 # ---------------------------------------------------------------- rounds
 
 
-def test_dropout_a_raising_and_a_nan_client_complete_and_are_named() -> None:
-    out = _run(_inputs(**UNDER_FIRE))
+def test_dropout_a_raising_and_a_nan_client_complete_and_are_named(
+    under_fire: RoundOutputs,
+) -> None:
+    out = under_fire
     excluded = out.record.excluded
     assert excluded[4].startswith("failed: PlantedClientFailure: client 4")
     assert excluded[1] == "nonfinite"
@@ -178,24 +192,26 @@ def test_dropout_a_raising_and_a_nan_client_complete_and_are_named() -> None:
     )
 
 
-def test_same_seed_same_dropouts_and_bits_other_seed_others() -> None:
-    a, b = _run(_inputs(**UNDER_FIRE)), _run(_inputs(**UNDER_FIRE))
+def test_same_seed_same_dropouts_and_bits_other_seed_others(
+    under_fire: RoundOutputs,
+) -> None:
+    a, b = under_fire, _run(_inputs(**UNDER_FIRE))
     assert a.record.excluded == b.record.excluded and _bits(a) == _bits(b)
     other = _run(_inputs(**UNDER_FIRE, seed=4))
     assert other.record.excluded != a.record.excluded
 
 
-def test_defaults_keep_the_round_as_it_was() -> None:
-    plain = _run(_inputs())
+def test_defaults_keep_the_round_as_it_was(plain: RoundOutputs) -> None:
     assert plain.record.excluded == {} and "excluded" not in plain.health
     assert "clients_excluded" not in plain.record.summary()
     assert "excluded" not in plain.record.client_table()
     assert "out" not in progress_line(plain.record.summary(), 4, 1.0)
 
 
-def test_a_bad_client_in_a_vectorized_cohort_is_left_out_alone() -> None:
-    inputs = _inputs(**UNDER_FIRE)
-    seq, coh = _run(inputs), _run(inputs, cohort=4)
+def test_a_bad_client_in_a_vectorized_cohort_is_left_out_alone(
+    under_fire: RoundOutputs,
+) -> None:
+    seq, coh = under_fire, _run(_inputs(**UNDER_FIRE), cohort=4)
     assert coh.record.excluded == seq.record.excluded
     for x, y in zip(seq.weights, coh.weights, strict=True):
         np.testing.assert_allclose(x, y, atol=1e-5, rtol=1e-4)
@@ -226,10 +242,10 @@ def test_faults_start_from_their_round() -> None:
     assert 1 in _run(_inputs(planted=planted, round=2)).record.excluded
 
 
-def test_stragglers_partial_work_is_used_or_dropped() -> None:
+def test_stragglers_partial_work_is_used_or_dropped(plain: RoundOutputs) -> None:
     # clients need 3, 3, 4, 4, 5 .. 7 steps; 4 may be taken: 4..9 are stragglers
     deadline = FailurePolicy(round_deadline_steps=4)
-    full = _run(_inputs())
+    full = plain
     partial = _run(_inputs(failures=deadline))
     drop = _run(_inputs(failures=replace(deadline, stragglers="drop")))
     stragglers = list(range(4, CLIENTS))
