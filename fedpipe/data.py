@@ -8,6 +8,7 @@ stage reads; models receive float32 arrays built by :func:`to_arrays` (or
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,4 +188,18 @@ def to_features(
     """
     idx = np.asarray(positions, dtype=np.int64)
     x = np.asarray(features[idx], dtype=np.float32) / np.float32(spec.scale)
+    release_pages(features)
     return x.reshape((len(idx), *spec.input_shape))
+
+
+def release_pages(features: np.ndarray) -> None:
+    """Unmap the pages of a memory-mapped ``features`` that reads brought in.
+
+    The file stays in the page cache (the next read of those rows is a minor
+    fault, no disk read), but this process stops holding them: without it, every
+    row read once counts in the process's resident memory until the end (0.6 GB for
+    20,000 RGB images of 100x100). Nothing for arrays in memory.
+    """
+    mapping = getattr(features, "_mmap", None)
+    if mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
+        mapping.madvise(mmap.MADV_DONTNEED)

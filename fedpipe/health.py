@@ -338,17 +338,24 @@ def round_health(
     ids = sorted(int(c) for c in client_weights)
     train = sorted(int(j) for j in trainable)
     table = _layer_table(layers, layer_kinds, set(train))
-    w0 = _flat(before, train)
-    deltas = np.stack([_flat(client_weights[c], train) - w0 for c in ids])
-    finite = np.all(np.isfinite(deltas), axis=1)
+    before_ok = nonfinite([before[j] for j in train]) == 0
+    finite = np.array(
+        [
+            before_ok and not nonfinite([client_weights[c][j] for j in train])
+            for c in ids
+        ],
+        dtype=bool,
+    )
     usable_after = after is not None and nonfinite([after[j] for j in train]) == 0
-    # the vectors every number below is made of, one per row:
-    # finite clients' updates, w_before, and (if usable) the step and w_after
-    rows = [deltas[finite], w0[None, :]]
-    if usable_after:
-        w1 = _flat(after, train)
-        rows += [(w1 - w0)[None, :], w1[None, :]]
-    stacked = np.concatenate(rows)
+    # the vectors every number below is made of, one per row: finite clients'
+    # updates, w_before, and (if usable) the step and w_after; written in place
+    # (a model of P weights and K clients holds (K + 3) P float64 at a time)
+    stacked = _stacked(
+        before,
+        after if usable_after else None,
+        train,
+        [client_weights[c] for c, ok in zip(ids, finite, strict=True) if ok],
+    )
     slices = _slices(before, train)
     grams = [_layer_gram(stacked, [slices[j] for j in own]) for *_, own, _ in table]
     total = sum(grams, np.zeros((len(stacked), len(stacked))))
@@ -488,6 +495,31 @@ def _slices(weights: Weights, indices: Sequence[int]) -> dict[int, slice]:
         size = int(np.size(weights[j]))
         out[j] = slice(start, start + size)
         start += size
+    return out
+
+
+def _stacked(
+    before: Weights,
+    after: Weights | None,
+    indices: Sequence[int],
+    clients: Sequence[Weights],
+) -> np.ndarray:
+    """Rows ``[w_k - w_before .., w_before, (w_after - w_before, w_after)]`` over
+    the weights at ``indices``, as one float64 array filled in place."""
+    n_rows = len(clients) + 1 + (2 if after is not None else 0)
+    out = np.empty((n_rows, sum(int(np.size(before[j])) for j in indices)))
+    kf = len(clients)
+    start = 0
+    for j in indices:
+        part = slice(start, start + int(np.size(before[j])))
+        w0 = np.asarray(before[j], dtype=np.float64).ravel()
+        for k, weights in enumerate(clients):
+            np.subtract(np.asarray(weights[j]).ravel(), w0, out=out[k, part])
+        out[kf, part] = w0
+        if after is not None:
+            out[kf + 2, part] = np.asarray(after[j], dtype=np.float64).ravel()
+            np.subtract(out[kf + 2, part], w0, out=out[kf + 1, part])
+        start = part.stop
     return out
 
 

@@ -398,3 +398,28 @@ def test_health_and_doctor_do_not_load_tensorflow() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_rows_are_built_in_place_with_the_bits_of_concatenation() -> None:
+    from fedpipe.health import _flat, _stacked
+
+    rng = np.random.default_rng(3)
+    before = [rng.normal(size=s).astype(np.float32) for s in [(6, 4), (4,), (4, 2)]]
+    clients = [
+        [(w + rng.normal(scale=0.1, size=w.shape)).astype(np.float32) for w in before]
+        for _ in range(3)
+    ]
+    after = [np.mean([c[j] for c in clients], axis=0) for j in range(3)]
+    idx = [0, 2]  # a layer left out (not trainable)
+    w0, w1 = _flat(before, idx), _flat(after, idx)
+    naive = np.concatenate(
+        [
+            np.stack([_flat(c, idx) - w0 for c in clients]),
+            w0[None],
+            (w1 - w0)[None],
+            w1[None],
+        ]
+    )
+    got = _stacked(before, after, idx, clients)
+    assert got.dtype == np.float64 and got.tobytes() == naive.tobytes()
+    assert _stacked(before, None, idx, clients).tobytes() == naive[:4].tobytes()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from helpers_store import CountingStore, prepared_store
 
-from fedpipe.data import DatasetSpec, to_arrays
+from fedpipe.data import DatasetSpec, to_arrays, to_features
 from fedpipe.ingest import open_features, read_samples, read_schema
 from fedpipe.splits import (
     ClientData,
@@ -243,3 +243,36 @@ def test_the_tasks_share_the_library_cache(store: tuple) -> None:
 
     prepared, manifest = store
     assert data_for(prepared, manifest) is open_federated(prepared, manifest)
+
+
+def _resident_kb(path: Path) -> int:
+    """This process's resident kB of its mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if line[:1].isalnum() and "-" in line.split()[0] and ":" not in line.split()[0]:
+            inside = line.rstrip().endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="Linux /proc")
+def test_rows_read_from_the_memory_map_do_not_stay_resident(tmp_path: Path) -> None:
+    path = tmp_path / "features.npy"
+    np.save(path, np.arange(16 * 2**20, dtype=np.uint8).reshape(-1, 1024) % 251)
+    store = np.load(path, mmap_mode="r")
+    spec = DatasetSpec(
+        name="t",
+        classes=(0, 1),
+        input_shape=(1024,),
+        value_range=(0, 255),
+        scale=255.0,
+        n_samples=len(store),
+    )
+    rows = np.arange(len(store))
+    plain = np.asarray(store[rows], dtype=np.float32)  # a read without the release
+    held = _resident_kb(path)
+    assert held >= 12 * 1024  # the 16 MiB file's pages, resident once read
+    x = to_features(store, rows, spec)
+    assert _resident_kb(path) < held / 8
+    np.testing.assert_array_equal(x, plain / np.float32(255.0))
