@@ -35,6 +35,9 @@ class RoundRecord:
         scored clients), when personalization is on.
     n_clients : int, optional
         Clients in the federation (default: those in ``n_test``).
+    privacy : dict, optional
+        The round's differential privacy (``privacy.*``): epsilon at delta after
+        this round, the clip, the noise against the signal (:mod:`fedpipe.privacy`).
 
     Lists indexed by client id are accepted for ``n_test``, ``global_clients``
     and ``personalized``.
@@ -49,6 +52,7 @@ class RoundRecord:
     aggregation_weight_sum: float
     personalized: Mapping[int, dict[str, float]] | None = None
     n_clients: int | None = None
+    privacy: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_test", "global_clients", "personalized"):
@@ -123,6 +127,8 @@ class RoundRecord:
         if self.personalized is not None:
             out["personalized"] = _rounded(self.personalized_mean())
             out["personalized_std"] = _rounded(self.personalized_std())
+        if self.privacy is not None:
+            out["privacy"] = dict(self.privacy)
         return out
 
     def client_table(self) -> pd.DataFrame:

@@ -36,6 +36,7 @@ from fedpipe.faults import misweighted_aggregate
 from fedpipe.health import round_health
 from fedpipe.metrics import classification_metrics
 from fedpipe.models import layer_info
+from fedpipe.privacy import rounds as dp
 from fedpipe.records import RoundRecord
 from fedpipe.seeds import rng_for
 from fedpipe.splits import ClientData, FederatedData
@@ -251,6 +252,8 @@ class RoundInputs:
         ``faults.aggregation_weight_sum``: applied after aggregation.
     evaluation : ClientEvaluation
         ``evaluation.*``: which clients the new global model is scored on.
+    privacy : Privacy or None
+        ``privacy.*``: the round's DP mechanism and budget (None: no privacy).
     """
 
     round: int
@@ -266,6 +269,16 @@ class RoundInputs:
     clients_per_round: int
     weight_sum_fault: float | None = None
     evaluation: ClientEvaluation = ClientEvaluation()
+    privacy: dp.Privacy | None = None
+
+    def sampled(self, round_: int) -> list[int]:
+        """The clients sampled in ``round_`` (this federation's sampling)."""
+        return sample_clients(
+            n_clients=len(self.data.clients),
+            per_round=self.clients_per_round,
+            seed=self.seed,
+            round_=round_,
+        )
 
 
 @dataclass(frozen=True)
@@ -330,7 +343,10 @@ def run_round(
     ------
     RoundFailed
         The strategy refused the updates (with the round's health record).
+    PrivacyBudgetExceeded
+        The round would pass ``privacy.target_epsilon`` (raised before any work).
     """
+    epsilon = dp.spend(inputs.privacy, inputs.round, inputs.sampled)
     selected = sample_clients(
         n_clients=len(inputs.data.clients),
         per_round=inputs.clients_per_round,
@@ -344,8 +360,14 @@ def run_round(
     states = merged(inputs.client_states, {r.client: r.state for r in results})
     before = inputs.global_weights
     try:
-        weights, server_state = inputs.strategy.aggregate_round(
-            before, [r.update for r in results], inputs.server_state
+        weights, server_state, private = dp.aggregate_round(
+            inputs.privacy,
+            inputs.strategy,
+            before,
+            [r.update for r in results],
+            inputs.server_state,
+            seed=inputs.seed,
+            round_=inputs.round,
         )
     except AggregationError as exc:
         health = _health(inputs, runner, results, after=None)
@@ -377,6 +399,7 @@ def run_round(
         aggregation_weight_sum=weight_sum,
         personalized=personalized,
         n_clients=len(clients),
+        privacy=dp.with_epsilon(private, inputs.privacy, epsilon),
     )
     health = _health(
         inputs,

@@ -27,7 +27,7 @@ from prefect.artifacts import (
 )
 from prefect.context import FlowRunContext, TaskRunContext
 
-from fedpipe.history import final_table
+from fedpipe.history import final_table, privacy_text
 from fedpipe.records import RoundRecord
 
 RUN_SUMMARY_KEY = "fedpipe-run-summary"
@@ -73,6 +73,7 @@ def publish_round_table(record: RoundRecord) -> None:
             f"Round {record.round}: per client, its locally trained model on its own "
             "test split (local_*, selected clients only) and the new global model "
             "on the same split (global_*)."
+            + (f" {privacy_text(record.summary())}." if record.privacy else "")
         ),
     )
 

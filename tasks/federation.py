@@ -20,6 +20,7 @@ from fedpipe.experiment import (
     client_evaluation,
     local_training,
     model_spec,
+    privacy_for,
     strategy_for,
 )
 from fedpipe.jsonio import write_json
@@ -71,6 +72,7 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         clients_per_round=params.federation.clients_per_round(),
         weight_sum_fault=params.faults.aggregation_weight_sum,
         evaluation=client_evaluation(params),
+        privacy=privacy_for(params),
     )
 
 

@@ -15,6 +15,7 @@ CLIENT_DRIFT = "client-drift"
 LOSS_RISING_ACCURACY_HOLDS = "loss-rising-accuracy-holds"
 NOT_LEARNING = "not-learning"
 HEALTH_RECORDS_MISSING = "health-records-missing"
+PRIVACY_NOISE_DOMINATES = "privacy-noise-dominates"
 
 #: every code, root causes before the symptoms they cause
 ALL = (
@@ -24,6 +25,7 @@ ALL = (
     CLIENT_UPDATE_OUTLIER,
     NORM_STATISTICS_DISAGREE,
     CLIENT_DRIFT,
+    PRIVACY_NOISE_DOMINATES,
     LOSS_RISING_ACCURACY_HOLDS,
     NOT_LEARNING,
     HEALTH_RECORDS_MISSING,
