@@ -15,6 +15,7 @@ from dp_accounting.rdp import RdpAccountant
 
 from fedpipe.config import ParamsError, parse_params, round_chain
 from fedpipe.doctor import codes, diagnose
+from fedpipe.history import final_table, progress_line
 from fedpipe.privacy.accountant import (
     NeighborRel,
     PrivacyBudgetExceeded,
@@ -27,6 +28,7 @@ from fedpipe.privacy.accountant import (
 from fedpipe.privacy.mechanism import CLIP_KEY, clip_to_norm, global_norm, privacy_rng
 from fedpipe.privacy.rounds import aggregate_round
 from fedpipe.privacy.settings import Privacy
+from fedpipe.report import build_report
 from fedpipe.strategy import ClientUpdate, make_strategy
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -294,24 +296,27 @@ def test_rounds_record_epsilon_from_the_accountant(tmp_path: Path) -> None:
         tmp_path,
         n_samples=300,
         clients=5,
-        rounds=3,
+        rounds=2,
         privacy={"mechanism": "central", "noise_multiplier": 1.5},
     )
     privacy = _central(sigma=1.5, n_clients=5, per_round=5)
     eps = [s["privacy"]["epsilon"] for s in summaries]
-    assert eps == [
-        pytest.approx(central_epsilon(privacy, k), abs=1e-6) for k in (1, 2, 3)
-    ]
+    assert eps == [pytest.approx(central_epsilon(privacy, k), abs=1e-6) for k in (1, 2)]
     assert eps == sorted(eps) and eps[0] < eps[-1]
     (tmp_path / "again").mkdir()
     again = run_federation(
         tmp_path / "again",
         n_samples=300,
         clients=5,
-        rounds=3,
+        rounds=2,
         privacy={"mechanism": "central", "noise_multiplier": 1.5},
     )
     assert again == summaries  # same params, same numbers
+    # the final table (reports/summary.md) and the progress line show it
+    assert f"ε = {eps[-1]:.3g} at δ = 1e-05" in final_table(summaries[-1])
+    assert progress_line(summaries[-1], 2, 1.0).endswith(f"ε {eps[-1]:.3g}")
+    plain = run_federation(tmp_path / "again", n_samples=300, clients=5, rounds=1)
+    assert "privacy" not in plain[0] and "ε" not in final_table(plain[0])
 
 
 def test_target_epsilon_stops_before_the_round_that_would_pass_it(
@@ -377,6 +382,8 @@ def test_doctor_names_the_noise_not_the_learning_rate(tmp_path: Path) -> None:
         assert (
             codes.PRIVACY_NOISE_DOMINATES in others[codes.LEARNING_RATE_TOO_HIGH].title
         )
+    report = build_report(tmp_path / "noisy", findings=None)
+    assert "Differential privacy (central, client level): ε = " in report
     run_federation(tmp_path / "plain", n_samples=300, clients=5, rounds=3)
     plain = {f.code for f in diagnose(tmp_path / "plain")}
     assert codes.PRIVACY_NOISE_DOMINATES not in plain

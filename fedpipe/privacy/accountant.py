@@ -133,17 +133,19 @@ def check_budget(privacy: Privacy, round_: int, sampled: Sampler) -> float:
     target = privacy.target_epsilon
     if target is None or spent <= target:
         return spent
-    before = epsilon_after(privacy, round_ - 1, sampled)
-    kept = (
-        f"rounds 1..{round_ - 1} kept (ε {before:.3g})"
-        if round_ > 1
-        else ("no round kept")
-    )
+    if round_ == 1:
+        kept = "no round kept. Raise privacy.noise_multiplier or privacy.target_epsilon"
+    else:
+        before = epsilon_after(privacy, round_ - 1, sampled)
+        kept = (
+            f"rounds 1..{round_ - 1} kept (ε {before:.3g}). Set federation.rounds: "
+            f"{round_ - 1} to finish with a summary, or raise "
+            "privacy.noise_multiplier / privacy.target_epsilon"
+        )
     raise PrivacyBudgetExceeded(
         f"privacy.target_epsilon={target:g} reached: round {round_} would spend "
         f"ε {spent:.3g} at δ {privacy.delta:g}, so the federation stopped before "
-        f"it; {kept}. Set federation.rounds: {max(round_ - 1, 1)} to finish with a "
-        "summary, or raise privacy.noise_multiplier / privacy.target_epsilon"
+        f"it; {kept}"
     )
 
 

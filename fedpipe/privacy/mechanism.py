@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -141,8 +141,3 @@ def locally_noised(
 def privacy_rng(seed: int, round_: int, *client: int) -> np.random.Generator:
     """The round's (or a client's) noise generator."""
     return rng_for(seed, "privacy", round_, *client)
-
-
-def with_weights(update, weights: Weights):  # type: ignore[no-untyped-def]
-    """A :class:`~fedpipe.strategy.ClientUpdate` carrying other weights."""
-    return replace(update, weights=weights)
