@@ -356,6 +356,32 @@ class FaultsParams(_Section):
     from_round: int = Field(1, ge=1)
 
 
+class PrivacyParams(_Section):
+    """Differential privacy of the federation (null ``mechanism``: none).
+
+    Client-level DP (the unit of privacy is a client): ``central`` is DP-FedAvg
+    (the server clips each client's update delta to ``clip_norm`` over all
+    layers, sums them unweighted, adds Gaussian noise of std ``noise_multiplier *
+    clip_norm`` and divides by the clients per round); ``local`` has each client
+    clip and noise its own delta. ``adaptive_clip`` moves the clip towards the
+    ``target_quantile`` of update norms (Andrew et al., 2021) with ``clip_lr`` and
+    a noised clipped count (``count_noise_multiplier``, null: clients per round /
+    10). Epsilon at ``delta`` is recorded after every round; ``target_epsilon``
+    stops the federation before the round that would pass it. See
+    docs/privacy.md and :mod:`fedpipe.privacy`.
+    """
+
+    mechanism: Literal["central", "local"] | None = None
+    clip_norm: float = Field(1.0, gt=0.0)
+    noise_multiplier: float = Field(1.0, ge=0.0)
+    delta: float = Field(1e-5, gt=0.0, lt=1.0)
+    target_epsilon: float | None = Field(None, gt=0.0)
+    adaptive_clip: bool = False
+    target_quantile: float = Field(0.5, gt=0.0, lt=1.0)
+    clip_lr: float = Field(0.2, gt=0.0)
+    count_noise_multiplier: float | None = Field(None, gt=0.0)
+
+
 class EvaluationParams(_Section):
     """Which clients' local test splits the new global model is scored on each round.
 
@@ -521,6 +547,7 @@ class Params(_Section):
     evaluation: EvaluationParams = EvaluationParams()
     validation: ValidationParams = ValidationParams()
     runtime: RuntimeParams = RuntimeParams()
+    privacy: PrivacyParams = PrivacyParams()
     round_chain: dict[int, int] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -551,6 +578,23 @@ class Params(_Section):
                 f"{self.federation.rounds}; run `fedpipe sync` to regenerate it "
                 "(dvc.yaml makes one stage per entry)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _privacy_fits(self) -> Params:
+        from fedpipe.privacy.settings import check_privacy
+
+        p = self.privacy
+        check_privacy(
+            mechanism=p.mechanism,
+            noise_multiplier=p.noise_multiplier,
+            delta=p.delta,
+            adaptive_clip=p.adaptive_clip,
+            count_noise_multiplier=p.count_noise_multiplier,
+            strategy=self.strategy.name,
+            n_clients=self.federation.clients,
+            per_round=self.federation.clients_per_round(),
+        )
         return self
 
 

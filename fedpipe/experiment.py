@@ -15,6 +15,7 @@ from fedpipe.faults import PlantedFaults
 from fedpipe.models import layer_groups, normalization_layers
 from fedpipe.personalization import Personalization, resolve
 from fedpipe.plugins import is_reference, resolve_class
+from fedpipe.privacy.settings import Privacy
 from fedpipe.round import ClientEvaluation
 from fedpipe.strategy import STRATEGIES, Strategy
 from fedpipe.training import ModelSpec, model_spec_for
@@ -120,6 +121,26 @@ def planted_faults(params: Params) -> PlantedFaults:
         failing=frozenset(f.failing_clients),
         nonfinite=frozenset(f.nonfinite_clients),
         from_round=f.from_round,
+    )
+
+
+def privacy_for(params: Params) -> Privacy | None:
+    """The run's differential privacy (``privacy.*``), None when it has none."""
+    p = params.privacy
+    if p.mechanism is None:
+        return None
+    return Privacy(
+        mechanism=p.mechanism,
+        clip_norm=p.clip_norm,
+        noise_multiplier=p.noise_multiplier,
+        delta=p.delta,
+        n_clients=params.federation.clients,
+        per_round=params.federation.clients_per_round(),
+        target_epsilon=p.target_epsilon,
+        adaptive_clip=p.adaptive_clip,
+        target_quantile=p.target_quantile,
+        clip_lr=p.clip_lr,
+        count_noise_multiplier=p.count_noise_multiplier,
     )
 
 

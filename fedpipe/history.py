@@ -32,6 +32,9 @@ def flatten(summary: Mapping[str, Any]) -> dict[str, Any]:
             value = summary.get(group, {}).get(name)
             row[f"{group}_{name}"] = float("nan") if value is None else value
     row["n_selected"] = len(summary.get("clients_selected", []))
+    if "privacy" in summary:
+        epsilon = summary["privacy"].get("epsilon")
+        row["epsilon"] = float("inf") if epsilon is None else epsilon
     return row
 
 
@@ -62,7 +65,24 @@ def progress_line(summary: Mapping[str, Any], rounds: int, seconds: float) -> st
         f"global acc {fmt(g['accuracy'])} loss {fmt(g['loss'])}  |  "
         f"local acc {fmt(lo['accuracy'])} ± {fmt(sd['accuracy'])} "
         f"loss {fmt(lo['loss'])}  "
-        f"({clients}, {seconds:.1f} s)"
+        f"({clients}, {seconds:.1f} s)" + privacy_text(summary, short=True)
+    )
+
+
+def privacy_text(summary: Mapping[str, Any], *, short: bool = False) -> str:
+    """``"  ε 1.23"`` (``short``: the progress line) or a sentence naming the
+    mechanism, epsilon, delta, sigma and the clip; empty without privacy."""
+    p = summary.get("privacy")
+    if not p:
+        return ""
+    eps = "∞" if p.get("epsilon") is None else f"{p['epsilon']:.3g}"
+    if short:
+        return f"  ε {eps}"
+    return (
+        f"Differential privacy ({p['mechanism']}, client level): ε = {eps} at "
+        f"δ = {p['delta']:g} after round {summary['round']} "
+        f"(noise multiplier {p['noise_multiplier']:g}, clip norm "
+        f"{p['clip_norm']:g}, {p['clipped_fraction']:.0%} of updates clipped)"
     )
 
 
@@ -81,4 +101,6 @@ def final_table(summary: Mapping[str, Any]) -> str:
                 cell += f" ± {spread:.4f}"
             cells.append(cell)
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if "privacy" in summary:
+        lines += ["", privacy_text(summary)]
     return "\n".join(lines)

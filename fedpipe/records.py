@@ -43,6 +43,9 @@ class RoundRecord:
         ``local`` but not in the local means.
     partial : dict, optional
         Client id -> the steps a straggler completed (its partial work used).
+    privacy : dict, optional
+        The round's differential privacy (``privacy.*``): epsilon at delta after
+        this round, the clip, the noise against the signal (:mod:`fedpipe.privacy`).
 
     Lists indexed by client id are accepted for ``n_test``, ``global_clients``
     and ``personalized``.
@@ -59,6 +62,7 @@ class RoundRecord:
     n_clients: int | None = None
     excluded: Mapping[int, str] = field(default_factory=dict)
     partial: Mapping[int, int] = field(default_factory=dict)
+    privacy: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_test", "global_clients", "personalized"):
@@ -149,6 +153,8 @@ class RoundRecord:
         if self.personalized is not None:
             out["personalized"] = _rounded(self.personalized_mean())
             out["personalized_std"] = _rounded(self.personalized_std())
+        if self.privacy is not None:
+            out["privacy"] = dict(self.privacy)
         return out
 
     def client_table(self) -> pd.DataFrame:

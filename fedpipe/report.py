@@ -617,9 +617,20 @@ def _metrics_section(run: RunFiles) -> str:
         f"{len(history)} round(s) from {source}. The band is the local models' "
         "mean ± one standard deviation across clients."
     )
-    return _plot(metrics_svg(history), caption, name="metrics") + _final_round_table(
-        history
+    return (
+        _plot(metrics_svg(history), caption, name="metrics")
+        + _final_round_table(history)
+        + _privacy_note(run)
     )
+
+
+def _privacy_note(run: RunFiles) -> str:
+    """The last round's privacy spent (epsilon at delta), when the run has DP."""
+    from fedpipe.history import privacy_text
+
+    last = run.rounds[max(run.rounds)] if run.rounds else {}
+    text = privacy_text(last)
+    return f'<p class="privacy">{html.escape(text)}</p>' if text else ""
 
 
 _NO_HEALTH = (

@@ -46,6 +46,7 @@ from fedpipe.faults import PlantedFaults, misweighted_aggregate
 from fedpipe.health import round_health
 from fedpipe.metrics import classification_metrics
 from fedpipe.models import layer_info
+from fedpipe.privacy import rounds as dp
 from fedpipe.records import RoundRecord
 from fedpipe.seeds import rng_for
 from fedpipe.splits import ClientData, FederatedData
@@ -287,6 +288,8 @@ class RoundInputs:
         ``federation.*``: dropout, deadline, stragglers, usable updates needed.
     planted : PlantedFaults
         ``faults.failing_clients`` / ``faults.nonfinite_clients``.
+    privacy : Privacy or None
+        ``privacy.*``: the round's DP mechanism and budget (None: no privacy).
     """
 
     round: int
@@ -304,6 +307,16 @@ class RoundInputs:
     evaluation: ClientEvaluation = ClientEvaluation()
     failures: FailurePolicy = FailurePolicy()
     planted: PlantedFaults = PlantedFaults()
+    privacy: dp.Privacy | None = None
+
+    def sampled(self, round_: int) -> list[int]:
+        """The clients sampled in ``round_`` (this federation's sampling)."""
+        return sample_clients(
+            n_clients=len(self.data.clients),
+            per_round=self.clients_per_round,
+            seed=self.seed,
+            round_=round_,
+        )
 
 
 @dataclass(frozen=True)
@@ -385,7 +398,10 @@ def run_round(
         Fewer than ``federation.min_clients`` usable updates remained.
     RoundFailed
         The strategy refused the updates (with the round's health record).
+    PrivacyBudgetExceeded
+        The round would pass ``privacy.target_epsilon`` (raised before any work).
     """
+    epsilon = dp.spend(inputs.privacy, inputs.round, inputs.sampled)
     selected = sample_clients(
         n_clients=len(inputs.data.clients),
         per_round=inputs.clients_per_round,
@@ -414,8 +430,14 @@ def run_round(
     states = merged(inputs.client_states, {r.client: r.state for r in usable})
     before = inputs.global_weights
     try:
-        weights, server_state = inputs.strategy.aggregate_round(
-            before, [r.update for r in usable], inputs.server_state
+        weights, server_state, private = dp.aggregate_round(
+            inputs.privacy,
+            inputs.strategy,
+            before,
+            [r.update for r in usable],
+            inputs.server_state,
+            seed=inputs.seed,
+            round_=inputs.round,
         )
     except AggregationError as exc:
         health = _health(inputs, runner, results, after=None, excluded=excluded)
@@ -449,6 +471,7 @@ def run_round(
         n_clients=len(clients),
         excluded=excluded,
         partial=dict(plan.partial),
+        privacy=dp.with_epsilon(private, inputs.privacy, epsilon),
     )
     health = _health(
         inputs,

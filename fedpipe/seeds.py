@@ -23,6 +23,7 @@ PURPOSES = {
     # fedpipe.failures (numbers far from the others: merged branches add theirs)
     "dropout": 31,
     "slow": 32,
+    "privacy": 11,
 }
 
 

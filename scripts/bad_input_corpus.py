@@ -160,6 +160,15 @@ def fractional_label(project: Path) -> None:
     _edit_table(project, _half_label)
 
 
+def privacy_delta_too_large(project: Path) -> None:
+    # client-level DP on 3 clients: delta must be below 1/3
+    set_params(project, privacy={"mechanism": "central", "delta": 0.5})
+
+
+def privacy_with_robust_aggregator(project: Path) -> None:
+    set_params(project, privacy={"mechanism": "central"}, strategy={"name": "krum"})
+
+
 def label_not_in_data_classes(project: Path) -> None:
     set_params(project, data={"classes": ["0", "1"]})
 
@@ -213,6 +222,15 @@ CASES = {
         label_not_in_data_classes,
         "data.classes: data.label_column 'label' in data/table.csv holds '2' (at row-",
         1,
+    ),
+    "privacy-delta-too-large": Case(
+        "table", privacy_delta_too_large, "privacy.delta=0.5 must be < 1/", 2
+    ),
+    "privacy-with-robust-aggregator": Case(
+        "table",
+        privacy_with_robust_aggregator,
+        "privacy.mechanism=central does not fit strategy.name='krum'",
+        2,
     ),
 }
 

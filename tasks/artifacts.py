@@ -27,7 +27,7 @@ from prefect.artifacts import (
 )
 from prefect.context import FlowRunContext, TaskRunContext
 
-from fedpipe.history import final_table
+from fedpipe.history import final_table, privacy_text
 from fedpipe.records import RoundRecord
 
 RUN_SUMMARY_KEY = "fedpipe-run-summary"
@@ -74,6 +74,7 @@ def publish_round_table(record: RoundRecord) -> None:
             "test split (local_*, selected clients only) and the new global model "
             "on the same split (global_*); excluded: why a client was left out "
             "of aggregation (only when one was)."
+            + (f" {privacy_text(record.summary())}." if record.privacy else "")
         ),
     )
 

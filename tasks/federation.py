@@ -22,6 +22,7 @@ from fedpipe.experiment import (
     local_training,
     model_spec,
     planted_faults,
+    privacy_for,
     strategy_for,
 )
 from fedpipe.failures import ClientFailure
@@ -76,6 +77,7 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         evaluation=client_evaluation(params),
         failures=failure_policy(params),
         planted=planted_faults(params),
+        privacy=privacy_for(params),
     )
 
 

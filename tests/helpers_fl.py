@@ -38,6 +38,7 @@ from fedpipe.client import (
 )
 from fedpipe.config import Params, round_chain
 from fedpipe.data import DatasetSpec, load_mnist5k
+from fedpipe.experiment import privacy_for
 from fedpipe.failures import FailurePolicy
 from fedpipe.faults import PlantedFaults
 from fedpipe.ingest import ingest_arrays, open_features, read_samples, read_schema
@@ -92,6 +93,8 @@ def run_federation(
     weight_sum_fault: float | None = None,
     failures: FailurePolicy | None = None,
     planted: PlantedFaults | None = None,
+    privacy: dict[str, Any] | None = None,
+    fraction_fit: float = 1.0,
 ) -> list[dict[str, Any]]:
     """Run a small federation through the library's round and write its files.
 
@@ -139,6 +142,8 @@ def run_federation(
         alpha=alpha,
         strategy=strategy,
         seed=seed,
+        privacy=privacy or {},
+        fraction_fit=fraction_fit,
     )
     (root / "params.yaml").write_text(
         yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False)
@@ -187,6 +192,7 @@ def run_federation(
     algorithm: ClientAlgorithm = make_client(strategy_.client_algorithm)
     if client_update is not None:
         algorithm = _Tampered(algorithm, client_update)
+    private = privacy_for(params)
     weights = initial_weights(model_spec, seed)
     state = strategy_.init_state(weights)
     client_states: dict = {}
@@ -203,10 +209,11 @@ def run_federation(
             strategy=strategy_,
             algorithm=algorithm,
             training=LocalTraining(epochs, batch_size, lr),
-            clients_per_round=clients,
+            clients_per_round=params.federation.clients_per_round(),
             weight_sum_fault=weight_sum_fault,
             failures=failures or FailurePolicy(),
             planted=planted or PlantedFaults(),
+            privacy=private,
         )
         try:
             out = run_round(inputs, map_clients=run_here(runner), runner=runner)
@@ -255,12 +262,19 @@ def _params(
     alpha: float,
     strategy: str,
     seed: int,
+    privacy: dict[str, Any],
+    fraction_fit: float,
 ) -> Params:
     return Params.model_validate(
         {
             "seed": seed,
             "partition": {"method": partition, "alpha": alpha, "min_samples": 5},
-            "federation": {"clients": clients, "rounds": rounds, "min_clients": 1},
+            "federation": {
+                "clients": clients,
+                "rounds": rounds,
+                "min_clients": 1,
+                "fraction_fit": fraction_fit,
+            },
             "train": {
                 "epochs": epochs,
                 "batch_size": batch_size,
@@ -269,6 +283,7 @@ def _params(
             },
             "model": {"name": model, **dict(model_settings)},
             "strategy": {"name": strategy},
+            "privacy": privacy,
             "round_chain": round_chain(rounds),
         }
     )

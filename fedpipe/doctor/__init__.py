@@ -15,7 +15,7 @@ One check per module (:mod:`~fedpipe.doctor.labels`,
 :mod:`~fedpipe.doctor.outliers`, :mod:`~fedpipe.doctor.norm_statistics`,
 :mod:`~fedpipe.doctor.drift`, :mod:`~fedpipe.doctor.loss_rising`,
 :mod:`~fedpipe.doctor.not_learning`, :mod:`~fedpipe.doctor.health_present`,
-:mod:`~fedpipe.doctor.failures`), each
+:mod:`~fedpipe.doctor.failures`, :mod:`~fedpipe.doctor.privacy`), each
 with its thresholds as named constants and the reason for their values. They are
 set so that a healthy run (the default: small_cnn, IID, 10 clients, lr 0.05, 10
 rounds) has no findings, and each symptom produced on purpose in
@@ -51,6 +51,7 @@ from fedpipe.doctor.loss_rising import check_loss_rising
 from fedpipe.doctor.norm_statistics import check_norm_statistics
 from fedpipe.doctor.not_learning import check_not_learning
 from fedpipe.doctor.outliers import check_outliers, outlier_rounds
+from fedpipe.doctor.privacy import check_privacy
 from fedpipe.runfiles import RunFiles, load_run
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "check_norm_statistics",
     "check_not_learning",
     "check_outliers",
+    "check_privacy",
     "codes",
     "diagnose",
     "exit_code",
@@ -89,6 +91,7 @@ CHECKS: tuple[Check, ...] = (
     check_outliers,
     check_norm_statistics,
     check_drift,
+    check_privacy,
     check_loss_rising,
     check_not_learning,
     check_health_present,

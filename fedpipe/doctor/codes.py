@@ -20,6 +20,7 @@ ROUND_STOPPED_CLIENTS_LOST = "round-stopped-clients-lost"
 CLIENTS_FAILED = "clients-failed"
 CLIENT_UPDATES_NONFINITE = "client-updates-nonfinite"
 CLIENTS_DROPPED_OUT = "clients-dropped-out"
+PRIVACY_NOISE_DOMINATES = "privacy-noise-dominates"
 
 #: every code, root causes before the symptoms they cause
 ALL = (
@@ -29,6 +30,7 @@ ALL = (
     CLIENT_UPDATE_OUTLIER,
     NORM_STATISTICS_DISAGREE,
     CLIENT_DRIFT,
+    PRIVACY_NOISE_DOMINATES,
     LOSS_RISING_ACCURACY_HOLDS,
     NOT_LEARNING,
     HEALTH_RECORDS_MISSING,

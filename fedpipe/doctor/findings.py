@@ -28,6 +28,9 @@ PRIORITY = {
     codes.LOSS_RISING_ACCURACY_HOLDS: 6,
     codes.NOT_LEARNING: 7,
     codes.HEALTH_RECORDS_MISSING: 9,
+    # above the learning rate: noised global weights make local training look
+    # like it blows up (the fix is sigma or the clip, not train.lr)
+    codes.PRIVACY_NOISE_DOMINATES: 1,
 }
 
 #: a finding on the left, when present, explains these others: they are kept but
@@ -51,6 +54,11 @@ EXPLAINS: dict[str, tuple[str, ...]] = {
         codes.NOT_LEARNING,
     ),
     codes.CLIENT_UPDATE_OUTLIER: (codes.LOSS_RISING_ACCURACY_HOLDS,),
+    codes.PRIVACY_NOISE_DOMINATES: (
+        codes.LEARNING_RATE_TOO_HIGH,
+        codes.NOT_LEARNING,
+        codes.LOSS_RISING_ACCURACY_HOLDS,
+    ),
 }
 
 

@@ -1,0 +1,165 @@
+"""What a run's differential privacy is: :class:`Privacy`, and the checks that
+refuse settings that make no sense, before any work.
+
+The unit of privacy is a **client** (client-level DP, as DP-FedAvg of McMahan et
+al., 2018): neighbouring federations differ in one client's whole data, so
+``privacy.delta`` must be below ``1 / federation.clients``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: strategies whose server step can take one noised mean update (central DP):
+#: FedAvg applies it, the server optimizers use it as their pseudo-gradient
+CENTRAL_STRATEGIES = (
+    "fedavg",
+    "fedprox",
+    "fedavgm",
+    "fedadam",
+    "fedyogi",
+    "fedadagrad",
+)
+#: strategies that read more of a client than its weights, which no clipping or
+#: noise here covers (SCAFFOLD's control variates leave the client unclipped)
+NEVER_PRIVATE = ("scaffold",)
+
+#: Andrew et al. (2021): clipped-count noise std sigma_b = m / 20 for m clients a
+#: round, i.e. a count noise multiplier z_b = 2 sigma_b = m / 10
+DEFAULT_COUNT_NOISE_PER_CLIENT = 0.1
+
+
+@dataclass(frozen=True)
+class Privacy:
+    """A run's differential privacy (``privacy.*``), resolved for its federation.
+
+    Attributes
+    ----------
+    mechanism : str
+        ``central`` (the server clips each client's update delta to
+        ``clip_norm``, sums them unweighted and adds Gaussian noise of std
+        ``noise_multiplier * clip_norm`` to the sum) or ``local`` (each client
+        clips and noises its own delta before sending).
+    clip_norm : float
+        L2 bound C on a client's update delta (over all layers); with
+        ``adaptive_clip`` the value before round 1.
+    noise_multiplier : float
+        sigma: noise std over C. With ``adaptive_clip`` the effective
+        multiplier of the update and the clipped count together (as TFF and
+        Flower define it).
+    delta : float
+        The delta at which epsilon is reported.
+    n_clients, per_round : int
+        Clients in the federation (n) and sampled per round (m, without
+        replacement: the sampling rate is q = m / n).
+    target_epsilon : float or None
+        Stop before the round that would spend more.
+    adaptive_clip : bool
+        Geometric clip update towards ``target_quantile`` of the update norms
+        (Andrew et al., 2021) with learning rate ``clip_lr``.
+    count_noise_multiplier : float or None
+        z_b: noise multiplier of the clipped count (its std is z_b / 2 on the
+        count of clients inside the clip); None: ``per_round / 10``.
+    """
+
+    mechanism: str
+    clip_norm: float
+    noise_multiplier: float
+    delta: float
+    n_clients: int
+    per_round: int
+    target_epsilon: float | None = None
+    adaptive_clip: bool = False
+    target_quantile: float = 0.5
+    clip_lr: float = 0.2
+    count_noise_multiplier: float | None = None
+
+    @property
+    def count_multiplier(self) -> float:
+        """z_b, the clipped count's noise multiplier (adaptive clipping)."""
+        if self.count_noise_multiplier is not None:
+            return self.count_noise_multiplier
+        return DEFAULT_COUNT_NOISE_PER_CLIENT * self.per_round
+
+    @property
+    def update_multiplier(self) -> float:
+        """The update's own noise multiplier sigma_Delta: sigma itself, or with
+        adaptive clipping ``(sigma^-2 - z_b^-2)^(-1/2)``, so that update and count
+        together spend what sigma alone would (Andrew et al., Sec. 3.1)."""
+        sigma = self.noise_multiplier
+        if not self.adaptive_clip or sigma == 0.0:
+            return sigma
+        return (sigma**-2 - self.count_multiplier**-2) ** -0.5
+
+
+def check_privacy(
+    *,
+    mechanism: str | None,
+    noise_multiplier: float,
+    delta: float,
+    adaptive_clip: bool,
+    count_noise_multiplier: float | None,
+    strategy: str,
+    n_clients: int,
+    per_round: int,
+) -> None:
+    """Raise ValueError naming the ``privacy.*`` key when settings do not fit.
+
+    Parameters
+    ----------
+    mechanism : str or None
+        ``privacy.mechanism``; None: no privacy, nothing to check.
+    strategy : str
+        ``strategy.name``.
+    n_clients, per_round : int
+        ``federation.clients`` and the clients sampled per round.
+    """
+    if mechanism is None:
+        return
+    if delta >= 1.0 / n_clients:
+        raise ValueError(
+            f"privacy.delta={delta:g} must be < 1/federation.clients = "
+            f"{1.0 / n_clients:g} (client-level DP: the unit of privacy is a client, "
+            "and a delta of 1/n lets one client's data leak outright)"
+        )
+    if strategy in NEVER_PRIVATE or (
+        mechanism == "central" and strategy not in CENTRAL_STRATEGIES
+    ):
+        allowed = CENTRAL_STRATEGIES if mechanism == "central" else "any but scaffold"
+        raise ValueError(
+            f"privacy.mechanism={mechanism} does not fit strategy.name={strategy!r}: "
+            + _why_not(strategy)
+            + f"; with privacy use strategy.name in {allowed}"
+        )
+    if adaptive_clip and mechanism != "central":
+        raise ValueError(
+            "privacy.adaptive_clip needs privacy.mechanism=central (the server "
+            "counts the clipped updates); set privacy.adaptive_clip: false"
+        )
+    if adaptive_clip and noise_multiplier > 0.0:
+        z_b = count_noise_multiplier or DEFAULT_COUNT_NOISE_PER_CLIENT * per_round
+        if not z_b > noise_multiplier:
+            raise ValueError(
+                f"privacy.count_noise_multiplier={z_b:g} (default per_round/10 = "
+                f"{DEFAULT_COUNT_NOISE_PER_CLIENT * per_round:g}) must exceed "
+                f"privacy.noise_multiplier={noise_multiplier:g}: the clipped count "
+                "spends part of the budget sigma stands for; raise it, or lower "
+                "sigma, or use privacy.adaptive_clip: false"
+            )
+
+
+def _why_not(strategy: str) -> str:
+    if strategy in NEVER_PRIVATE:
+        return "its control variates leave each client unclipped and unnoised"
+    if ":" in strategy:
+        return "fedpipe cannot tell what your strategy does with the noised update"
+    return (
+        "a robust aggregator ranks or trims individual updates, which central DP "
+        "never shows the server (it sees one noised sum)"
+    )
+
+
+def finite_or_inf(value: float) -> float | None:
+    """``value`` for JSON: None for infinity (no privacy spent bound)."""
+    return None if math.isinf(value) else value

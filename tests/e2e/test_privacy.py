@@ -1,0 +1,99 @@
+"""Differential privacy through the real CLI: ``privacy.target_epsilon`` stops
+``fedpipe run`` before the round that would pass it, epsilon is a DVC metric of
+every recorded round, and the privacy table script runs at one epsilon."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from e2e_helpers import BIN, SCRIPTS, TINY, run_cli
+
+from fedpipe.privacy.accountant import central_epsilon
+from fedpipe.privacy.settings import Privacy
+
+pytestmark = pytest.mark.e2e
+FEDPIPE = str(BIN / "fedpipe")
+
+
+def test_target_epsilon_stops_the_run_and_epsilon_is_a_dvc_metric(
+    tiny_run: dict, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    # the session's tiny run, rerun with privacy: its data stages stay up to date
+    project = tmp_path / "p"
+    shutil.copytree(tiny_run["project"], project)
+    lock_before = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    federation = TINY["federation"]  # 3 clients, 2 a round, 4 rounds
+    privacy = Privacy("central", 1.0, 2.0, 1e-3, federation["clients"], 2)
+    target = (central_epsilon(privacy, 2) + central_epsilon(privacy, 3)) / 2
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["privacy"] = {
+        "mechanism": "central",
+        "noise_multiplier": 2.0,
+        "delta": 1e-3,
+        "target_epsilon": round(target, 4),
+    }
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+    proc = run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env, check=False)
+
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    assert "privacy.target_epsilon" in errors[0] and "round 3" in errors[0]
+    assert "rounds 1..2 kept" in errors[0]
+    assert "Traceback" not in proc.stderr
+    rounds = project / "metrics/rounds"
+    for k in (1, 2):
+        spent = json.loads((rounds / f"round-{k}.json").read_text())["privacy"]
+        assert spent["epsilon"] == pytest.approx(central_epsilon(privacy, k), abs=1e-6)
+    # round 3 on was not computed: the earlier run's files and records stand
+    assert "privacy" not in json.loads((rounds / "round-3.json").read_text())
+    lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    assert lock["round@2"] != lock_before["round@2"]
+    assert lock["round@3"] == lock_before["round@3"]
+    shown = run_cli(
+        [str(BIN / "dvc"), "metrics", "show", "--json"], project, cli_env
+    ).stdout
+    metrics = json.loads(shown)
+    found = {
+        path: values["privacy"]["epsilon"]
+        for run in metrics.values()
+        for path, data in run["data"].items()
+        for values in [data.get("data", {})]
+        if "privacy" in values
+    }
+    assert found["metrics/rounds/round-1.json"] < found["metrics/rounds/round-2.json"]
+
+
+def test_privacy_table_script_at_one_epsilon(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    out = tmp_path / "table"
+    run_cli(
+        [
+            sys.executable,
+            str(SCRIPTS / "privacy_table.py"),
+            "--epsilons",
+            "4",
+            "--rounds",
+            "2",
+            "--federations",
+            "10:10",
+            "--n-samples",
+            "600",
+            "--out",
+            str(out),
+        ],
+        tmp_path,
+        cli_env,
+    )
+    (row,) = json.loads((out / "privacy_table.json").read_text())
+    assert row["target_epsilon"] == 4.0
+    assert 3.9 < row["epsilon"] <= 4.0 + 1e-3
+    assert 0.0 <= row["accuracy"] <= 1.0
+    assert "| 10 | 10 | 4 |" in (out / "privacy_table.md").read_text()
