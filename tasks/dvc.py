@@ -23,12 +23,13 @@ os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
 
 def _repo(root: Path):  # type: ignore[no-untyped-def]
-    from dvc.repo import Repo
+    from tasks.repolock import open_repo
 
     # `import dvc` sets its logger to INFO; every stage would then print "Updating
     # lock file" twice (DVC's handler and Prefect's). Prefect logs the stage already.
+    repo = open_repo(root)  # no second lock while this run holds DVC's
     logging.getLogger("dvc").setLevel(logging.WARNING)
-    return Repo(str(root))
+    return repo
 
 
 def fresh_prefix(root: Path, stages: Sequence[str]) -> int:
