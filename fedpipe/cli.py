@@ -850,10 +850,6 @@ def _known_failure(exc: BaseException) -> str | None:
         from tasks.repolock import ProjectBusy
 
         known += (ProjectBusy,)
-    if "dvc.lock" in sys.modules:  # DVC's own: a file another DVC command holds
-        from dvc.lock import LockError
-
-        known += (LockError,)
     return str(exc) if isinstance(exc, known) else None
 
 

@@ -69,8 +69,8 @@ class LockRecorder:
     """A child process that records stages in ``dvc.lock`` for one run.
 
     Started on first use; :meth:`close` ends it. One request at a time.
-    Stages :meth:`queue`\ d (finished, their record not yet written) are what
-    :func:`freeze` records before a process ends abruptly.
+    Stages passed to :meth:`queue` (finished, their record not yet written) are
+    what :func:`freeze` records before a process ends abruptly.
     """
 
     def __init__(self, root: Path) -> None:

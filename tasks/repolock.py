@@ -47,6 +47,7 @@ LOCK_PATH = Path(".dvc/tmp/lock")  # DVC's repo lock, relative to the project
 RWLOCK_PATH = Path(".dvc/tmp/rwlock")  # DVC's per-path locks of running stages
 HOLDER_ENV = "FEDPIPE_REPO_LOCK"  # pid of the run holding it, for its children
 RETRY_S = 3.0  # as DVC: a short-lived holder (`dvc status`) is waited for
+ORPHAN_WAIT_S = 60.0  # for the recorder of a killed run to land its record
 _held: dict[Path, int] = {}  # project root -> locked descriptor (this process)
 
 
@@ -175,6 +176,10 @@ def hold(
         yield
         return
     fd = _try_flock(root / LOCK_PATH, retry_s=retry_s)
+    if fd is None and (pid := holder_pid(root)) is not None and not _alive(pid):
+        # a run killed meanwhile: its recorder finishes the record it was writing
+        # (it holds the run's descriptor) and ends; worth waiting for
+        fd = _try_flock(root / LOCK_PATH, retry_s=ORPHAN_WAIT_S)
     if fd is None:
         holder = describe_process(holder_pid(root))
         raise ProjectBusy(busy_message(root, command, holder, LOCK_PATH))

@@ -34,6 +34,8 @@ import pytest
 import yaml
 from e2e_helpers import BIN, file_hashes, run_cli
 
+from fedpipe.overrides import set_params
+
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
 DVC = str(BIN / "dvc")
@@ -333,3 +335,33 @@ def test_ctrl_c_stops_in_seconds_records_whole_stages_and_dvc_repro_resumes(
     ]
     assert again and min(again) >= done_at_signal, repro.stdout[-2000:]
     assert file_hashes(project, MODELS) == file_hashes(tiny_run["project"], MODELS)
+
+
+@pytest.mark.skipif(
+    os.environ.get("FEDPIPE_E2E_LONG") != "1",
+    reason="four tiny runs (about 100 s): over the suite's time budget; "
+    "FEDPIPE_E2E_LONG=1 runs it",
+)
+def test_scaffold_killed_at_several_points_of_a_round_resumes_to_the_same_bits(
+    tiny_fresh: Path, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """SCAFFOLD carries state on the server and on every client from round to
+    round; ``kill -9`` of the run's process group (its recorder, a process of its
+    own, lands what it was writing) during round 2's training, then while round 3
+    writes its outputs (model written, state and metrics not yet)."""
+    reference = shutil.copytree(tiny_fresh, tmp_path / "scaffold")
+    set_params(reference / "params.yaml", {"strategy.name": "scaffold"})
+    killed = shutil.copytree(reference, tmp_path / "scaffold-killed")
+    run_cli(RUN, reference, cli_env)
+    for marker in ("metrics/rounds/round-1.json", "models/round-3/weights.npz"):
+        run = _start(RUN, killed, cli_env)
+        _wait_for(killed / marker, run)
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+    assert not (killed / "metrics/summary.json").exists()
+    run_cli(RUN, killed, cli_env)
+    for files in ("models/round-*/*.npz", "models/round-*/clients/*"):
+        assert file_hashes(killed, files) == file_hashes(reference, files), files
+    assert len(file_hashes(killed, "models/round-4/clients/*")) > 1  # their state
+    status = run_cli([DVC, "status"], killed, cli_env)
+    assert "Data and pipelines are up to date" in status.stdout
