@@ -90,7 +90,7 @@ def _server_lost(args: argparse.Namespace, url: str, silent_s: float) -> None:
     from flows.server import server_lost_message
     from tasks.dvclock import freeze
 
-    freeze(timeout=15.0)  # a record being written lands first
+    freeze(timeout=10.0)  # a record being written lands first
     line = server_lost_message(url, silent_s, console.last_recorded_round())
     console.close_display()
     log = getattr(args, "log_file", None)

@@ -40,7 +40,8 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4200
 STARTUP_TIMEOUT_S = 90.0
 WATCH_EVERY_S = 2.0  # how often a run asks its server's /health
-LOST_AFTER_S = 10.0  # no answer for this long: the server is gone
+LOST_AFTER_S = 10.0  # connections refused for this long: the server is gone
+SILENT_AFTER_S = 25.0  # no answer at all (a hung server, a lost network) this long
 
 
 class PrefectServerError(RuntimeError):
@@ -65,13 +66,24 @@ def _port(port: int | None = None) -> int:
 
 def is_healthy(url: str, timeout: float = 2.0) -> bool:
     """True when ``<url>/health`` answers 200."""
+    return probe(url, timeout) == "ok"
+
+
+def probe(url: str, timeout: float = 2.0) -> str:
+    """``ok`` (``<url>/health`` answers 200), ``refused`` (nothing listens: the
+    server is gone) or ``silent`` (no answer in time, or an error answer)."""
     try:
         with urllib.request.urlopen(
             f"{url.rstrip('/')}/health", timeout=timeout
         ) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+            return "ok" if resp.status == 200 else "silent"
+    except urllib.error.URLError as exc:
+        refused = isinstance(exc.reason, ConnectionRefusedError)
+        return "refused" if refused else "silent"
+    except ConnectionRefusedError:
+        return "refused"
+    except (OSError, ValueError):
+        return "silent"
 
 
 def wait_healthy(url: str, timeout: float = STARTUP_TIMEOUT_S) -> None:
@@ -179,10 +191,12 @@ def ensure_api(*, start: bool = True, log=print) -> str:  # type: ignore[no-unty
 class ServerWatch:
     """Asks ``url``'s ``/health`` from a daemon thread while a ``with`` block runs.
 
-    When no answer came for ``lost_after`` seconds, calls ``on_lost(url,
-    silent_s)`` once, from that thread (the main thread is then typically inside a
-    Prefect client call that retries for a minute). A slow answer is not a lost
-    server: each probe waits up to ``interval + 1`` seconds.
+    When its connections were refused for ``lost_after`` seconds (nothing
+    listens: the server process is gone), or nothing answered for ``silent_after``
+    seconds (a hung server), calls ``on_lost(url, silent_s)`` once, from that
+    thread (the main thread is then typically inside a Prefect client call that
+    retries for a minute). A slow answer is not a lost server: each probe waits
+    up to ``interval + 1`` seconds, and a busy server gets the longer grace.
     """
 
     def __init__(
@@ -192,11 +206,13 @@ class ServerWatch:
         *,
         interval: float = WATCH_EVERY_S,
         lost_after: float = LOST_AFTER_S,
+        silent_after: float = SILENT_AFTER_S,
     ) -> None:
         self.url = url
         self.on_lost = on_lost
         self.interval = interval
         self.lost_after = lost_after
+        self.silent_after = silent_after
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._watch, name="prefect-server-watch", daemon=True
@@ -205,9 +221,13 @@ class ServerWatch:
     def _watch(self) -> None:
         answered = time.monotonic()
         while not self._stop.wait(self.interval):
-            if is_healthy(self.url, timeout=self.interval + 1.0):
+            said = probe(self.url, timeout=self.interval + 1.0)
+            if said == "ok":
                 answered = time.monotonic()
-            elif (silent := time.monotonic() - answered) >= self.lost_after:
+                continue
+            silent = time.monotonic() - answered
+            grace = self.lost_after if said == "refused" else self.silent_after
+            if silent >= grace:
                 if not self._stop.is_set():
                     self.on_lost(self.url, silent)
                 return

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import http.server
+import socket
 import threading
 import time
 from pathlib import Path
 
 import yaml
 
-from flows.server import ServerWatch, server_lost_message
+from flows.server import ServerWatch, probe, server_lost_message
 from tasks.dvclock import LockRecorder, freeze
 
 
@@ -45,6 +46,33 @@ def test_watch_calls_on_lost_once_after_the_server_stops_answering() -> None:
         time.sleep(0.5)
     assert len(lost) == 1
     assert lost[0][0] == url and lost[0][1] >= 0.5
+
+
+def test_a_hung_server_gets_the_longer_grace() -> None:
+    hung = socket.socket()  # listens, never answers: connections wait in its backlog
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)
+    url = f"http://127.0.0.1:{hung.getsockname()[1]}/api"
+    lost: list[tuple[str, float]] = []
+    try:
+        assert probe(url, timeout=0.2) == "silent"
+        watch = ServerWatch(
+            url,
+            lambda u, s: lost.append((u, s)),
+            interval=0.1,
+            lost_after=0.3,
+            silent_after=1.5,
+        )
+        with watch:
+            time.sleep(1.0)
+            assert lost == []  # refused would have counted by now; silent not yet
+            deadline = time.monotonic() + 10
+            while not lost and time.monotonic() < deadline:
+                time.sleep(0.05)
+    finally:
+        hung.close()
+    assert len(lost) == 1 and lost[0][1] >= 1.5
+    assert probe(url, timeout=0.2) == "refused"  # closed: nothing listens
 
 
 def test_watch_stops_quietly_with_its_block() -> None:
