@@ -167,21 +167,6 @@ def _run_locked(args: argparse.Namespace) -> int:
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
-    from contextlib import nullcontext
-
-    from fedpipe import stageclient
-    from tasks.repolock import hold
-
-    # `dvc repro` holds DVC's lock for its stages (DVC_STAGE); by hand, a stage
-    # takes it (in the warm worker's client, which waits for the stage)
-    by_hand = "DVC_STAGE" not in os.environ and not stageclient.IN_WORKER
-    which = "round" if args.round is None else f"round {args.round}"
-    command = f"fedpipe stage {which if args.name == 'round' else args.name}"
-    with hold(Path("."), command=command, export=False) if by_hand else nullcontext():
-        return _stage(args)
-
-
-def _stage(args: argparse.Namespace) -> int:
     from fedpipe import stageclient
 
     if stageclient.enabled():  # the project's warm worker runs it (FEDPIPE_WARM=0: no)

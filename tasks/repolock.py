@@ -25,8 +25,7 @@ one. The recorder also inherits the locked descriptor (:func:`held_fd`), so the
 lock stays held until a record it is writing has landed, even if the run was
 killed meanwhile.
 
-Under ``dvc repro`` (``DVC_STAGE`` set) DVC holds the lock for the stage's
-command: ``fedpipe stage`` then takes nothing.
+``fedpipe stage`` takes no lock: under ``dvc repro`` DVC guards its stages.
 
 Standard library only at import: ``fedpipe run`` takes the lock before Prefect or
 DVC are imported.
@@ -154,13 +153,12 @@ def hold(
     *,
     command: str = "fedpipe run",
     retry_s: float = RETRY_S,
-    export: bool = True,
 ) -> Iterator[None]:
     """Hold the project's DVC repo lock for the ``with`` block.
 
     Re-entrant within a process (a run's flow inside ``fedpipe run``). While it
-    is held, with ``export``, ``FEDPIPE_REPO_LOCK`` names this process for its
-    children (whose DVC calls then take no lock of their own).
+    is held, ``FEDPIPE_REPO_LOCK`` names this process for its children (whose DVC
+    calls then take no lock of their own).
 
     Raises
     ------
@@ -190,8 +188,7 @@ def hold(
     os.set_inheritable(fd, False)
     _held[key] = fd
     before = os.environ.get(HOLDER_ENV)
-    if export:
-        os.environ[HOLDER_ENV] = str(os.getpid())
+    os.environ[HOLDER_ENV] = str(os.getpid())
     try:
         yield
     finally:
