@@ -8,6 +8,7 @@ the commands that need them, so ``fedpipe --help`` answers at once.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import sys
@@ -133,8 +134,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_locked(args: argparse.Namespace) -> int:
-    import functools
-
     _overrides(args)
     params = _load(PARAMS, sync=True)
     url = _connect(args)
