@@ -8,6 +8,7 @@ the commands that need them, so ``fedpipe --help`` answers at once.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import sys
@@ -67,7 +68,7 @@ def _verbosity(args: argparse.Namespace) -> int:
     return int(getattr(args, "verbose", False)) - int(getattr(args, "quiet", False))
 
 
-def _connect(args: argparse.Namespace) -> None:
+def _connect(args: argparse.Namespace) -> str:
     from fedpipe.config import ParamsError
     from flows.console import QUIET, quiet_user_errors, quiet_workers
     from flows.server import ensure_api
@@ -78,6 +79,29 @@ def _connect(args: argparse.Namespace) -> None:
     ui = url.removesuffix("/api")
     if _verbosity(args) > QUIET:
         print(f"Prefect: runs report to {url} (UI: {ui})", flush=True)
+    return url
+
+
+def _server_lost(args: argparse.Namespace, url: str, silent_s: float) -> None:
+    """The run's Prefect server is gone (:class:`flows.server.ServerWatch`): say
+    so in one line and end the process now. Its Prefect client would retry every
+    call for a minute and take minutes to exit; what is recorded in dvc.lock is
+    complete, and the stage that was running is redone by the next run."""
+    from flows import console
+    from flows.server import server_lost_message
+    from tasks.dvclock import freeze
+
+    freeze(timeout=10.0)  # a record being written lands first
+    line = server_lost_message(url, silent_s, console.last_recorded_round())
+    console.close_display()
+    log = getattr(args, "log_file", None)
+    if log is not None:
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(f"error: {line}\n")
+    print(f"error: {line}", file=sys.stderr, flush=True)
+    _name_log(args)
+    sys.stdout.flush()
+    os._exit(EXIT_FAILED)
 
 
 def _overrides(args: argparse.Namespace) -> int | None:
@@ -100,18 +124,31 @@ def _overrides(args: argparse.Namespace) -> int | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    if (code := _overrides(args)) is not None:
-        return code
+    if getattr(args, "exp", None):  # `dvc exp run`: DVC takes its own lock
+        return int(_overrides(args) or 0)
+    from tasks.repolock import hold
+
+    # before anything is written (-S): a second run here refuses, naming the first
+    with hold(Path("."), command="fedpipe run"):
+        return _run_locked(args)
+
+
+def _run_locked(args: argparse.Namespace) -> int:
+    _overrides(args)
     params = _load(PARAMS, sync=True)
-    _connect(args)
+    url = _connect(args)
     from flows import console
     from flows.pipeline import run_pipeline
+    from flows.server import ServerWatch
 
     stopping.install()  # Prefect's flow engine raises its own inside
     quiet = _verbosity(args) == console.QUIET
-    with console.session(
-        "run", verbosity=_verbosity(args), said_by_cli=_said_by_cli
-    ) as log:
+    with (
+        console.session(
+            "run", verbosity=_verbosity(args), said_by_cli=_said_by_cli
+        ) as log,
+        ServerWatch(url, functools.partial(_server_lost, args)),
+    ):
         args.log_file = log
         if not quiet:
             print(f"log: {log}", flush=True)
@@ -793,6 +830,10 @@ def _known_failure(exc: BaseException) -> str | None:
         from flows.server import PrefectServerError
 
         known += (PrefectServerError,)
+    if "tasks.repolock" in sys.modules:
+        from tasks.repolock import ProjectBusy
+
+        known += (ProjectBusy,)
     return str(exc) if isinstance(exc, known) else None
 
 

@@ -250,6 +250,12 @@ def round_finished(line: str) -> None:
         _active.round_finished(line)
 
 
+def close_display() -> None:
+    """Take the live display down (cursor back) before a process ends abruptly."""
+    if _active is not None and _active.display is not None:
+        _active.display.stop()
+
+
 def _live_display() -> Any:
     from rich.console import Console
     from rich.progress import (

@@ -31,6 +31,7 @@ from flows.stages import dask_scheduler, run_stage
 from tasks.artifacts import publish_run_artifacts
 from tasks.dvc import fresh_prefix, record_stages, restore_stage_outputs
 from tasks.dvclock import LockRecorder
+from tasks.repolock import hold
 from tasks.report import doctor_and_report
 from tasks.runtime import DaskScheduler
 
@@ -69,8 +70,16 @@ def run_pipeline(params: Params, force: bool = False, report: bool = True) -> li
 
     With ``runtime.runner: dask`` one Dask scheduler (a local cluster unless
     ``runtime.dask_address`` names one) serves every round of the run.
+
+    The run holds the project's DVC repo lock throughout (:mod:`tasks.repolock`;
+    ``fedpipe run`` already took it): a second run, or ``dvc repro``, refuses.
     """
     console.run_started(_ui_url())
+    with hold(Path(".")):
+        return _run_and_report(params, force, report)
+
+
+def _run_and_report(params: Params, force: bool, report: bool) -> list[str]:
     with dask_scheduler(params) as dask:
         if params.runtime.runner == "dask":
             dask.start()  # workers start while the data stages run
@@ -121,6 +130,9 @@ def _run_stages(params: Params, force: bool, dask: DaskScheduler) -> list[str]:
             console.stage_started(stage)
             try:
                 run_stage(params, stage, dask=dask)
+            except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the stages done are kept
+                records.finish(failing=True)
+                raise
             except Exception:
                 records.finish(failing=True)
                 for held in waiting:
@@ -152,6 +164,7 @@ class _Records:
         self.in_flight: PrefectFuture | None = None
 
     def add(self, stages: list[str]) -> None:
+        self.recorder.queue(stages)  # recorded even if the run must end abruptly
         self.pending.extend(stages)
         if self.in_flight is None or self.in_flight.wrapped_future.done():
             if self.in_flight is not None:

@@ -5,12 +5,22 @@ which costs 12-30 s each time and shows nothing in a UI afterwards. fedpipe inst
 uses one long-lived local server:
 
 1. ``PREFECT_API_URL`` set (environment or Prefect profile): use it as it is.
-2. Otherwise, if a server answers at http://127.0.0.1:4200/api: use it.
+2. Otherwise, if a server answers at http://127.0.0.1:4200/api: use it (host and
+   port are Prefect's own ``PREFECT_SERVER_API_HOST`` / ``PREFECT_SERVER_API_PORT``
+   when set, as for ``prefect server start``).
 3. Otherwise start one in the background (``prefect server start --background``,
    about 20 s, once per machine boot) and use it. It keeps running after the run,
    so the UI at http://127.0.0.1:4200 shows every run; ``prefect server stop`` ends it.
+   A PID file left by a server that is gone (a reboot, a kill -9) is cleared first.
 
 This must run before ``prefect`` is imported: Prefect reads its settings at import.
+
+While a run goes, :class:`ServerWatch` asks the server's ``/health`` every 2 s. A
+Prefect 3 client whose server stopped answering retries each call for about a
+minute and the process then needs about 5 minutes to exit; training does not need
+the server, but every stage's flow run does. So when the server has not answered
+for :data:`LOST_AFTER_S` seconds the watch calls its ``on_lost`` hook, which ends
+``fedpipe run`` with one line (:func:`server_lost_message`).
 """
 
 from __future__ import annotations
@@ -19,34 +29,61 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4200
 STARTUP_TIMEOUT_S = 90.0
+WATCH_EVERY_S = 2.0  # how often a run asks its server's /health
+LOST_AFTER_S = 10.0  # connections refused for this long: the server is gone
+SILENT_AFTER_S = 25.0  # no answer at all (a hung server, a lost network) this long
 
 
 class PrefectServerError(RuntimeError):
     """No Prefect API could be reached or started."""
 
 
-def api_url(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> str:
-    """The API address of a local server."""
-    return f"http://{host}:{port}/api"
+def api_url(host: str | None = None, port: int | None = None) -> str:
+    """The API address of a local server: ``host`` / ``port``, else Prefect's
+    ``PREFECT_SERVER_API_HOST`` / ``PREFECT_SERVER_API_PORT``, else
+    127.0.0.1:4200."""
+    return f"http://{_host(host)}:{_port(port)}/api"
+
+
+def _host(host: str | None = None) -> str:
+    return host or os.environ.get("PREFECT_SERVER_API_HOST") or DEFAULT_HOST
+
+
+def _port(port: int | None = None) -> int:
+    raw = os.environ.get("PREFECT_SERVER_API_PORT", "")
+    return port or (int(raw) if raw.isdigit() else DEFAULT_PORT)
 
 
 def is_healthy(url: str, timeout: float = 2.0) -> bool:
     """True when ``<url>/health`` answers 200."""
+    return probe(url, timeout) == "ok"
+
+
+def probe(url: str, timeout: float = 2.0) -> str:
+    """``ok`` (``<url>/health`` answers 200), ``refused`` (nothing listens: the
+    server is gone) or ``silent`` (no answer in time, or an error answer)."""
     try:
         with urllib.request.urlopen(
             f"{url.rstrip('/')}/health", timeout=timeout
         ) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+            return "ok" if resp.status == 200 else "silent"
+    except urllib.error.URLError as exc:
+        refused = isinstance(exc.reason, ConnectionRefusedError)
+        return "refused" if refused else "silent"
+    except ConnectionRefusedError:
+        return "refused"
+    except (OSError, ValueError):
+        return "silent"
 
 
 def wait_healthy(url: str, timeout: float = STARTUP_TIMEOUT_S) -> None:
@@ -75,8 +112,9 @@ def server_env() -> dict[str, str]:
     return env
 
 
-def start_background_server(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> str:
+def start_background_server(host: str | None = None, port: int | None = None) -> str:
     """Start ``prefect server start --background`` and wait until it answers."""
+    host, port = _host(host), _port(port)
     url = api_url(host, port)
     cmd = [
         _prefect_exe(),
@@ -142,10 +180,76 @@ def ensure_api(*, start: bool = True, log=print) -> str:  # type: ignore[no-unty
             if not start:
                 raise PrefectServerError(f"no Prefect server at {url}")
             log(
-                f"starting a local Prefect server at "
-                f"http://{DEFAULT_HOST}:{DEFAULT_PORT} "
+                f"starting a local Prefect server at {url.removesuffix('/api')} "
                 "(once; `prefect server stop` ends it) ..."
             )
             url = start_background_server()
     os.environ["PREFECT_API_URL"] = url
     return url
+
+
+class ServerWatch:
+    """Asks ``url``'s ``/health`` from a daemon thread while a ``with`` block runs.
+
+    When its connections were refused for ``lost_after`` seconds (nothing
+    listens: the server process is gone), or nothing answered for ``silent_after``
+    seconds (a hung server), calls ``on_lost(url, silent_s)`` once, from that
+    thread (the main thread is then typically inside a Prefect client call that
+    retries for a minute). A slow answer is not a lost server: each probe waits
+    up to ``interval + 1`` seconds, and a busy server gets the longer grace.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        on_lost: Callable[[str, float], None],
+        *,
+        interval: float = WATCH_EVERY_S,
+        lost_after: float = LOST_AFTER_S,
+        silent_after: float = SILENT_AFTER_S,
+    ) -> None:
+        self.url = url
+        self.on_lost = on_lost
+        self.interval = interval
+        self.lost_after = lost_after
+        self.silent_after = silent_after
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._watch, name="prefect-server-watch", daemon=True
+        )
+
+    def _watch(self) -> None:
+        answered = time.monotonic()
+        while not self._stop.wait(self.interval):
+            said = probe(self.url, timeout=self.interval + 1.0)
+            if said == "ok":
+                answered = time.monotonic()
+                continue
+            silent = time.monotonic() - answered
+            grace = self.lost_after if said == "refused" else self.silent_after
+            if silent >= grace:
+                if not self._stop.is_set():
+                    self.on_lost(self.url, silent)
+                return
+
+    def __enter__(self) -> ServerWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval + 2.0)
+
+
+def server_lost_message(url: str, silent_s: float, last_round: int | None) -> str:
+    """The one line a run stopped by a lost Prefect server ends with."""
+    where = (
+        f"round {last_round} is the last recorded round (dvc.lock)"
+        if last_round is not None
+        else "no round recorded yet (dvc.lock)"
+    )
+    return (
+        f"the Prefect server at {url} stopped answering (nothing for "
+        f"{silent_s:.0f} s): run stopped; {where}; `fedpipe run` resumes from there "
+        "once a Prefect server answers"
+    )

@@ -18,26 +18,33 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.dvclock import LockRecorder
+from tasks.repolock import ProjectBusy
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
 
 def _repo(root: Path):  # type: ignore[no-untyped-def]
-    from dvc.repo import Repo
+    from tasks.repolock import open_repo
 
     # `import dvc` sets its logger to INFO; every stage would then print "Updating
     # lock file" twice (DVC's handler and Prefect's). Prefect logs the stage already.
+    repo = open_repo(root)  # no second lock while this run holds DVC's
     logging.getLogger("dvc").setLevel(logging.WARNING)
-    return Repo(str(root))
+    return repo
 
 
 def fresh_prefix(root: Path, stages: Sequence[str]) -> int:
     """How many of ``stages`` (in pipeline order), from the first, are recorded in
     ``dvc.lock`` with nothing they use changed (one repository opened for all)."""
+    from dvc.lock import LockError
+
     with _repo(root) as repo:
-        for n, stage in enumerate(stages):
-            if repo.status(targets=[stage]):
-                return n
+        try:
+            for n, stage in enumerate(stages):
+                if repo.status(targets=[stage]):
+                    return n
+        except LockError as exc:  # a file another DVC command holds (or held)
+            raise ProjectBusy(f"{root.resolve()}: {exc}") from exc
     return len(stages)
 
 

@@ -21,19 +21,30 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import traceback
+import weakref
 from collections.abc import Sequence
 from itertools import groupby
 from pathlib import Path
 
+from tasks.repolock import held_fd
+
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
 
-def commit_stages(root: Path, names: Sequence[str]) -> None:
+def commit_stages(
+    root: Path, names: Sequence[str], *, lock_held: bool | None = None
+) -> None:
     """Record the stages ``names`` (``round@3``...) in ``dvc.lock``: their deps,
     params and outs as they are now, outs copied into DVC's cache without
-    relinking the workspace files (the next stage may be reading them)."""
+    relinking the workspace files (the next stage may be reading them).
+
+    ``lock_held``: the run that started this recorder holds DVC's repo lock
+    (:mod:`tasks.repolock`); DVC then does not take it again."""
     from dvc.repo import Repo, locked
+
+    from tasks.repolock import open_repo
 
     logging.getLogger("dvc").setLevel(logging.WARNING)
 
@@ -50,7 +61,7 @@ def commit_stages(root: Path, names: Sequence[str]) -> None:
         for dvcfile, group in groupby(stages, key=lambda s: s.dvcfile):
             dvcfile.dump_stages(list(group), update_pipeline=False)
 
-    with Repo(str(root)) as repo:
+    with open_repo(root, held=lock_held) as repo:
         commit(repo)
 
 
@@ -58,36 +69,60 @@ class LockRecorder:
     """A child process that records stages in ``dvc.lock`` for one run.
 
     Started on first use; :meth:`close` ends it. One request at a time.
+    Stages passed to :meth:`queue` (finished, their record not yet written) are
+    what :func:`freeze` records before a process ends abruptly.
     """
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self._proc: subprocess.Popen[str] | None = None
         self._lock = threading.Lock()
+        self._queued: list[str] = []
+        _recorders.add(self)
+
+    def queue(self, names: Sequence[str]) -> None:
+        """``names`` finished; a :meth:`record` of them follows."""
+        self._queued.extend(n for n in names if n not in self._queued)
 
     def record(self, names: Sequence[str]) -> None:
         """Record ``names`` (in pipeline order); raises what DVC raised."""
         with self._lock:
-            proc = self._start()
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(json.dumps({"stages": list(names)}) + "\n")
-            proc.stdin.flush()
-            line = proc.stdout.readline()
-            if not line:
-                self._proc = None
-                raise RuntimeError(
-                    f"the dvc.lock recorder (pid {proc.pid}) exited with "
-                    f"{proc.wait()} while recording {', '.join(names)}"
-                )
-            reply = json.loads(line)
-            if "error" in reply:
-                stages = ", ".join(names)
-                raise RuntimeError(
-                    f"recording {stages} in dvc.lock failed:\n{reply['error']}"
-                )
+            self._record(names)
+            self._queued = [n for n in self._queued if n not in names]
+
+    def _record(self, names: Sequence[str]) -> None:
+        proc = self._start()
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps({"stages": list(names)}) + "\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+        if not line:
+            self._proc = None
+            raise RuntimeError(
+                f"the dvc.lock recorder (pid {proc.pid}) exited with "
+                f"{proc.wait()} while recording {', '.join(names)}"
+            )
+        reply = json.loads(line)
+        if "error" in reply:
+            stages = ", ".join(names)
+            raise RuntimeError(
+                f"recording {stages} in dvc.lock failed:\n{reply['error']}"
+            )
+
+    def _record_queued(self) -> bool:
+        """With the lock held: record the queued stages (False if that failed)."""
+        try:
+            if self._queued:
+                self._record(self._queued)
+        except Exception:  # noqa: BLE001 - the process is ending; they rerun later
+            return False
+        return True
 
     def _start(self) -> subprocess.Popen[str]:
         if self._proc is None or self._proc.poll() is not None:
+            # the run's locked descriptor of DVC's repo lock, if it holds one:
+            # a record in flight keeps the project locked until it has landed
+            held = held_fd(self.root)
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "tasks.dvclock", str(self.root.resolve())],
                 stdin=subprocess.PIPE,
@@ -96,6 +131,7 @@ class LockRecorder:
                 cwd=self.root,
                 env=os.environ | {"PYTHONPATH": _import_path()},
                 start_new_session=True,  # Ctrl-C goes to the run, which closes us
+                pass_fds=() if held is None else (held,),
             )
         return self._proc
 
@@ -117,6 +153,24 @@ class LockRecorder:
         self.close()
 
 
+_recorders: weakref.WeakSet[LockRecorder] = weakref.WeakSet()
+
+
+def freeze(timeout: float) -> bool:
+    """Before a process ends abruptly (its Prefect server gone): let the record
+    being written land, record the stages queued behind it, and start no other
+    record. False if a record was still being written after ``timeout`` seconds
+    (it lands anyway: the recorder's process is its own) or failed."""
+    deadline = time.monotonic() + timeout
+    landed = []
+    for recorder in list(_recorders):
+        if recorder._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            landed.append(recorder._record_queued())
+        else:
+            landed.append(False)
+    return all(landed)
+
+
 def _import_path() -> str:
     """PYTHONPATH for the child: where ``tasks`` is importable from, first."""
     here = str(Path(__file__).resolve().parent.parent)
@@ -125,11 +179,14 @@ def _import_path() -> str:
 
 
 def main(argv: Sequence[str]) -> int:
+    from tasks.repolock import held_for_us
+
     root = Path(argv[0])
+    lock_held = held_for_us(root)  # decided now: the run may be gone later
     for line in sys.stdin:
         names = json.loads(line)["stages"]
         try:
-            commit_stages(root, names)
+            commit_stages(root, names, lock_held=lock_held)
             reply: dict[str, object] = {"ok": True}
         except Exception:  # noqa: BLE001 - reported to the run, which raises it
             reply = {"error": traceback.format_exc()}
