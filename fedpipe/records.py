@@ -35,6 +35,9 @@ class RoundRecord:
         scored clients), when personalization is on.
     n_clients : int, optional
         Clients in the federation (default: those in ``n_test``).
+    malicious : list of int, optional
+        The selected clients that attacked this round (``attack.*``); None when
+        the run plants no attack (and then not in the summary).
 
     Lists indexed by client id are accepted for ``n_test``, ``global_clients``
     and ``personalized``.
@@ -49,6 +52,7 @@ class RoundRecord:
     aggregation_weight_sum: float
     personalized: Mapping[int, dict[str, float]] | None = None
     n_clients: int | None = None
+    malicious: list[int] | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_test", "global_clients", "personalized"):
@@ -120,6 +124,8 @@ class RoundRecord:
         }
         if not self.complete:
             out["clients_scored"] = len(self.global_clients)
+        if self.malicious is not None:
+            out["malicious"] = list(self.malicious)
         if self.personalized is not None:
             out["personalized"] = _rounded(self.personalized_mean())
             out["personalized_std"] = _rounded(self.personalized_std())

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from fedpipe.attacks import AttackPlan, tampered_results
 from fedpipe.client.base import (
     ClientAlgorithm,
     ClientState,
@@ -251,6 +252,8 @@ class RoundInputs:
         ``faults.aggregation_weight_sum``: applied after aggregation.
     evaluation : ClientEvaluation
         ``evaluation.*``: which clients the new global model is scored on.
+    attack : AttackPlan or None
+        ``attack.*``: who is malicious and what they do (None: nobody).
     """
 
     round: int
@@ -266,6 +269,7 @@ class RoundInputs:
     clients_per_round: int
     weight_sum_fault: float | None = None
     evaluation: ClientEvaluation = ClientEvaluation()
+    attack: AttackPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -304,7 +308,7 @@ def client_jobs(inputs: RoundInputs, selected: Sequence[int]) -> list[ClientJob]
                 state=inputs.client_states.get(c, {}),
                 seed=inputs.seed,
             ),
-            data=inputs.data.clients[c],
+            data=_client_data(inputs, c),
             training=inputs.training,
         )
         for c in selected
@@ -343,6 +347,7 @@ def run_round(
         raise RuntimeError(f"map_clients returned clients {got}, expected {selected}")
     states = merged(inputs.client_states, {r.client: r.state for r in results})
     before = inputs.global_weights
+    results = tampered_results(inputs.attack, inputs.round, before, results)
     try:
         weights, server_state = inputs.strategy.aggregate_round(
             before, [r.update for r in results], inputs.server_state
@@ -377,6 +382,7 @@ def run_round(
         aggregation_weight_sum=weight_sum,
         personalized=personalized,
         n_clients=len(clients),
+        malicious=_malicious(inputs, selected),
     )
     health = _health(
         inputs,
@@ -389,6 +395,21 @@ def run_round(
     )
     seconds = float(health.pop("seconds"))
     return RoundOutputs(weights, server_state, states, record, health, seconds)
+
+
+def _client_data(inputs: RoundInputs, client: int) -> ClientData:
+    """What ``client`` trains on this round (``attack.*`` may poison it)."""
+    data = inputs.data.clients[client]
+    if inputs.attack is None:
+        return data
+    return inputs.attack.poisoned(inputs.round, data, inputs.spec.n_classes)
+
+
+def _malicious(inputs: RoundInputs, selected: Sequence[int]) -> list[int] | None:
+    """The round's attackers for its record (None: no ``attack.*``)."""
+    if inputs.attack is None:
+        return None
+    return inputs.attack.attackers(inputs.round, selected)
 
 
 def _after_aggregation(inputs: RoundInputs, before: Weights, after: Weights) -> Weights:
@@ -451,7 +472,7 @@ def _health(
     probs: np.ndarray | None = None,
     losses: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    return round_health(
+    health = round_health(
         inputs.round,
         before=inputs.global_weights,
         after=after,
@@ -465,3 +486,7 @@ def _health(
         losses=losses,
         record=record,
     )
+    malicious = _malicious(inputs, [r.client for r in results])
+    if malicious is not None:
+        health["malicious"] = malicious
+    return health

@@ -20,6 +20,7 @@ PURPOSES = {
     "ditto": 8,
     "centralized": 9,
     "evaluate": 10,
+    "attack": 31,
 }
 
 

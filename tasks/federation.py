@@ -16,6 +16,7 @@ from fedpipe.cohort import cohort_map
 from fedpipe.config import Params
 from fedpipe.data import prepared_spec
 from fedpipe.experiment import (
+    attack_plan_for,
     client_algorithm_for,
     client_evaluation,
     local_training,
@@ -71,6 +72,7 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         clients_per_round=params.federation.clients_per_round(),
         weight_sum_fault=params.faults.aggregation_weight_sum,
         evaluation=client_evaluation(params),
+        attack=attack_plan_for(params),
     )
 
 

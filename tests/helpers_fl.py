@@ -18,7 +18,7 @@ strategy's) and ``weight_sum_fault`` (the library's planted fault,
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ import numpy as np
 import yaml
 
 from fedpipe import layout
+from fedpipe.attacks import AttackPlan
 from fedpipe.client import (
     ClientAlgorithm,
     ClientReply,
@@ -87,6 +88,8 @@ def run_federation(
     client_data: Callable[[ClientData], ClientData] | None = None,
     client_update: Callable[[int, int, Weights], Weights] | None = None,
     weight_sum_fault: float | None = None,
+    strategy_settings: Mapping[str, Any] | None = None,
+    attack: AttackPlan | None = None,
 ) -> list[dict[str, Any]]:
     """Run a small federation through the library's round and write its files.
 
@@ -106,6 +109,10 @@ def run_federation(
     n_classes : int, optional
         Classes declared in the schema (and so the model's outputs); default the
         number of distinct labels.
+    strategy_settings : mapping, optional
+        ``strategy.*`` settings (e.g. ``num_byzantine``).
+    attack : AttackPlan, optional
+        Malicious clients planted on purpose (``attack.*``).
 
     Returns
     -------
@@ -178,7 +185,9 @@ def run_federation(
         settings=tuple(sorted(model_settings)),
     )
     runner = runner_for(model_spec)
-    strategy_ = make_strategy(strategy, total_clients=clients)
+    strategy_ = make_strategy(
+        strategy, total_clients=clients, **dict(strategy_settings or {})
+    )
     algorithm: ClientAlgorithm = make_client(strategy_.client_algorithm)
     if client_update is not None:
         algorithm = _Tampered(algorithm, client_update)
@@ -200,6 +209,7 @@ def run_federation(
             training=LocalTraining(epochs, batch_size, lr),
             clients_per_round=clients,
             weight_sum_fault=weight_sum_fault,
+            attack=attack,
         )
         try:
             out = run_round(inputs, map_clients=run_here(runner), runner=runner)

@@ -15,12 +15,14 @@ CLIENT_DRIFT = "client-drift"
 LOSS_RISING_ACCURACY_HOLDS = "loss-rising-accuracy-holds"
 NOT_LEARNING = "not-learning"
 HEALTH_RECORDS_MISSING = "health-records-missing"
+CLIENTS_AGAINST_FEDERATION = "clients-against-federation"
 
 #: every code, root causes before the symptoms they cause
 ALL = (
     LABELS_OUTSIDE_LOSS_RANGE,
     LEARNING_RATE_TOO_HIGH,
     AGGREGATION_WEIGHTS_NOT_NORMALIZED,
+    CLIENTS_AGAINST_FEDERATION,
     CLIENT_UPDATE_OUTLIER,
     NORM_STATISTICS_DISAGREE,
     CLIENT_DRIFT,
