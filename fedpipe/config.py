@@ -417,9 +417,7 @@ def _check_attack(params: Params) -> None:
             )
     strategy = params.strategy
     if attack.name is not None and strategy.name in ROBUST_STRATEGIES:
-        share = (
-            attack.share if attack.clients is None else len(set(attack.clients)) / n
-        )
+        share = attack.share if attack.clients is None else len(set(attack.clients)) / n
         if share is not None and share >= 0.5:
             raise ValueError(
                 f"attack.share: {share:g} of the clients malicious; "

@@ -154,3 +154,16 @@ def test_doctor_names_the_sign_flip_attackers(run) -> None:
 def test_doctor_names_no_attacker_in_the_clean_run(run) -> None:
     found = [f.code for f in diagnose(run(None, rounds=4))]
     assert codes.CLIENTS_AGAINST_FEDERATION not in found
+
+
+# ---------------------------------------------------------------- lineage
+
+
+def test_lineage_names_the_malicious_clients_of_a_round(run) -> None:
+    from fedpipe.lineage.formats import _info_lines
+    from fedpipe.lineage.records import stage_info
+
+    info = stage_info(run("sign_flip"), "round@2", lambda path: None)
+    assert info["malicious"] == list(MALICIOUS)
+    assert "  malicious (planted by attack.*): 2, 5" in _info_lines(info)
+    assert "malicious" not in stage_info(run(None), "round@2", lambda path: None)
