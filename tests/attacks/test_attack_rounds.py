@@ -141,18 +141,18 @@ def test_label_flip_trains_a_real_keras_client_on_flipped_labels() -> None:
 
 
 def test_doctor_names_the_sign_flip_attackers(run) -> None:
-    root = run("sign_flip", rounds=4)
+    root = run("sign_flip")
     findings = diagnose(root)
     assert findings, "no findings"
     f = findings[0]
     assert f.code == codes.CLIENTS_AGAINST_FEDERATION
     assert "clients 2, 5 " in f.title
-    assert f.rounds == [1, 2, 3, 4]
+    assert f.rounds == [1, 2]
     assert "strategy.num_byzantine: 2" in f.fix
 
 
 def test_doctor_names_no_attacker_in_the_clean_run(run) -> None:
-    found = [f.code for f in diagnose(run(None, rounds=4))]
+    found = [f.code for f in diagnose(run(None))]
     assert codes.CLIENTS_AGAINST_FEDERATION not in found
 
 
