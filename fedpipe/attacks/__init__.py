@@ -131,23 +131,22 @@ class AttackPlan:
                 for w, b in zip(u.weights, base, strict=True)
             ]
 
-        own = [delta(u) for u in updates if u.client in bad]
-        benign = [delta(u) for u in updates if u.client not in bad]
-        forged = iter(
-            self.attack.forge(
-                own,
-                benign or own,  # no benign update: the attackers' own estimate
-                n_updates=len(updates),
-                rngs=[rng_for(self.seed, "attack", round_, c) for c in sorted(bad)],
-            )
+        ordered = sorted(updates, key=lambda u: u.client)
+        own = [delta(u) for u in ordered if u.client in bad]
+        benign = [delta(u) for u in ordered if u.client not in bad]
+        deltas = self.attack.forge(
+            own,
+            benign or own,  # no benign update: the attackers' own estimate
+            n_updates=len(updates),
+            rngs=[rng_for(self.seed, "attack", round_, c) for c in sorted(bad)],
         )
+        forged = dict(zip(sorted(bad), deltas, strict=True))
         out = []
         for u in updates:
             if u.client in bad:
-                d = next(forged)
                 weights = [
                     (b + x).astype(np.asarray(w).dtype)
-                    for b, x, w in zip(base, d, u.weights, strict=True)
+                    for b, x, w in zip(base, forged[u.client], u.weights, strict=True)
                 ]
                 u = replace(u, weights=weights)
             out.append(u)

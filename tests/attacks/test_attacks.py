@@ -188,3 +188,16 @@ def test_malicious_clients_are_seeded_and_fixed() -> None:
 def test_bad_settings_name_the_key(name: str, settings: dict, key: str) -> None:
     with pytest.raises(ValueError, match=key):
         make_attack(name, **settings)
+
+
+def test_arrival_order_does_not_change_what_is_forged() -> None:
+    start = _global()
+    honest = _updates(start)
+    plan = AttackPlan(make_attack("gaussian"), MALICIOUS, seed=7)
+    straight = {u.client: u for u in plan.tampered(1, start, honest)}
+    reversed_ = {u.client: u for u in plan.tampered(1, start, honest[::-1])}
+    for c in MALICIOUS:
+        assert all(
+            np.array_equal(a, b)
+            for a, b in zip(straight[c].weights, reversed_[c].weights, strict=True)
+        )
