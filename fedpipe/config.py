@@ -255,6 +255,8 @@ STRATEGY_NAMES = (
     "krum",
     "multikrum",
     "scaffold",
+    "bulyan",
+    "clipping",
 )
 
 
@@ -271,11 +273,19 @@ class StrategyParams(_Section):
     beta: float | None = Field(None, ge=0.0, lt=0.5)
     num_byzantine: int | None = Field(None, ge=0)
     num_selected: int | None = Field(None, ge=1)
+    clip_norm: float | None = Field(None, gt=0.0)
+    clip_quantile: float | None = Field(None, gt=0.0, le=1.0)
     options: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _known_strategy(self) -> StrategyParams:
         _builtin_or_reference("strategy.name", self.name, STRATEGY_NAMES)
+        if self.clip_norm is not None and self.clip_quantile is not None:
+            raise ValueError(
+                "strategy.clip_norm and strategy.clip_quantile both set; clipping "
+                "uses a fixed bound (clip_norm) or an adaptive one (clip_quantile "
+                "of the round's update norms): set one"
+            )
         return self
 
 
@@ -380,6 +390,94 @@ class PrivacyParams(_Section):
     target_quantile: float = Field(0.5, gt=0.0, lt=1.0)
     clip_lr: float = Field(0.2, gt=0.0)
     count_noise_multiplier: float | None = Field(None, gt=0.0)
+
+
+ATTACK_NAMES = ("label_flip", "sign_flip", "scaling", "gaussian", "alie", "ipm")
+
+#: strategies whose robustness has a bound on the malicious share (none holds a
+#: malicious majority): median, trimmed mean, Krum, Multi-Krum, Bulyan
+ROBUST_STRATEGIES = ("fedmedian", "fedtrimmedavg", "krum", "multikrum", "bulyan")
+
+
+class AttackParams(_Section):
+    """Malicious clients planted on purpose (off by default: ``name: null``).
+
+    ``name`` is the attack (see :mod:`fedpipe.attacks`): ``label_flip`` (train on
+    labels ``C - 1 - y``), ``sign_flip`` (send ``-scale`` times the update),
+    ``scaling`` (send ``scale`` times it; default the round's client count: model
+    replacement), ``gaussian`` (send noise of std ``noise_std``), ``alie`` (``mean
+    - z std`` of the benign updates; ``z`` from the round's counts unless given)
+    or ``ipm`` (``-epsilon`` times their mean). Who: ``share`` of the federation's
+    clients drawn once per run from the seed, or the ids in ``clients``; from
+    round ``from_round`` on. The server never learns who; the round records do.
+    """
+
+    name: str | None = None
+    share: float | None = Field(None, ge=0.0, le=1.0)
+    clients: list[int] | None = None
+    from_round: int = Field(1, ge=1)
+    scale: float | None = None
+    noise_std: float | None = Field(None, gt=0.0)
+    z: float | None = None
+    epsilon: float | None = Field(None, gt=0.0)
+
+    @model_validator(mode="after")
+    def _known_attack(self) -> AttackParams:
+        if self.name is not None and self.name not in ATTACK_NAMES:
+            raise ValueError(
+                f"attack.name: unknown {self.name!r}; allowed: "
+                f"{', '.join(ATTACK_NAMES)} (or null: no attack)"
+            )
+        if self.scale is not None and not self.scale > 0:
+            raise ValueError(
+                f"attack.scale: {self.scale!r} is out of range; allowed: > 0 (a "
+                "boost factor; sign_flip sends -scale times the update)"
+            )
+        if self.share is not None and self.clients is not None:
+            raise ValueError(
+                "attack.share and attack.clients both set; choose the malicious "
+                "clients either by share or by id: set one"
+            )
+        if self.name is not None and self.share is None and self.clients is None:
+            raise ValueError(
+                f"attack.name={self.name!r} needs attack.share (0..1 of the "
+                "clients) or attack.clients (their ids)"
+            )
+        return self
+
+
+def _check_attack(params: Params) -> None:
+    """``attack.*`` against the federation and the strategy (ValueError naming
+    the key): client ids in range, a share the robust aggregator can hold,
+    Bulyan's ``n >= 4f + 3``."""
+    attack, n = params.attack, params.federation.clients
+    if attack.clients is not None:
+        bad = [c for c in attack.clients if not 0 <= c < n]
+        if bad:
+            raise ValueError(
+                f"attack.clients: {bad} out of range; allowed: client ids 0..{n - 1} "
+                f"(federation.clients={n})"
+            )
+    strategy = params.strategy
+    if attack.name is not None and strategy.name in ROBUST_STRATEGIES:
+        share = attack.share if attack.clients is None else len(set(attack.clients)) / n
+        if share is not None and share >= 0.5:
+            raise ValueError(
+                f"attack.share: {share:g} of the clients malicious; "
+                f"strategy.name={strategy.name} holds only a minority (< 0.5) of "
+                "malicious clients: lower attack.share (or attack.clients) or "
+                "study it with strategy.name: fedavg"
+            )
+    if strategy.name == "bulyan":
+        f = strategy.num_byzantine or 0
+        per_round = params.federation.clients_per_round()
+        if per_round < 4 * f + 3:
+            raise ValueError(
+                f"strategy.num_byzantine={f}: Bulyan needs at least 4 * {f} + 3 = "
+                f"{4 * f + 3} clients per round, the federation samples {per_round}; "
+                "lower strategy.num_byzantine or raise federation.clients / "
+                "federation.fraction_fit"
+            )
 
 
 class EvaluationParams(_Section):
@@ -548,6 +646,7 @@ class Params(_Section):
     validation: ValidationParams = ValidationParams()
     runtime: RuntimeParams = RuntimeParams()
     privacy: PrivacyParams = PrivacyParams()
+    attack: AttackParams = AttackParams()
     round_chain: dict[int, int] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -560,6 +659,11 @@ class Params(_Section):
                     f"faults.{key}: client ids {bad} do not exist; allowed: "
                     f"0..{n - 1} (federation.clients={n})"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _attack_fits(self) -> Params:
+        _check_attack(self)
         return self
 
     @model_validator(mode="after")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 
+from fedpipe.attacks import AttackPlan, choose_malicious, make_attack
 from fedpipe.client import ClientAlgorithm, client_class, make_client
 from fedpipe.client.base import LocalTraining
 from fedpipe.config import Params, ParamsError
@@ -153,6 +154,31 @@ def client_evaluation(params: Params) -> ClientEvaluation:
         full_every=e.full_every,
         rounds=params.federation.rounds,
     )
+
+
+def attack_plan_for(params: Params) -> AttackPlan | None:
+    """The run's planted attack from ``attack.*`` (None: ``attack.name`` null).
+
+    Raises
+    ------
+    ParamsError
+        A setting the attack refuses, naming ``attack.<key>``.
+    """
+    a = params.attack
+    if a.name is None:
+        return None
+    settings = a.model_dump(exclude={"name", "share", "clients", "from_round"})
+    try:
+        attack = make_attack(a.name, **settings)
+    except ValueError as exc:
+        raise ParamsError(f"params.yaml: {exc}") from None
+    malicious = choose_malicious(
+        n_clients=params.federation.clients,
+        seed=params.seed,
+        share=a.share,
+        clients=a.clients,
+    )
+    return AttackPlan(attack, malicious, from_round=a.from_round, seed=params.seed)
 
 
 def check_code(params: Params) -> None:

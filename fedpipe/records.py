@@ -46,6 +46,9 @@ class RoundRecord:
     privacy : dict, optional
         The round's differential privacy (``privacy.*``): epsilon at delta after
         this round, the clip, the noise against the signal (:mod:`fedpipe.privacy`).
+    malicious : list of int, optional
+        The selected clients that attacked this round (``attack.*``); None when
+        the run plants no attack (and then not in the summary).
 
     Lists indexed by client id are accepted for ``n_test``, ``global_clients``
     and ``personalized``.
@@ -63,6 +66,7 @@ class RoundRecord:
     excluded: Mapping[int, str] = field(default_factory=dict)
     partial: Mapping[int, int] = field(default_factory=dict)
     privacy: dict[str, Any] | None = None
+    malicious: list[int] | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_test", "global_clients", "personalized"):
@@ -150,6 +154,8 @@ class RoundRecord:
             out["clients_partial"] = {
                 str(c): self.partial[c] for c in sorted(self.partial)
             }
+        if self.malicious is not None:
+            out["malicious"] = list(self.malicious)
         if self.personalized is not None:
             out["personalized"] = _rounded(self.personalized_mean())
             out["personalized_std"] = _rounded(self.personalized_std())

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from fedpipe.attacks import AttackPlan, tampered_results
 from fedpipe.client.base import (
     ClientAlgorithm,
     ClientState,
@@ -290,6 +291,8 @@ class RoundInputs:
         ``faults.failing_clients`` / ``faults.nonfinite_clients``.
     privacy : Privacy or None
         ``privacy.*``: the round's DP mechanism and budget (None: no privacy).
+    attack : AttackPlan or None
+        ``attack.*``: who is malicious and what they do (None: nobody).
     """
 
     round: int
@@ -317,6 +320,8 @@ class RoundInputs:
             seed=self.seed,
             round_=round_,
         )
+
+    attack: AttackPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -366,7 +371,7 @@ def client_jobs(
                 state=inputs.client_states.get(c, {}),
                 seed=inputs.seed,
             ),
-            data=inputs.data.clients[c],
+            data=_client_data(inputs, c),
             training=training.get(c, inputs.training),
             guarded=True,
         )
@@ -427,8 +432,13 @@ def run_round(
     usable = [r for r in results if r.client not in excluded]
     if len(usable) < max(1, inputs.failures.min_clients):
         raise _lost(inputs, runner, results, excluded, len(usable), len(selected))
-    states = merged(inputs.client_states, {r.client: r.state for r in usable})
     before = inputs.global_weights
+    # the attackers' updates replaced (after the non-finite ones were left out: an
+    # omniscient attack computed over a NaN would be NaN); health sees them too
+    usable = tampered_results(inputs.attack, inputs.round, before, usable)
+    tampered = {r.client: r for r in usable}
+    results = [tampered.get(r.client, r) for r in results]
+    states = merged(inputs.client_states, {r.client: r.state for r in usable})
     try:
         weights, server_state, private = dp.aggregate_round(
             inputs.privacy,
@@ -472,6 +482,7 @@ def run_round(
         excluded=excluded,
         partial=dict(plan.partial),
         privacy=dp.with_epsilon(private, inputs.privacy, epsilon),
+        malicious=_malicious(inputs, selected),
     )
     health = _health(
         inputs,
@@ -528,6 +539,21 @@ def _lost(
         health = {"round": inputs.round, "clients": [], "excluded": left_out}
     health["stopped"] = message
     return ClientsLost(message, health)
+
+
+def _client_data(inputs: RoundInputs, client: int) -> ClientData:
+    """What ``client`` trains on this round (``attack.*`` may poison it)."""
+    data = inputs.data.clients[client]
+    if inputs.attack is None:
+        return data
+    return inputs.attack.poisoned(inputs.round, data, inputs.spec.n_classes)
+
+
+def _malicious(inputs: RoundInputs, selected: Sequence[int]) -> list[int] | None:
+    """The round's attackers for its record (None: no ``attack.*``)."""
+    if inputs.attack is None:
+        return None
+    return inputs.attack.attackers(inputs.round, selected)
 
 
 def _after_aggregation(inputs: RoundInputs, before: Weights, after: Weights) -> Weights:
@@ -591,7 +617,7 @@ def _health(
     losses: np.ndarray | None = None,
     excluded: Mapping[int, str] | None = None,
 ) -> dict[str, Any]:
-    return round_health(
+    health = round_health(
         inputs.round,
         before=inputs.global_weights,
         after=after,
@@ -606,3 +632,7 @@ def _health(
         record=record,
         excluded=excluded,
     )
+    malicious = _malicious(inputs, [r.client for r in results])
+    if malicious is not None:
+        health["malicious"] = malicious
+    return health

@@ -24,6 +24,7 @@ PURPOSES = {
     "dropout": 31,
     "slow": 32,
     "privacy": 11,
+    "attack": 33,
 }
 
 

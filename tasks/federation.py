@@ -16,6 +16,7 @@ from fedpipe.cohort import cohort_map
 from fedpipe.config import Params
 from fedpipe.data import prepared_spec
 from fedpipe.experiment import (
+    attack_plan_for,
     client_algorithm_for,
     client_evaluation,
     failure_policy,
@@ -78,6 +79,7 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         failures=failure_policy(params),
         planted=planted_faults(params),
         privacy=privacy_for(params),
+        attack=attack_plan_for(params),
     )
 
 

@@ -19,7 +19,7 @@ and ``planted`` are ``federation.dropout`` & co. and ``faults.*_clients``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ import numpy as np
 import yaml
 
 from fedpipe import layout
+from fedpipe.attacks import AttackPlan
 from fedpipe.client import (
     ClientAlgorithm,
     ClientReply,
@@ -95,6 +96,8 @@ def run_federation(
     planted: PlantedFaults | None = None,
     privacy: dict[str, Any] | None = None,
     fraction_fit: float = 1.0,
+    strategy_settings: Mapping[str, Any] | None = None,
+    attack: AttackPlan | None = None,
 ) -> list[dict[str, Any]]:
     """Run a small federation through the library's round and write its files.
 
@@ -114,6 +117,10 @@ def run_federation(
     n_classes : int, optional
         Classes declared in the schema (and so the model's outputs); default the
         number of distinct labels.
+    strategy_settings : mapping, optional
+        ``strategy.*`` settings (e.g. ``num_byzantine``).
+    attack : AttackPlan, optional
+        Malicious clients planted on purpose (``attack.*``).
 
     Returns
     -------
@@ -188,7 +195,9 @@ def run_federation(
         settings=tuple(sorted(model_settings)),
     )
     runner = runner_for(model_spec)
-    strategy_ = make_strategy(strategy, total_clients=clients)
+    strategy_ = make_strategy(
+        strategy, total_clients=clients, **dict(strategy_settings or {})
+    )
     algorithm: ClientAlgorithm = make_client(strategy_.client_algorithm)
     if client_update is not None:
         algorithm = _Tampered(algorithm, client_update)
@@ -214,6 +223,7 @@ def run_federation(
             failures=failures or FailurePolicy(),
             planted=planted or PlantedFaults(),
             privacy=private,
+            attack=attack,
         )
         try:
             out = run_round(inputs, map_clients=run_here(runner), runner=runner)

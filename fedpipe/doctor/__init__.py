@@ -12,7 +12,8 @@ carries its evidence (rounds, layers, clients, numbers) and a fix naming the
 
 One check per module (:mod:`~fedpipe.doctor.labels`,
 :mod:`~fedpipe.doctor.learning_rate`, :mod:`~fedpipe.doctor.aggregation`,
-:mod:`~fedpipe.doctor.outliers`, :mod:`~fedpipe.doctor.norm_statistics`,
+:mod:`~fedpipe.doctor.outliers`, :mod:`~fedpipe.doctor.attackers`,
+:mod:`~fedpipe.doctor.norm_statistics`,
 :mod:`~fedpipe.doctor.drift`, :mod:`~fedpipe.doctor.loss_rising`,
 :mod:`~fedpipe.doctor.not_learning`, :mod:`~fedpipe.doctor.health_present`,
 :mod:`~fedpipe.doctor.failures`, :mod:`~fedpipe.doctor.privacy`), each
@@ -31,6 +32,7 @@ from pathlib import Path
 from fedpipe import layout
 from fedpipe.doctor import codes
 from fedpipe.doctor.aggregation import check_aggregation, expected_weight_sum
+from fedpipe.doctor.attackers import check_attackers
 from fedpipe.doctor.base import Check, robust_z
 from fedpipe.doctor.drift import check_drift
 from fedpipe.doctor.failures import check_failures
@@ -62,6 +64,7 @@ __all__ = [
     "Check",
     "Finding",
     "check_aggregation",
+    "check_attackers",
     "check_drift",
     "check_failures",
     "check_health_present",
@@ -88,6 +91,7 @@ CHECKS: tuple[Check, ...] = (
     check_labels,
     check_learning_rate,
     check_aggregation,
+    check_attackers,
     check_outliers,
     check_norm_statistics,
     check_drift,

@@ -21,12 +21,14 @@ CLIENTS_FAILED = "clients-failed"
 CLIENT_UPDATES_NONFINITE = "client-updates-nonfinite"
 CLIENTS_DROPPED_OUT = "clients-dropped-out"
 PRIVACY_NOISE_DOMINATES = "privacy-noise-dominates"
+CLIENTS_AGAINST_FEDERATION = "clients-against-federation"
 
 #: every code, root causes before the symptoms they cause
 ALL = (
     LABELS_OUTSIDE_LOSS_RANGE,
     LEARNING_RATE_TOO_HIGH,
     AGGREGATION_WEIGHTS_NOT_NORMALIZED,
+    CLIENTS_AGAINST_FEDERATION,
     CLIENT_UPDATE_OUTLIER,
     NORM_STATISTICS_DISAGREE,
     CLIENT_DRIFT,

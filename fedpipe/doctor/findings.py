@@ -22,6 +22,7 @@ PRIORITY = {
     codes.LABELS_OUTSIDE_LOSS_RANGE: 0,
     codes.LEARNING_RATE_TOO_HIGH: 1,
     codes.AGGREGATION_WEIGHTS_NOT_NORMALIZED: 2,
+    codes.CLIENTS_AGAINST_FEDERATION: 3,
     codes.CLIENT_UPDATE_OUTLIER: 3,
     codes.NORM_STATISTICS_DISAGREE: 4,
     codes.CLIENT_DRIFT: 5,
@@ -58,6 +59,11 @@ EXPLAINS: dict[str, tuple[str, ...]] = {
         codes.LEARNING_RATE_TOO_HIGH,
         codes.NOT_LEARNING,
         codes.LOSS_RISING_ACCURACY_HOLDS,
+    ),
+    codes.CLIENTS_AGAINST_FEDERATION: (
+        codes.CLIENT_UPDATE_OUTLIER,
+        codes.LOSS_RISING_ACCURACY_HOLDS,
+        codes.NOT_LEARNING,
     ),
 }
 

@@ -102,6 +102,9 @@ def _info_lines(info: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"  clients: {shown}" + (f"  (global accuracy {acc})" if acc else "")
         )
+    if "malicious" in info:
+        bad = ", ".join(map(str, info["malicious"])) or "none this round"
+        lines.append(f"  malicious (planted by attack.*): {bad}")
     return lines
 
 

@@ -80,8 +80,11 @@ def stage_info(
         if not isinstance(metrics, Mapping):
             return {"clients_selected": None}
         accuracy = (metrics.get("global") or {}).get("accuracy")
-        return {
+        out = {
             "clients_selected": metrics.get("clients_selected"),
             "global_accuracy": accuracy,
         }
+        if "malicious" in metrics:  # a planted attack (attack.*)
+            out["malicious"] = metrics["malicious"]
+        return out
     return {}

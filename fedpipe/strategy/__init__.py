@@ -11,6 +11,8 @@ from typing import Any
 
 from fedpipe.strategy.aggregate import AggregationError, Weights, weighted_average
 from fedpipe.strategy.base import ClientUpdate, State, Strategy
+from fedpipe.strategy.bulyan import Bulyan
+from fedpipe.strategy.clipping import Clipping
 from fedpipe.strategy.fedadagrad import FedAdagrad
 from fedpipe.strategy.fedadam import FedAdam
 from fedpipe.strategy.fedavg import FedAvg
@@ -38,6 +40,8 @@ STRATEGIES: dict[str, type[Strategy]] = {
         Krum,
         MultiKrum,
         Scaffold,
+        Bulyan,
+        Clipping,
     )
 }
 
@@ -72,7 +76,9 @@ def make_strategy(name: str, **settings: Any) -> Strategy:
 __all__ = [
     "STRATEGIES",
     "AggregationError",
+    "Bulyan",
     "ClientUpdate",
+    "Clipping",
     "FedAdagrad",
     "FedAdam",
     "FedAvg",

@@ -189,7 +189,8 @@ def test_make_strategy_returns_fedavg() -> None:
     assert isinstance(strategy, FedAvg)
     assert set(STRATEGIES) == {
         "fedavg", "fedprox", "fedavgm", "fedadagrad", "fedadam", "fedyogi",
-        "fedmedian", "fedtrimmedavg", "krum", "multikrum", "scaffold",
+        "fedmedian", "fedtrimmedavg", "krum", "multikrum", "scaffold", "bulyan",
+        "clipping",
     }  # fmt: skip
 
 
@@ -199,4 +200,4 @@ def test_make_strategy_unknown_names_the_key() -> None:
     msg = str(info.value)
     assert "strategy.name" in msg
     assert "'nope'" in msg
-    assert "allowed: fedadagrad, fedadam, fedavg, fedavgm, " in msg
+    assert "allowed: bulyan, clipping, fedadagrad, fedadam, fedavg, fedavgm, " in msg

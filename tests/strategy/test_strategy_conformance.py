@@ -26,7 +26,10 @@ from fedpipe.strategy import STRATEGIES, AggregationError, ClientUpdate, make_st
 from fedpipe.weights import load_state, save_state
 
 # identical client updates in -> that update out
-AVERAGING = {"fedavg", "fedprox", "fedmedian", "fedtrimmedavg", "krum", "multikrum"}
+AVERAGING = {
+    "fedavg", "fedprox", "fedmedian", "fedtrimmedavg", "krum", "multikrum",
+    "bulyan", "clipping",
+}  # fmt: skip
 # a server optimizer on top of the clients' mean: updates equal to the global
 # weights leave them unchanged
 SERVER_OPTIMIZERS = {"fedavgm", "fedadagrad", "fedadam", "fedyogi", "scaffold"}
@@ -98,6 +101,7 @@ def test_settings_of_other_strategies_are_ignored(name: str) -> None:
         "proximal_mu": 0.1, "server_lr": 0.5, "server_momentum": 0.5, "beta_1": 0.5,
         "beta_2": 0.5, "tau": 0.01, "beta": 0.1, "num_byzantine": 1,
         "num_selected": 2, "total_clients": 16, "unknown_key": "x",
+        "clip_norm": 2.5, "clip_quantile": 0.75,
     }  # fmt: skip
     strategy = make_strategy(name, **every_key)
     for key in strategy.settings:
