@@ -14,6 +14,9 @@ from fedpipe import stopping
 @pytest.fixture
 def handlers() -> Iterator[None]:
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    # as in a terminal, even when the suite runs as a background job (SIGINT
+    # ignored there, and install() then leaves it ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     for signum, handler in saved.items():
         signal.signal(signum, handler)

@@ -25,6 +25,7 @@ def late(flow, flow_run, state):
 def stage():
     return 1
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
 stopping.install()
 try:
     stage()
