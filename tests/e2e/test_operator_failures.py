@@ -339,11 +339,6 @@ def test_ctrl_c_stops_in_seconds_records_whole_stages_and_dvc_repro_resumes(
     assert file_hashes(project, MODELS) == file_hashes(tiny_run["project"], MODELS)
 
 
-@pytest.mark.skipif(
-    os.environ.get("FEDPIPE_E2E_LONG") != "1",
-    reason="four tiny runs (65 s): over the suite's time budget; "
-    "FEDPIPE_E2E_LONG=1 runs it",
-)
 def test_scaffold_killed_at_several_points_of_a_round_resumes_to_the_same_bits(
     tiny_fresh: Path, tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
