@@ -407,12 +407,7 @@ def run_round(
         The round would pass ``privacy.target_epsilon`` (raised before any work).
     """
     epsilon = dp.spend(inputs.privacy, inputs.round, inputs.sampled)
-    selected = sample_clients(
-        n_clients=len(inputs.data.clients),
-        per_round=inputs.clients_per_round,
-        seed=inputs.seed,
-        round_=inputs.round,
-    )
+    selected = inputs.sampled(inputs.round)
     plan = plan_round(
         selected,
         n_train={c: len(inputs.data.clients[c].y_train) for c in selected},

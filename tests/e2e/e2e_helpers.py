@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import yaml
 
@@ -16,7 +18,7 @@ sys.path.insert(0, str(SCRIPTS))  # the scripts' own tiny data, shared with them
 from tiny_data import TINY, merge, write_image_folder, write_table  # noqa: E402
 
 __all__ = [
-    "BIN", "TINY", "file_hashes", "make_project", "run_cli",
+    "BIN", "TINY", "file_hashes", "load_script", "make_project", "run_cli",
     "write_image_folder", "write_table",
 ]  # fmt: skip
 
@@ -53,3 +55,13 @@ def file_hashes(project: Path, pattern: str) -> dict[str, str]:
         str(p.relative_to(project)): hashlib.md5(p.read_bytes()).hexdigest()
         for p in sorted(project.glob(pattern))
     }
+
+
+def load_script(path: Path) -> ModuleType:
+    """A benchmark or script file imported as a module named after it."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module

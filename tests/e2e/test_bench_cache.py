@@ -3,28 +3,17 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
+from e2e_helpers import load_script
 
 pytestmark = pytest.mark.e2e
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_cache.py"
 
 
-def _load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_cache", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+bench = load_script(SCRIPT)
 
 
 @pytest.fixture(scope="module")

@@ -4,28 +4,17 @@ and what ``evaluation.clients: participants`` records in the run it measures."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from e2e_helpers import load_script
 
 pytestmark = pytest.mark.e2e
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_scale.py"
 
 
-def _load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_scale", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+bench = load_script(SCRIPT)
 
 
 @pytest.fixture(scope="module")
