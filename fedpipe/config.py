@@ -225,6 +225,7 @@ class ModelParams(_Section):
     width: int | None = Field(None, ge=1)
     kernel_size: int | None = Field(None, ge=1)
     batch_norm: bool | None = None
+    head: Literal["gap", "flatten"] | None = None
     blocks_per_stage: int | None = Field(None, ge=1)
     width_multiplier: float | None = Field(None, gt=0.0)
     dropout: float | None = Field(None, ge=0.0, lt=1.0)

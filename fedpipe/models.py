@@ -50,6 +50,10 @@ _SETTINGS: dict[str, tuple[Callable[[object], bool], str]] = {
         "an odd integer >= 1 (1, 3, 5, ...)",
     ),
     "batch_norm": (lambda v: isinstance(v, bool | np.bool_), "true or false"),
+    "head": (
+        lambda v: v in ("gap", "flatten"),
+        "gap (global average pooling) or flatten (a dense head on every position)",
+    ),
     "blocks_per_stage": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
     "width_multiplier": (
         lambda v: _is_real(v) and np.isfinite(v) and v * 16 >= 1,
@@ -213,6 +217,7 @@ def cnn(
     width: int = 32,
     kernel_size: int = 3,
     batch_norm: bool = False,
+    head: str = "gap",
     dropout: float = 0.0,
 ) -> keras.Model:
     """A plain (VGG-style) CNN whose depth, width and receptive field are dials.
@@ -222,9 +227,11 @@ def cnn(
     when followed by batch norm), ``bn_i`` if ``batch_norm``, ``relu_i``. After
     every second conv layer a 2x2 max-pool ``pool_i`` halves the image, as long as
     both sides are still larger than 2 (so a deep CNN on a small image still
-    builds: it stops pooling). Then ``gap`` (global average pooling), ``dropout``
-    if ``dropout > 0``, and ``output``. Inputs of unknown size are assumed large
-    enough to pool.
+    builds: it stops pooling). Then ``gap`` (global average pooling) or, with
+    ``head="flatten"``, ``flatten`` (the output layer sees every position, as in
+    VGG: a shallow CNN is not held back by averaging away where a stroke is),
+    ``dropout`` if ``dropout > 0``, and ``output``. Inputs of unknown size are
+    assumed large enough to pool.
 
     Parameters
     ----------
@@ -241,6 +248,9 @@ def cnn(
     batch_norm : bool, default False
         Put BatchNormalization after each conv; its moving statistics are
         (non-trainable) entries of ``model.get_weights()``.
+    head : {"gap", "flatten"}, default "gap"
+        What the output layer reads: the global average of each feature map, or
+        the flattened maps (needs a known input size).
     dropout : float, default 0.0
         Dropout rate before the output layer, in [0, 1); 0 adds no Dropout layer.
     """
@@ -249,6 +259,7 @@ def cnn(
         ("width", width),
         ("kernel_size", kernel_size),
         ("batch_norm", batch_norm),
+        ("head", head),
         ("dropout", dropout),
     ):
         _check(key, value)
@@ -271,7 +282,10 @@ def cnn(
             x = layers.MaxPooling2D(2, name=f"pool_{i:02d}")(x)
             height = None if height is None else height // 2
             side = None if side is None else side // 2
-    x = layers.GlobalAveragePooling2D(name="gap")(x)
+    if head == "flatten":
+        x = layers.Flatten(name="flatten")(x)
+    else:
+        x = layers.GlobalAveragePooling2D(name="gap")(x)
     if dropout > 0:
         x = layers.Dropout(float(dropout), name="dropout")(x)
     outputs = _head(n_classes)(x)

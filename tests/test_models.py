@@ -177,6 +177,7 @@ def test_settings_each_builder_takes() -> None:
         "width",
         "kernel_size",
         "batch_norm",
+        "head",
         "dropout",
     )
     assert model_settings("resnet") == (
@@ -207,6 +208,21 @@ def test_cnn_defaults() -> None:
     assert _layers_of(model, keras.layers.BatchNormalization) == []
     assert _layers_of(model, keras.layers.Dropout) == []
     assert _layers_of(model, keras.layers.MaxPooling2D) == ["pool_02", "pool_04"]
+
+
+def test_cnn_flatten_head_reads_every_position() -> None:
+    gap = build_model("cnn", MNIST, 10, depth=2, width=8)
+    flat = build_model("cnn", MNIST, 10, depth=2, width=8, head="flatten")
+    assert "gap" in [layer.name for layer in gap.layers]
+    assert "flatten" in [layer.name for layer in flat.layers]
+    # 28x28 pooled once to 14x14, 8 maps: the output layer sees 1,568 inputs
+    assert flat.get_layer("output").kernel.shape == (14 * 14 * 8, 10)
+    assert gap.get_layer("output").kernel.shape == (8, 10)
+
+
+def test_cnn_unknown_head_names_the_key() -> None:
+    with pytest.raises(ValueError, match="model.head.*gap.*flatten"):
+        build_model("cnn", MNIST, 10, head="dense")
 
 
 def test_cnn_width_doubled_grows_parameters() -> None:
