@@ -45,7 +45,8 @@ Axes = dict[str, list[Any]]
 SEED_KEY = "seed"
 # what each run's row records, beside its swept keys and seed
 METRICS = (
-    "accuracy", "loss", "central_accuracy", "gap", "mean_divergence", "seconds",
+    "accuracy", "loss", "central_accuracy", "gap", "mean_divergence",
+    "local_accuracy", "personalized_accuracy", "seconds",
 )  # fmt: skip
 
 
@@ -260,8 +261,9 @@ def point_ids(keys: Sequence[str], points: Sequence[Mapping[str, Any]]) -> list[
     varies."""
     short = abbreviations(keys)
     ids = ["-".join(f"{short[k]}{_slug(p[k])}" for k in keys) or "all" for p in points]
-    for i, pid in enumerate(ids):
-        if ids.count(pid) > 1:
+    counts = {pid: ids.count(pid) for pid in ids}
+    for i, pid in enumerate(list(ids)):
+        if counts[pid] > 1:
             digest = hashlib.sha1(yaml.safe_dump(dict(points[i])).encode())
             ids[i] = f"{pid}-{digest.hexdigest()[:6]}"
     return ids
@@ -354,6 +356,11 @@ def run_row(
         "central_accuracy": central_acc,
         "gap": None if central_acc is None else round(central_acc - acc, 6),
         "mean_divergence": None if mean_d is None else round(mean_d, 6),
+        # the clients' own models, when the summary has them
+        **{
+            f"{group}_accuracy": (summary.get(group) or {}).get("accuracy")
+            for group in ("local", "personalized")
+        },
         "seconds": round(seconds, 1),
         "layers": [list(x) for x in layers],
     }

@@ -143,6 +143,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         from fedpipe.overrides import yaml_scalar
 
+        if base:
+            fixed = ", ".join(f"{k}={yaml_scalar(v)}" for k, v in base.items())
+            print(f"every run (the grid's base): {fixed}")
         for run in runs:
             values = ", ".join(
                 f"{k}={yaml_scalar(v)}" for k, v in run.overrides.items()

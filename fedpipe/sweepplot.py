@@ -67,32 +67,50 @@ def plot_metric(directory: Path, *, x: str, y: str, hue: str | None = None) -> P
     if f"{y}_mean" not in cols:
         metrics = sorted(c[: -len("_mean")] for c in cols if c.endswith("_mean"))
         raise ParamsError(f"--y {y}: not a metric of the table ({', '.join(metrics)})")
-    series: dict[Any, list[tuple[Any, float, float]]] = {}
-    for row in rows:
-        if row[f"{y}_mean"] is None:
-            continue
-        label = row[hue] if hue else None
-        series.setdefault(label, []).append(
-            (row[x], float(row[f"{y}_mean"]), float(row[f"{y}_std"] or 0.0))
-        )
+    series = _series(rows, x=x, y=y, hue=hue)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for label, points in sorted(series.items(), key=lambda kv: _sort_key(kv[0])):
+    for label, points in series.items():
         points.sort(key=lambda p: _sort_key(p[0]))
         ax.errorbar([p[0] for p in points], [p[1] for p in points],
                     yerr=[p[2] for p in points], marker="o", capsize=3,
-                    label=None if hue is None else f"{hue}={_text(label)}")  # fmt: skip
+                    label=label or None)  # fmt: skip
     if y == "gap":
         ax.axhline(0, color="grey", linewidth=0.8)
     ax.set_xlabel(x)
     ax.set_ylabel(f"{y} (mean ± std over seeds)")
-    if hue is not None:
-        ax.legend(fontsize=8)
+    if any(series):
+        ax.legend(fontsize=7)
     fig.tight_layout()
     path = Path(directory) / f"{_file(y)}-by-{_file(x)}.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _series(
+    rows: Sequence[dict[str, Any]], *, x: str, y: str, hue: str | None
+) -> dict[str, list[tuple[Any, float, float]]]:
+    """Label -> (x, mean, std) points: one line per value of ``hue`` and of
+    every other swept key (so points that differ in more than ``x`` are never
+    joined), in the order of those values."""
+    cols = list(rows[0]) if rows else []
+    keys = cols[1 : cols.index("n")] if "n" in cols else []
+    others = [k for k in keys if k not in (x, hue)]
+    by = ([hue] if hue else []) + others
+    groups: dict[tuple, list[tuple[Any, float, float]]] = {}
+    for row in rows:
+        if row[f"{y}_mean"] is None:
+            continue
+        label = tuple(row[k] for k in by)
+        groups.setdefault(label, []).append(
+            (row[x], float(row[f"{y}_mean"]), float(row[f"{y}_std"] or 0.0))
+        )
+    ordered = sorted(groups.items(), key=lambda kv: [_sort_key(v) for v in kv[0]])
+    return {
+        ", ".join(f"{k}={_text(v)}" for k, v in zip(by, label, strict=True)): points
+        for label, points in ordered
+    }
 
 
 def _text(value: Any) -> str:

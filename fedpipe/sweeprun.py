@@ -28,9 +28,10 @@ How the runs happen, and why (measured on the tiny project of the e2e tests,
 
 Robust to ``kill -9``: a run counts as finished only when its experiment ref
 exists *and* its row is in ``runs.jsonl`` (appended after the save); a slot
-remembers the run it started (``.sweep-run``) and the process group it started
-it in (``.sweep-pid``): the next sweep ends that group if it is still alive and
-reruns the half-finished point with ``--force`` (every stage, from scratch).
+remembers the run it started (``.dvc/tmp/sweep-run``) and the process group it
+started it in (``.dvc/tmp/sweep-pid``): the next sweep ends that group if it is
+still alive and reruns the half-finished point with ``--force`` (every stage,
+from scratch).
 Two sweeps of the same ``--out`` cannot run at once (an ``flock`` the kernel
 drops with the process).
 
@@ -74,8 +75,8 @@ from fedpipe.sweep import (
 )
 from fedpipe.variants import dvc_command
 
-RUN_MARKER = ".sweep-run"
-PID_FILE = ".sweep-pid"
+RUN_MARKER = ".dvc/tmp/sweep-run"  # in the slot; git ignores .dvc/tmp
+PID_FILE = ".dvc/tmp/sweep-pid"
 ROWS = "runs.jsonl"
 # untracked run files each experiment keeps (cache: false outputs, not in git)
 KEEP = (
@@ -164,6 +165,10 @@ def _end_leftover(slot: Path) -> None:
         return  # the pid was reused by something else
     try:
         os.killpg(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # gone, and its locks with it
+            os.killpg(pgid, 0)
+            time.sleep(0.1)
     except (ProcessLookupError, PermissionError):
         pass
     (slot / PID_FILE).unlink(missing_ok=True)
@@ -201,8 +206,10 @@ class RunFailed(Exception):
 
 
 def _call(cmd: list[str], slot: Path, log: Path) -> None:
+    started = time.perf_counter()
+    (slot / PID_FILE).parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as out:
-        out.write(f"$ {' '.join(cmd)}\n")
+        out.write(f"$ {' '.join(cmd)}  # {time.strftime('%H:%M:%S')}\n")
         out.flush()
         proc = subprocess.Popen(
             cmd, cwd=slot, stdout=out, stderr=subprocess.STDOUT,
@@ -210,6 +217,7 @@ def _call(cmd: list[str], slot: Path, log: Path) -> None:
         )  # fmt: skip
         (slot / PID_FILE).write_text(f"{proc.pid}\n")
         code = proc.wait()
+        out.write(f"# exit {code} after {time.perf_counter() - started:.1f} s\n")
     (slot / PID_FILE).unlink(missing_ok=True)
     if code != 0:
         raise RunFailed(f"{cmd[2] if len(cmd) > 2 else cmd[0]} exited {code}")
@@ -235,8 +243,9 @@ def run_in_slot(
     params_path = slot / "params.yaml"
     params_path.write_text(base_params)
     set_params(params_path, run.overrides)
+    (slot / RUN_MARKER).parent.mkdir(parents=True, exist_ok=True)
     (slot / RUN_MARKER).write_text(run.name + "\n")
-    run_args = ["run", "--no-server-start", "--no-report", "-q"]
+    run_args = ["run", "--no-server-start", "--no-report"]
     _call(fedpipe_command(*run_args, *(["--force"] if force else [])), slot, log)
     central = None
     if centralized:
