@@ -231,14 +231,16 @@ def varying(keys: Sequence[str], points: Sequence[Mapping[str, Any]]) -> list[st
 def abbreviations(keys: Sequence[str]) -> dict[str, str]:
     """Short labels of ``keys``: the shortest prefix of each key's last part
     that no other key's last part shares (``model.depth`` -> ``d``,
-    ``train.lr`` / ``train.local_steps`` -> ``lr`` / ``lo``); the whole key
-    (dots as ``_``) when two keys end alike."""
+    ``train.lr`` / ``train.local_steps`` -> ``lr`` / ``lo``); keys whose last
+    parts are the same get their sections' shortest distinct prefixes in front
+    (``partition.method`` / ``personalization.method`` -> ``pam`` / ``pem``)."""
     lasts = {k: k.split(".")[-1] for k in keys}
     out = {}
     for key, last in lasts.items():
         others = [v for k, v in lasts.items() if k != key]
         if last in others:
-            out[key] = key.replace(".", "_")
+            twins = [k for k, v in lasts.items() if v == last]
+            out[key] = _section_label(key, twins)
             continue
         size = next(
             (n for n in range(1, len(last) + 1)
@@ -249,9 +251,24 @@ def abbreviations(keys: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _section_label(key: str, twins: Sequence[str]) -> str:
+    """``key``'s sections cut to the shortest length that tells it from its
+    ``twins`` (keys with the same last part), then that part's first letter."""
+
+    def label(k: str, n: int) -> str:
+        parts = k.split(".")
+        return "".join(p[:n] for p in parts[:-1]) + parts[-1][:1]
+
+    longest = max(len(p) for k in twins for p in k.split("."))
+    for n in range(1, longest + 1):
+        if len({label(k, n) for k in twins}) == len(twins):
+            return label(key, n)
+    return key.replace(".", "_")
+
+
 def _slug(value: Any) -> str:
     text = yaml_scalar(value)
-    text = re.sub(r"[^A-Za-z0-9._]+", "_", text).strip("_.") or "x"
+    text = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_.") or "x"
     return re.sub(r"\.{2,}", ".", text)
 
 

@@ -103,14 +103,17 @@ def test_a_bad_grid_file_is_one_clear_error(tmp_path: Path, text: str) -> None:
 
 def test_abbreviations_are_short_and_unique() -> None:
     short = abbreviations(
-        ["model.depth", "model.width", "train.lr", "train.local_steps", "a.width"]
-    )
+        ["model.depth", "model.width", "train.lr", "train.local_steps", "a.width",
+         "partition.method", "personalization.method"]
+    )  # fmt: skip
     assert short == {
         "model.depth": "d",
-        "model.width": "model_width",
+        "model.width": "mw",
         "train.lr": "lr",
         "train.local_steps": "lo",
-        "a.width": "a_width",
+        "a.width": "aw",
+        "partition.method": "pam",
+        "personalization.method": "pem",
     }
 
 
@@ -259,3 +262,41 @@ def test_plot_lines_never_join_points_that_differ_beyond_x() -> None:
     ]
     curves = layer_curves(entries, "model.depth")
     assert curves == {"2": [pytest.approx(0.2), pytest.approx(0.4)], "3": [1.0] * 3}
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_bad_point_exits_2_naming_the_key_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedpipe.cli import main
+
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    args = ["-C", str(tmp_path), "sweep", "--dry-run", "-S", "train.lr=0.1,-1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: -S: train.lr: "), err
+    assert err[0].endswith("(sweep point l-1)")
+    assert main(["-C", str(tmp_path), "sweep", "-S", "model.depthh=1,2"]) == 2
+    assert "model.depthh" in capsys.readouterr().err
+    assert not (tmp_path / "sweeps").exists()
+
+
+def test_dry_run_lists_every_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedpipe.cli import main
+
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    design = tmp_path / "design.yaml"
+    design.write_text(
+        "base: {federation.rounds: 3}\n"
+        "grids:\n  a: {model.depth: [1, 2]}\n  b: {model.depth: [2], train.lr: [0.5]}\n"
+    )
+    args = ["-C", str(tmp_path), "sweep", "--grid", str(design), "--seeds", "2"]
+    assert main([*args, "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "every run (the grid's base): federation.rounds=3"
+    assert out[1].startswith("design-d1-l0.05-s0: model.depth=1, train.lr=0.05")
+    assert out[-1] == "6 runs (3 points x 2 seeds)"
