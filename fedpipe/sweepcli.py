@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import yaml
@@ -166,7 +167,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     )
     if base:
         runs = [_with_base(r, base) for r in runs]
-    return run_sweep(runs, keys, settings, say=lambda s: print(s, flush=True))
+    try:
+        return run_sweep(runs, keys, settings, say=lambda s: print(s, flush=True))
+    except KeyboardInterrupt:
+        print(
+            "sweep interrupted; the same command continues it (finished runs are kept)",
+            file=sys.stderr,
+        )
+        return 130
 
 
 def _with_base(run, base):  # type: ignore[no-untyped-def]

@@ -421,8 +421,13 @@ def _sweep(
 
     def worker(i: int) -> None:
         slot = slots_dir / f"slot-{i}"
-        with lock:  # git worktree add: one at a time
-            force = open_slot(root, base, slot, cache)
+        try:
+            with lock:  # git worktree add: one at a time
+                force = open_slot(root, base, slot, cache)
+        except (RuntimeError, OSError) as exc:
+            with lock:
+                say(f"slot-{i}: could not be made ({exc}); its runs go to the others")
+            return
         while True:
             try:
                 run = pending.get_nowait()
@@ -435,7 +440,7 @@ def _sweep(
                     run, slot, base_params=base_params, log=log,
                     centralized=settings.centralized, force=force, save=save,
                 )  # fmt: skip
-            except (RunFailed, ParamsError, OSError, KeyError) as exc:
+            except Exception as exc:  # noqa: BLE001 - one run's failure, named
                 with lock:
                     state.failed.append(run.name)
                     say(f"FAILED {run.name}: {exc}; log: {log}")
@@ -452,11 +457,23 @@ def _sweep(
                 write_results(out, runs, keys)
                 say(state.finish(run, row))
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(jobs)]
+    threads = [
+        threading.Thread(target=worker, args=(i,), daemon=True) for i in range(jobs)
+    ]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(timeout=0.5)
+    except BaseException:  # Ctrl-C: end the runs started, leave them to resume
+        for i in range(jobs):
+            _end_leftover(slots_dir / f"slot-{i}")
+        raise
+    finished = {r["run"] for r in read_rows(out)}
+    for r in todo:
+        if r.name not in finished and r.name not in state.failed:
+            state.failed.append(r.name)  # no slot was left to run it
     if state.failed:
         failed = ", ".join(state.failed)
         say(
