@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -167,6 +168,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     )
     if base:
         runs = [_with_base(r, base) for r in runs]
+    signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: end the runs started
     try:
         return run_sweep(runs, keys, settings, say=lambda s: print(s, flush=True))
     except KeyboardInterrupt:
@@ -175,6 +177,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signum)
 
 
 def _with_base(run, base):  # type: ignore[no-untyped-def]

@@ -414,6 +414,7 @@ def _sweep(
         pending.put(r)
     state = _State(total=total, finished=done_before, todo=len(todo), jobs=jobs)
     lock, save_lock = threading.Lock(), threading.Lock()
+    stop = threading.Event()  # set on Ctrl-C / SIGTERM: start nothing more
 
     def save(cmd: list[str], slot: Path, log: Path) -> None:
         with save_lock:  # dvc exp save writes shared refs (EXEC_*): one at a time
@@ -428,7 +429,7 @@ def _sweep(
             with lock:
                 say(f"slot-{i}: could not be made ({exc}); its runs go to the others")
             return
-        while True:
+        while not stop.is_set():
             try:
                 run = pending.get_nowait()
             except queue.Empty:
@@ -441,6 +442,8 @@ def _sweep(
                     centralized=settings.centralized, force=force, save=save,
                 )  # fmt: skip
             except Exception as exc:  # noqa: BLE001 - one run's failure, named
+                if stop.is_set():
+                    return  # ended by the interrupt, not failed
                 with lock:
                     state.failed.append(run.name)
                     say(f"FAILED {run.name}: {exc}; log: {log}")
@@ -467,8 +470,12 @@ def _sweep(
             while t.is_alive():
                 t.join(timeout=0.5)
     except BaseException:  # Ctrl-C: end the runs started, leave them to resume
-        for i in range(jobs):
-            _end_leftover(slots_dir / f"slot-{i}")
+        stop.set()
+        for _ in range(2):  # again after the workers stopped: none slipped through
+            for i in range(jobs):
+                _end_leftover(slots_dir / f"slot-{i}")
+            for t in threads:
+                t.join(timeout=10)
         raise
     finished = {r["run"] for r in read_rows(out)}
     for r in todo:
