@@ -647,6 +647,9 @@ examples:
         "--steps", type=int, help="stop after this many steps (the one-step control)"
     )
     central.set_defaults(func=cmd_centralized)
+    from fedpipe.sweepcli import add_sweep_parser
+
+    add_sweep_parser(sub)  # fedpipe sweep [plot]
     return parser
 
 

@@ -1,51 +1,45 @@
 """The results tables: every server strategy and every personalization method on
-the default data, with IID and Dirichlet(alpha=0.1) partitions, 20 rounds each.
+the default data, with IID and Dirichlet(alpha=0.1) partitions, 20 rounds each,
+as one `fedpipe sweep` per table.
 
-Each combination is one `fedpipe run` in a scratch fedpipe project, saved as a DVC
-experiment (`dvc exp save`), so `dvc exp show` in that project lists them all with
-their params and metrics. The tables are printed as Markdown and written to the
-output directory: for strategies, the final global accuracy on the held-out test
-set and the local models' mean accuracy on their own test splits; for
-personalization methods (with FedAvg), the global accuracy and the personalized
-models' mean accuracy on their own clients' test splits. FedBN needs batch
-normalization, so it runs on `cnn` with batch norm, next to that model without
-personalization.
+Each combination is a run of the sweep in a scratch fedpipe project
+(`--out/project`), a DVC experiment there (`dvc exp show` lists them all with
+their params and metrics); the sweep's results land in `--out/<table>/` and the
+Markdown tables in `--out/<table>.md`: for strategies, the final global accuracy
+on the held-out test set and the local models' mean accuracy on their own test
+splits; for personalization methods (with FedAvg), the global accuracy and the
+personalized models' mean accuracy on their own clients' test splits. FedBN
+needs batch normalization, so it runs on `cnn` with batch norm, next to that
+model without personalization. Killed, the same command resumes.
 
     python scripts/strategy_table.py [--rounds 20] [--out DIR]
-        [--tables strategies personalization]
+        [--tables strategies personalization] [-j 1]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import csv
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from params_text import set_param
+import yaml
 
-STRATEGIES = (
+STRATEGIES = [
     "fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad",
     "fedmedian", "fedtrimmedavg", "krum", "multikrum", "scaffold",
-)  # fmt: skip
-PARTITIONS = {"iid": {}, "dirichlet-0.1": {"method": "dirichlet", "alpha": 0.1}}
-BN_CNN = {"name": "cnn", "depth": 2, "width": 32, "batch_norm": "true"}
-# label -> {section: {key: value}}
-VARIANTS = {
-    "strategies": {name: {"strategy": {"name": name}} for name in STRATEGIES},
+]  # fmt: skip
+PARTITIONS = {"iid": "iid", "dirichlet": "dirichlet-0.1"}
+BN_CNN = {"model.name": "cnn", "model.depth": 2, "model.width": 32,
+          "model.batch_norm": True}  # fmt: skip
+METHODS = ["none", "fedper", "finetune", "ditto"]
+GRIDS = {
+    "strategies": {"strategies": {"strategy.name": STRATEGIES}},
     "personalization": {
-        "none": {},
-        "fedper": {"personalization": {"method": "fedper"}},
-        "finetune": {"personalization": {"method": "finetune"}},
-        "ditto": {"personalization": {"method": "ditto"}},
-        "none (cnn + batch norm)": {"model": BN_CNN},
-        "fedbn (cnn + batch norm)": {
-            "model": BN_CNN,
-            "personalization": {"method": "fedbn"},
-        },
+        "methods": {"personalization.method": METHODS},
+        "batch-norm": {**BN_CNN, "personalization.method": ["none", "fedbn"]},
     },
 }
 HEADERS = {
@@ -56,23 +50,34 @@ HEADERS = {
 BIN = Path(sys.executable).parent
 
 
-def _run(project: Path, env: dict, name: str) -> tuple[dict, float] | None:
-    """One `fedpipe run` saved as DVC experiment ``name``: (summary, seconds)."""
-    started = time.perf_counter()
-    proc = subprocess.run(
-        [str(BIN / "fedpipe"), "run"], cwd=project, env=env,
-        capture_output=True, text=True,
-    )  # fmt: skip
-    seconds = time.perf_counter() - started
-    if proc.returncode != 0:
-        print(f"{name}: failed\n{proc.stderr[-2000:]}")
-        return None
-    subprocess.run(
-        [str(BIN / "dvc"), "exp", "save", "-f", "-n", name], cwd=project,
-        env=env, capture_output=True,
-    )  # fmt: skip
-    summary = json.loads((project / "metrics/summary.json").read_text())
-    return summary, seconds
+def _label(table: str, row: dict) -> str:
+    if table == "strategies":
+        return row["strategy.name"]
+    name = row["personalization.method"]
+    return (
+        f"{name} (cnn + batch norm)" if row.get("model.batch_norm") == "true" else name
+    )
+
+
+def _markdown(table: str, rows: list[dict]) -> str:
+    label, first, second, group = HEADERS[table]
+    cells: dict[str, dict[str, tuple[str, str]]] = {}
+    for row in rows:
+        other = row.get(f"{group}_accuracy") or ""
+        cells.setdefault(_label(table, row), {})[row["partition.method"]] = (
+            f"{float(row['accuracy']):.3f}",
+            f"{float(other):.3f}" if other else "n/a",
+        )
+    lines = [
+        f"| {label} | IID: {first} | IID: {second} | Dirichlet 0.1: {first} "
+        f"| Dirichlet 0.1: {second} |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    missing = ("not run", "not run")
+    for name, by in cells.items():
+        iid, dr = by.get("iid", missing), by.get("dirichlet", missing)
+        lines.append(f"| {name} | {iid[0]} | {iid[1]} | {dr[0]} | {dr[1]} |")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -80,58 +85,33 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("strategy-table"))
     parser.add_argument(
-        "--tables", nargs="+", choices=sorted(VARIANTS), default=sorted(VARIANTS)
+        "--tables", nargs="+", choices=sorted(GRIDS), default=sorted(GRIDS)
     )
+    parser.add_argument("-j", "--jobs", type=int, default=1)
     args = parser.parse_args()
     env = dict(os.environ, DVC_NO_ANALYTICS="1", TF_CPP_MIN_LOG_LEVEL="3")
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    project = args.out.resolve() / "project"
+    out = args.out.resolve()
+    project = out / "project"
+    fedpipe = str(BIN / "fedpipe")
     if not project.exists():
-        subprocess.run(
-            [str(BIN / "fedpipe"), "init", str(project)], check=True, env=env
-        )
+        subprocess.run([fedpipe, "init", str(project)], check=True, env=env)
         git = ["git", "-c", "user.name=fedpipe", "-c", "user.email=fedpipe@invalid"]
         subprocess.run([*git, "add", "-A"], cwd=project, check=True)
         subprocess.run([*git, "commit", "-qm", "baseline"], cwd=project, check=True)
-    base = (project / "params.yaml").read_text()
     for table in args.tables:
-        label, first, second, group = HEADERS[table]
-        cells: dict[tuple[str, str], tuple[str, str]] = {}
-        for part, settings in PARTITIONS.items():
-            for name, variant in VARIANTS[table].items():
-                text = set_param(base, "federation", "rounds", args.rounds)
-                for key, value in settings.items():
-                    text = set_param(text, "partition", key, value)
-                for section, values in variant.items():
-                    for key, value in values.items():
-                        text = set_param(text, section, key, value)
-                (project / "params.yaml").write_text(text)
-                slug = "".join(c if c.isalnum() else "-" for c in name).strip("-")
-                exp = f"{table}-{slug}-{part}".replace("--", "-")
-                done = _run(project, env, exp)
-                if done is None:
-                    cells[(name, part)] = ("failed", "failed")
-                    continue
-                summary, seconds = done
-                g = summary["global"]["accuracy"]
-                other = summary.get(group, {}).get("accuracy")
-                cells[(name, part)] = (
-                    f"{g:.3f}",
-                    "n/a" if other is None else f"{other:.3f}",
-                )
-                print(f"{exp}: global {g:.4f} {group} {other} ({seconds:.0f} s)",
-                      flush=True)  # fmt: skip
-        (project / "params.yaml").write_text(base)
-        lines = [
-            f"| {label} | IID: {first} | IID: {second} | Dirichlet 0.1: {first} "
-            f"| Dirichlet 0.1: {second} |",
-            "|---|---:|---:|---:|---:|",
-        ]
-        for name in VARIANTS[table]:
-            iid, dr = cells[(name, "iid")], cells[(name, "dirichlet-0.1")]
-            lines.append(f"| {name} | {iid[0]} | {iid[1]} | {dr[0]} | {dr[1]} |")
-        text = "\n".join(lines)
-        (args.out / f"{table}.md").write_text(text + "\n")
+        design = out / f"{table}.yaml"
+        base = {"federation.rounds": args.rounds, "partition.alpha": 0.1}
+        design.write_text(yaml.safe_dump({"base": base, "grids": GRIDS[table]}))
+        seed = yaml.safe_load((project / "params.yaml").read_text())["seed"]
+        sweep = [fedpipe, "-C", str(project), "sweep", "--grid", str(design),
+                 "-S", "partition.method=iid,dirichlet", "--name", table,
+                 "--out", str(out / table), "--seed-list", str(seed),
+                 "-j", str(args.jobs)]  # fmt: skip
+        subprocess.run(sweep, env=env, check=False)
+        with (out / table / "runs.csv").open(newline="") as f:
+            text = _markdown(table, list(csv.DictReader(f)))
+        (out / f"{table}.md").write_text(text)
         print()
         print(text)
 
