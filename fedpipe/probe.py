@@ -19,12 +19,13 @@ from typing import Any
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 #: held-out samples in the probe batch: enough that a unit alive on a few inputs
 #: shows it, small enough that the pass costs a fraction of the evaluation
 PROBE_SAMPLES = 64
 
-_probes: weakref.WeakKeyDictionary[Any, tuple[list[str], keras.Model | None]] = (
+_probes: weakref.WeakKeyDictionary[Any, tuple[list[str], Any]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -39,18 +40,22 @@ def _is_relu(layer: keras.layers.Layer) -> bool:
     )
 
 
-def relu_probe(model: keras.Model) -> tuple[list[str], keras.Model | None]:
-    """The names of ``model``'s ReLU layers and a model returning their outputs
-    (None when it has none or its graph cannot be tapped), built once."""
+def relu_probe(model: keras.Model) -> tuple[list[str], Any]:
+    """The names of ``model``'s ReLU layers and a compiled function returning
+    their outputs (None when it has none or its graph cannot be tapped), built
+    once per model."""
     if model not in _probes:
         names = [layer.name for layer in model.layers if _is_relu(layer)]
         probe = None
         if names:
             try:
                 one = len(model.inputs) == 1
-                probe = keras.Model(
+                tapped = keras.Model(
                     inputs=model.inputs[0] if one else model.inputs,
                     outputs=[model.get_layer(n).output for n in names],
+                )
+                probe = tf.function(
+                    lambda x: tapped(x, training=False), reduce_retracing=True
                 )
             except (AttributeError, ValueError):  # a subclassed model: no graph
                 names, probe = [], None
@@ -77,8 +82,8 @@ def dead_unit_shares(model: keras.Model, x: np.ndarray) -> dict[str, float] | No
     names, probe = relu_probe(model)
     if probe is None or len(x) == 0:
         return None
-    outputs = probe(np.asarray(x), training=False)
-    if len(names) == 1:
+    outputs = probe(tf.constant(np.asarray(x)))
+    if not isinstance(outputs, list | tuple):
         outputs = [outputs]
     shares = {}
     for name, out in zip(names, outputs, strict=True):
