@@ -194,10 +194,13 @@ def check_server_step(run: RunFiles) -> list[Finding]:
     later = sorted(k for k in rounds if k > first)
     if later:
         evidence.append(f"the server's step stayed too large in {rounds_text(later)}")
+    recovered = _recovered(run, r["before_loss"])
+    if recovered:
+        evidence.append(recovered)
     return [
         Finding(
             code=codes.SERVER_STEP_TOO_LARGE,
-            severity="error",
+            severity="warning" if recovered else "error",
             title="the server's step is too large: it amplifies client updates of "
             "normal size",
             evidence=evidence,
@@ -206,6 +209,20 @@ def check_server_step(run: RunFiles) -> list[Finding]:
             side="server aggregation",
         )
     ]
+
+
+def _recovered(run: RunFiles, before: float | None) -> str:
+    """A line saying the run recovered (its last global loss below the loss
+    before the blow-up), or "" (a warning then, not an error: FedAdagrad's default
+    first step of server_lr on every coordinate does this and learns after)."""
+    last = [h.get("global", {}).get("loss") for _, h in sorted(run.health.items())]
+    final = next((v for v in reversed(last) if v is not None), None)
+    if final is None or before is None or final >= before:
+        return ""
+    return (
+        f"the run recovered: last global loss {fmt(final)}, below the "
+        f"{fmt(before)} before the blow-up"
+    )
 
 
 def _clients_line(run: RunFiles, k: int) -> str:
