@@ -56,11 +56,17 @@ _TRY = {
 
 def server_rounds(run: RunFiles) -> dict[int, dict[str, Any]]:
     """Rounds where the server amplified the clients' update and the global model
-    blew up (step ratio, step size, loss jump), with the numbers."""
+    blew up (step ratio, step size, loss jump), with the numbers.
+
+    Rounds with differential privacy are left out: their step carries the
+    mechanism's noise, which the privacy check weighs against the update.
+    """
     chance = math.log(run.n_classes) if run.n_classes else None
     out: dict[int, dict[str, Any]] = {}
     previous_loss = chance
     for k, h in sorted(run.health.items()):
+        if (run.rounds.get(k) or {}).get("privacy"):
+            continue
         agg, glob = h.get("aggregation") or {}, h.get("global") or {}
         ratio = agg.get("server_step_ratio")
         step, size = agg.get("server_step_norm"), glob.get("weight_norm_before")
