@@ -20,6 +20,7 @@ from helpers_fl import run_federation, scaled_inputs, shuffled_labels
 
 from fedpipe import layout
 from fedpipe.cli import main
+from fedpipe.config import round_chain
 from fedpipe.doctor import SIDES, Finding, codes, diagnose, robust_z
 from fedpipe.jsonio import write_json
 
@@ -545,3 +546,53 @@ def test_records_of_an_older_format_still_get_a_diagnosis(run_dir, tmp_path) -> 
             record["global"].pop(key)
         path.write_text(json.dumps(record))
     assert diagnose(root) == []
+
+
+def _health(k: int, accuracy: float, loss: float, *, ratio: float, step: float):
+    clients = [
+        {"client": c, "n_train": 50, "update_norm": 0.3, "train_loss": 2.0}
+        for c in range(4)
+    ]
+    return {
+        "round": k,
+        "clients": clients,
+        "layers": [],
+        "aggregation": {
+            "server_step_ratio": ratio,
+            "server_step_norm": step,
+            "mean_update_norm": step / ratio,
+        },
+        "global": {
+            "loss": loss,
+            "accuracy": accuracy,
+            "weight_norm_before": 9.0,
+            "majority_share": 0.1,
+            "top_class_share": 0.3,
+        },
+    }
+
+
+def test_a_collapse_the_server_caused_names_the_server(tmp_path: Path) -> None:
+    # written as a round stage would: FedAdam learns for 2 rounds, then its step
+    # (20x the clients' mean update) throws the model back to guessing
+    params = {
+        "strategy": {"name": "fedadam", "server_lr": 1.0},
+        "train": {"lr": 0.05},
+        "federation": {"rounds": 4},
+        "round_chain": round_chain(4),
+    }
+    (tmp_path / "params.yaml").write_text(json.dumps(params))  # JSON is YAML
+    rows = [(0.5, 1.5, 3.0, 0.9), (0.6, 1.2, 3.0, 0.9), (0.1, 9.0, 20.0, 6.0)]
+    rows.append((0.1, 8.0, 20.0, 6.0))
+    for k, (accuracy, loss, ratio, step) in enumerate(rows, start=1):
+        record = _health(k, accuracy, loss, ratio=ratio, step=step)
+        write_json(tmp_path / layout.health_metrics(k), record)
+        write_json(tmp_path / layout.round_metrics(k), {"round": k, **record})
+    findings = diagnose(tmp_path)
+    first = findings[0]
+    assert (first.code, first.rounds) == (codes.SERVER_STEP_TOO_LARGE, [3, 4])
+    collapsed = _one(findings, codes.ACCURACY_COLLAPSED)
+    assert collapsed.side == "server aggregation" and collapsed.severity == "info"
+    assert "round 3 (after peaking in round 2)" in collapsed.title
+    assert "strategy.server_lr = 1 -> try 0.1" in collapsed.fix
+    assert "train.lr = 0.05 is not the cause" in collapsed.fix

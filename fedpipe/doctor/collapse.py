@@ -106,11 +106,13 @@ def check_collapse(run: RunFiles) -> list[Finding]:
 def _cause(run: RunFiles, peak: int, down: int) -> tuple[str, str, list[str]]:
     """(side, fix, evidence) of the likely cause, from rounds peak+1 .. down."""
     window = [k for k in sorted(run.health) if peak < k <= down]
-    server = [k for k in server_rounds(run) if k in window]
+    amplified = server_rounds(run)
+    server = [k for k in amplified if k in window]
     if server:
+        normal = amplified[server[0]]["clients_normal"]
         return (
             "server aggregation",
-            server_fix(run),
+            server_fix(run, clients_normal=normal),
             [
                 f"likely cause: the server's step blew up the global model in "
                 f"{rounds_text(server)} (several times the clients' mean update)"

@@ -44,13 +44,14 @@ CLIENT_STEP_NORMAL = 1.0
 #: ... and median local loss under this multiple of ln(C) (its LR_LOSS_FACTOR)
 CLIENT_LOSS_NORMAL = 3.0
 
-#: a better value to try per setting, as a function of the current one
+#: the settings that size the server's step (FedAvgM, FedAdam, FedYogi,
+#: FedAdagrad, SCAFFOLD), each with a value to try given the current one: a
+#: tenth of the learning rate, momentum at most 0.5, ten times the adaptivity
+#: floor tau (steps of server_lr on coordinates whose updates are tiny)
 _TRY = {
     "server_lr": lambda v: f"{v / 10:g}",
     "server_momentum": lambda v: f"{min(v, 0.5) if v > 0.5 else v / 2:g}",
     "tau": lambda v: f"{v * 10:g}",
-    "beta_1": lambda v: f"{v:g}",
-    "beta_2": lambda v: f"{v:g}",
 }
 
 
@@ -146,13 +147,14 @@ def strategy_knobs(run: RunFiles) -> list[tuple[str, Any]]:
     return out
 
 
-def server_fix(run: RunFiles) -> str:
-    """The fix naming the strategy's server settings, with values and what to try."""
+def server_fix(run: RunFiles, *, clients_normal: bool = True) -> str:
+    """The fix naming the strategy's server settings, with values and what to try
+    (and that train.lr is not the cause, when the clients trained normally)."""
     name = param(run, "strategy.name", "fedavg")
     parts = []
     for key, value in strategy_knobs(run):
         short = key.removeprefix("strategy.")
-        if value is None or short in ("beta_1", "beta_2"):
+        if value is None:
             continue
         verb = "raise" if short == "tau" else "lower"
         parts.append(f"{verb} {key} = {value:g} -> try {_TRY[short](value)}")
@@ -162,12 +164,16 @@ def server_fix(run: RunFiles) -> str:
             "larger than the clients' mean update: check the strategy's own code "
             "and settings (strategy.options); train.lr is not the cause"
         )
+    lr = param(run, "train.lr", "?")
+    clients = (
+        f"train.lr = {lr} is not the cause: the clients' updates were of normal size"
+        if clients_normal
+        else f"then check train.lr = {lr} too"
+    )
     return (
         f"the server (strategy.name = {name}) amplifies the clients' updates: "
         + "; ".join(parts)
-        + "; or strategy.name = fedavg (a step of 1). train.lr = "
-        f"{param(run, 'train.lr', '?')} is not the cause: the clients' updates "
-        "were of normal size"
+        + f"; or strategy.name = fedavg (a step of 1). {clients}"
     )
 
 
