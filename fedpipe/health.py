@@ -299,7 +299,7 @@ def round_health(
     losses: np.ndarray | None = None,
     record: Any = None,
     excluded: Mapping[int, str] | None = None,
-    dead_units: Mapping[str, float] | None = None,
+    dead_units: Mapping[str, float | None] | None = None,
 ) -> dict[str, Any]:
     """The health record of one round (the contract of ``metrics/health``).
 
@@ -477,7 +477,7 @@ def round_health(
     if excluded:
         out["excluded"] = {str(c): excluded[c] for c in sorted(excluded)}
     if dead_units is not None:
-        out["dead_units"] = {str(k): float(v) for k, v in dead_units.items()}
+        out["dead_units"] = {str(k): v for k, v in dead_units.items()}
     out = _clean(out)
     out["seconds"] = _clean(time.perf_counter() - started)
     return out

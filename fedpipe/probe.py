@@ -63,7 +63,9 @@ def relu_probe(model: keras.Model) -> tuple[list[str], Any]:
     return _probes[model]
 
 
-def dead_unit_shares(model: keras.Model, x: np.ndarray) -> dict[str, float] | None:
+def dead_unit_shares(
+    model: keras.Model, x: np.ndarray
+) -> dict[str, float | None] | None:
     """Share of units of each ReLU layer whose output is 0 on every row of ``x``.
 
     Parameters
@@ -76,16 +78,20 @@ def dead_unit_shares(model: keras.Model, x: np.ndarray) -> dict[str, float] | No
     Returns
     -------
     dict of str to float or None
-        Layer name -> dead share in [0, 1]; None for a model without ReLU layers
-        or an empty batch.
+        Layer name -> dead share in [0, 1] (None for every layer when a weight
+        is NaN/inf: broken, not dead); None for a model without ReLU layers or
+        an empty batch.
     """
     names, probe = relu_probe(model)
     if probe is None or len(x) == 0:
         return None
+    if not all(np.isfinite(v.numpy()).all() for v in model.weights):
+        # NaN weights are broken, not dead (a ReLU turns NaN into 0)
+        return dict.fromkeys(names)
     outputs = probe(tf.constant(np.asarray(x)))
     if not isinstance(outputs, list | tuple):
         outputs = [outputs]
-    shares = {}
+    shares: dict[str, float | None] = {}
     for name, out in zip(names, outputs, strict=True):
         a = np.asarray(out)
         alive = np.any(a.reshape(-1, a.shape[-1]) > 0, axis=0)

@@ -615,7 +615,7 @@ def _health(
     probs: np.ndarray | None = None,
     losses: np.ndarray | None = None,
     excluded: Mapping[int, str] | None = None,
-    dead_units: Mapping[str, float] | None = None,
+    dead_units: Mapping[str, float | None] | None = None,
 ) -> dict[str, Any]:
     health = round_health(
         inputs.round,

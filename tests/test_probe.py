@@ -47,3 +47,10 @@ def test_a_bias_far_negative_kills_the_layer() -> None:
     assert dead_unit_shares(runner.model, x) == {"hidden": 1.0}
     names, _ = relu_probe(runner.model)
     assert names == ["hidden"]  # the output layer (softmax) is not probed
+
+
+def test_nan_weights_are_broken_not_dead() -> None:
+    runner = ModelRunner(_spec("mlp"))
+    weights = initial_weights(runner.spec, seed=1)
+    runner.model.set_weights([np.full_like(w, np.nan) for w in weights])
+    assert dead_unit_shares(runner.model, _data()[0]) == {"hidden": None}

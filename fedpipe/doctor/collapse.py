@@ -180,7 +180,9 @@ def _looks(run: RunFiles, down: int) -> list[str]:
             f"{h['global'].get('top_class')} for {share:.0%} of held-out samples"
         )
     dead = {
-        name: s for name, s in (h.get("dead_units") or {}).items() if s >= MOSTLY_DEAD
+        name: s
+        for name, s in (h.get("dead_units") or {}).items()
+        if s is not None and s >= MOSTLY_DEAD
     }
     if dead:
         shown = ", ".join(f"{name} {s:.0%}" for name, s in dead.items())

@@ -61,7 +61,7 @@ def check_predictions(run: RunFiles) -> list[Finding]:
     dead = {
         name: share
         for name, share in (run.health[start].get("dead_units") or {}).items()
-        if share >= 1.0
+        if share is not None and share >= 1.0
     }
     if dead:
         evidence.append(f"round {start}: ReLU layers all dead: {', '.join(dead)}")
