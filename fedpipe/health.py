@@ -15,7 +15,18 @@ weights, the new global model's held-out predictions) into the JSON record
   ``w_after - w_before ≈ Σ_k a_k Δ_k + g · w_before`` (``a_k`` the effective
   weights, ``g`` the share by which the server rescaled the old global weights);
 * the global model's calibration on the held-out set: mean confidence, expected
-  calibration error, and how much of the loss a few samples carry.
+  calibration error, and how much of the loss a few samples carry;
+* the server's own step (in ``aggregation``): ``server_step_ratio =
+  ||w_after - w_before|| / ||Σ_k p_k Δ_k||`` with ``p_k = n_k / Σ n`` over the
+  aggregated clients (1 for FedAvg up to float error; above 1 when a server
+  learning rate, momentum or adaptivity amplifies the clients' mean update),
+  with both norms (``server_step_norm``, ``mean_update_norm``);
+* what the new global model predicts on the held-out set (in ``global``): the
+  most-predicted class and its share (1.0: one class for every sample), and the
+  share of the most common label (what always predicting it scores);
+* dead units (when the round passes ``dead_units``): per ReLU layer the share of
+  units whose output is 0 for every sample of a small fixed probe batch
+  (:mod:`fedpipe.probe`).
 
 Floats are rounded to 6 significant digits; NaN and infinities are written as
 null (the ``nonfinite`` counts say when values were not finite).
@@ -288,6 +299,7 @@ def round_health(
     losses: np.ndarray | None = None,
     record: Any = None,
     excluded: Mapping[int, str] | None = None,
+    dead_units: Mapping[str, float | None] | None = None,
 ) -> dict[str, Any]:
     """The health record of one round (the contract of ``metrics/health``).
 
@@ -327,12 +339,16 @@ def round_health(
         Clients left out of aggregation and why (:mod:`fedpipe.failures`);
         written as ``excluded`` when not empty. Those whose update came back
         (non-finite ones) are in ``client_weights`` too.
+    dead_units : mapping of str to float, optional
+        Share of dead units per ReLU layer of the new global model
+        (:func:`fedpipe.probe.dead_unit_shares`); written as ``dead_units``.
 
     Returns
     -------
     dict
         JSON-ready (rounded, NaN as None), keys ``round``, ``clients``, ``layers``,
-        ``aggregation``, ``global``, ``gap``, ``seconds``.
+        ``aggregation``, ``global``, ``gap``, ``seconds`` (and
+        ``excluded``, ``dead_units`` when given).
     """
     started = time.perf_counter()
     ids = sorted(int(c) for c in client_weights)
@@ -441,6 +457,13 @@ def round_health(
             row["stats_spread"] = _spread(values)
         layer_rows.append(row)
 
+    aggregation.update(
+        server_step(
+            total,
+            [n_train[c] if c not in out_ids else 0 for c in finite_ids],
+            usable_after=usable_after,
+        )
+    )
     out = {
         "round": int(round_),
         "clients": clients,
@@ -453,9 +476,70 @@ def round_health(
     }
     if excluded:
         out["excluded"] = {str(c): excluded[c] for c in sorted(excluded)}
+    if dead_units is not None:
+        out["dead_units"] = {str(k): v for k, v in dead_units.items()}
     out = _clean(out)
     out["seconds"] = _clean(time.perf_counter() - started)
     return out
+
+
+def server_step(
+    gram: np.ndarray, n_train: Sequence[int], *, usable_after: bool
+) -> dict[str, Any]:
+    """The server's step against the sample-weighted mean client update.
+
+    Parameters
+    ----------
+    gram : (K + 3, K + 3) array
+        Gram matrix of ``[Δ_1 .. Δ_K, w_before, step, w_after]`` (the rows of
+        ``_stacked``; only the first K + 2 are read).
+    n_train : sequence of int
+        ``n_k`` of the K finite clients, 0 for one left out of aggregation.
+    usable_after : bool
+        Whether the new global weights are finite (the step row exists).
+
+    Returns
+    -------
+    dict
+        ``server_step_norm`` (``||w_after - w_before||``), ``mean_update_norm``
+        (``||Σ p_k Δ_k||``, ``p_k = n_k / Σ n``) and ``server_step_ratio`` (their
+        quotient: 1 for FedAvg; None when either is unknown or the mean is 0).
+    """
+    out: dict[str, Any] = {
+        "server_step_norm": None,
+        "mean_update_norm": None,
+        "server_step_ratio": None,
+    }
+    k = len(n_train)
+    total = float(sum(n_train))
+    if k and total > 0:
+        p = np.asarray(n_train, dtype=np.float64) / total
+        out["mean_update_norm"] = math.sqrt(max(float(p @ gram[:k, :k] @ p), 0.0))
+    if usable_after:
+        out["server_step_norm"] = math.sqrt(max(float(gram[k + 1, k + 1]), 0.0))
+    if out["server_step_norm"] is not None and out["mean_update_norm"]:
+        out["server_step_ratio"] = out["server_step_norm"] / out["mean_update_norm"]
+    return out
+
+
+def prediction_shares(
+    probs: np.ndarray, labels: np.ndarray
+) -> dict[str, float | int | None]:
+    """The most-predicted class and its share, and the most common label's share.
+
+    ``top_class_share`` is 1.0 when the model predicts one class for every sample;
+    ``majority_share`` is the accuracy of always predicting the most common label.
+    """
+    predicted = predictions(probs)
+    y = np.asarray(labels).reshape(-1).astype(np.int64)
+    if predicted.size == 0 or y.size == 0:
+        return {"top_class": None, "top_class_share": None, "majority_share": None}
+    counts = np.bincount(predicted)
+    return {
+        "top_class": int(np.argmax(counts)),
+        "top_class_share": float(counts.max() / predicted.size),
+        "majority_share": float(np.bincount(y - min(int(y.min()), 0)).max() / y.size),
+    }
 
 
 def _layer_table(
@@ -566,8 +650,12 @@ def _global_part(
         "loss": None,
         "accuracy": None,
         "loss_top_share": None,
+        "top_class": None,
+        "top_class_share": None,
+        "majority_share": None,
     }
     if probs is not None and labels is not None and len(labels):
+        out.update(prediction_shares(probs, labels))
         out["mean_confidence"] = float(np.mean(confidence(probs)))
         out["ece"] = expected_calibration_error(probs, labels)
         out["accuracy"] = float(

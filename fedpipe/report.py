@@ -510,6 +510,8 @@ def render_findings(
             parts.append(f'<div class="rounds">{text}</div>')
         if evidence:
             parts.append(f"<ul>{evidence}</ul>")
+        if f.get("side"):
+            parts.append(f'<div class="side">Side: {html.escape(str(f["side"]))}</div>')
         if f.get("fix"):
             parts.append(f'<div class="fix">Fix: {html.escape(str(f["fix"]))}</div>')
         items.append(f'<li class="finding {sev_class}">' + "".join(parts) + "</li>")

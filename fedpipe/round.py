@@ -48,6 +48,7 @@ from fedpipe.health import round_health
 from fedpipe.metrics import classification_metrics
 from fedpipe.models import layer_info
 from fedpipe.privacy import rounds as dp
+from fedpipe.probe import PROBE_SAMPLES, dead_unit_shares
 from fedpipe.records import RoundRecord
 from fedpipe.seeds import rng_for
 from fedpipe.splits import ClientData, FederatedData
@@ -463,6 +464,8 @@ def run_round(
     held_out, on_clients, probs, losses = _evaluate_global(
         runner, weights, inputs.data, scored
     )
+    # the model holds the new global weights (the evaluation set them)
+    dead = dead_unit_shares(runner.model, inputs.data.x_test[:PROBE_SAMPLES])
     clients = inputs.data.clients
     record = RoundRecord(
         round=inputs.round,
@@ -488,6 +491,7 @@ def run_round(
         probs=probs,
         losses=losses,
         excluded=excluded,
+        dead_units=dead,
     )
     seconds = float(health.pop("seconds"))
     return RoundOutputs(weights, server_state, states, record, health, seconds)
@@ -611,6 +615,7 @@ def _health(
     probs: np.ndarray | None = None,
     losses: np.ndarray | None = None,
     excluded: Mapping[int, str] | None = None,
+    dead_units: Mapping[str, float | None] | None = None,
 ) -> dict[str, Any]:
     health = round_health(
         inputs.round,
@@ -626,6 +631,7 @@ def _health(
         losses=losses,
         record=record,
         excluded=excluded,
+        dead_units=dead_units,
     )
     malicious = _malicious(inputs, [r.client for r in results])
     if malicious is not None:

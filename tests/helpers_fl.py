@@ -151,6 +151,7 @@ def run_federation(
         seed=seed,
         privacy=privacy or {},
         fraction_fit=fraction_fit,
+        strategy_settings=strategy_settings or {},
     )
     (root / "params.yaml").write_text(
         yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False)
@@ -274,6 +275,7 @@ def _params(
     seed: int,
     privacy: dict[str, Any],
     fraction_fit: float,
+    strategy_settings: Mapping[str, Any],
 ) -> Params:
     return Params.model_validate(
         {
@@ -292,7 +294,7 @@ def _params(
                 "optimizer": optimizer,
             },
             "model": {"name": model, **dict(model_settings)},
-            "strategy": {"name": strategy},
+            "strategy": {"name": strategy, **dict(strategy_settings)},
             "privacy": privacy,
             "round_chain": round_chain(rounds),
         }

@@ -20,10 +20,12 @@ from helpers_fl import run_federation, scaled_inputs, shuffled_labels
 
 from fedpipe import layout
 from fedpipe.cli import main
-from fedpipe.doctor import Finding, codes, diagnose, robust_z
+from fedpipe.config import round_chain
+from fedpipe.doctor import SIDES, Finding, codes, diagnose, robust_z
 from fedpipe.jsonio import write_json
 
 TINY = {"lr": 0.1, "epochs": 2, "rounds": 4}
+SMALL = dict(TINY, n_samples=500, clients=5)
 BATCH_NORM_CNN = {
     "model": "cnn",
     "model_settings": (("batch_norm", True), ("depth", 2), ("width", 4)),
@@ -35,6 +37,17 @@ BATCH_NORM_CNN = {
 def _times_50(client: int) -> Callable[[int, int, list], list]:
     def hook(c: int, round_: int, weights: list) -> list:
         return [w * np.float32(50) for w in weights] if c == client else weights
+
+    return hook
+
+
+def _bias_dies_from(round_: int) -> Callable[[int, int, list], list]:
+    """Every client sends its hidden layer's bias as -50 from ``round_`` on."""
+
+    def hook(c: int, k: int, weights: list) -> list:
+        if k < round_:
+            return weights
+        return [weights[0], np.full_like(weights[1], -50.0), *weights[2:]]
 
     return hook
 
@@ -71,6 +84,22 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "scaled-inputs-batch-norm": dict(
         TINY, **BATCH_NORM_CNN, client_data=scaled_inputs(10.0, [5, 6, 7, 8, 9])
     ),
+    # the server's step: FedAvgM with server_lr 10 (momentum 0.9), FedAdam with
+    # server_lr 1, on clients that train normally (train.lr 0.1)
+    "fedavgm-server-lr-10": dict(
+        SMALL,
+        rounds=3,
+        strategy="fedavgm",
+        strategy_settings={"server_lr": 10.0, "server_momentum": 0.9},
+    ),
+    "fedadam-server-lr-1": dict(
+        SMALL, rounds=2, strategy="fedadam", strategy_settings={"server_lr": 1.0}
+    ),
+    # learns for 2 rounds, then every client's hidden bias is thrown to -50: the
+    # hidden layer dies, the model answers one class, accuracy falls to chance
+    "bias-dies": dict(SMALL, client_update=_bias_dies_from(3)),
+    # SGD at lr 1.5: the hidden ReLU layer dies (the model never learns)
+    "lr-1.5": dict(SMALL, lr=1.5),
 }
 
 
@@ -201,7 +230,7 @@ def test_learning_rate_5_blows_up(run_dir) -> None:
     assert f.severity == "error"
     assert 1 in f.rounds
     assert "median local training loss" in _text(f)
-    assert "train.lr (now 5, sgd); try 0.5" in f.fix
+    assert "train.lr = 5, train.optimizer = sgd -> try 0.5" in f.fix
 
 
 def test_an_oscillating_loss_is_a_learning_rate_warning(tmp_path: Path) -> None:
@@ -271,11 +300,22 @@ def test_cli_formats_and_exit_codes(run_dir, capsys) -> None:
     assert main(["-C", root, "doctor", "--format", "json"]) == 1  # an error
     payload = json.loads(capsys.readouterr().out)
     assert payload[0]["code"] == codes.AGGREGATION_WEIGHTS_NOT_NORMALIZED
-    assert set(payload[0]) == {"code", "severity", "title", "evidence", "fix", "rounds"}
+    assert set(payload[0]) == {
+        "code",
+        "severity",
+        "title",
+        "evidence",
+        "fix",
+        "rounds",
+        "side",
+    }
+    assert payload[0]["side"] == "server aggregation"
     assert (
         main(["-C", root, "doctor", "--format", "markdown", "--fail-on", "never"]) == 0
     )
-    assert capsys.readouterr().out.startswith("### error: aggregation weights")
+    markdown = capsys.readouterr().out
+    assert markdown.startswith("### error: aggregation weights")
+    assert "**Side:** server aggregation" in markdown
     drift = str(run_dir("dirichlet"))  # a warning only
     assert main(["-C", drift, "doctor"]) == 0
     assert main(["-C", drift, "doctor", "--fail-on", "warning"]) == 1
@@ -319,3 +359,240 @@ def test_label_finding_names_the_classes(tmp_path: Path) -> None:
         "labels 3 (1 samples) outside 0..2 (0 cat, 1 dog, 2 with_mask)"
         in (finding.evidence[0])
     )
+
+
+# ---------------------------------------------------------------- sides and knobs
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["weights-sum-1.8", "lr-5", "shuffled-client", "dirichlet", "lr-tiny", "bias-dies"],
+)
+def test_every_finding_names_its_side_and_the_current_values(run_dir, name) -> None:
+    findings = diagnose(run_dir(name))
+    assert findings
+    for f in findings:
+        assert f.side in SIDES, (f.code, f.side)
+        assert " = " in f.fix, (f.code, f.fix)  # a param with its current value
+
+
+# ---------------------------------------------------------------- the server's step
+
+
+@pytest.mark.parametrize(
+    ("name", "values"),
+    [
+        (
+            "fedavgm-server-lr-10",
+            ["strategy.server_lr = 10 -> try 1", "strategy.server_momentum = 0.9"],
+        ),
+        ("fedadam-server-lr-1", ["strategy.server_lr = 1 -> try 0.1", "strategy.tau"]),
+    ],
+)
+def test_a_server_step_too_large_is_named_on_the_server_side(
+    run_dir, name, values
+) -> None:
+    findings = diagnose(run_dir(name))
+    f = findings[0]
+    assert (f.code, f.severity, f.side) == (
+        codes.SERVER_STEP_TOO_LARGE,
+        "error",
+        "server aggregation",
+    )
+    assert all(v in f.fix for v in values), f.fix
+    assert "train.lr = 0.1 is not the cause" in f.fix
+    text = _text(f)
+    assert "x the clients' mean update" in text and "trained normally" in text
+    # not blamed on the clients' learning rate (or only as its consequence)
+    for g in findings:
+        if g.code == codes.LEARNING_RATE_TOO_HIGH:
+            assert g.severity == "info" and "consequence" in g.title
+
+
+def test_server_step_ratio_is_1_for_fedavg(run_dir) -> None:
+    for k in range(1, 5):
+        path = run_dir("healthy") / layout.health_metrics(k)
+        aggregation = json.loads(path.read_text())["aggregation"]
+        assert aggregation["server_step_ratio"] == pytest.approx(1.0, abs=1e-4)
+        assert aggregation["server_step_norm"] == pytest.approx(
+            aggregation["mean_update_norm"], rel=1e-4
+        )
+
+
+def test_server_step_ratio_is_the_server_lr_for_fedavgm_round_1(run_dir) -> None:
+    path = run_dir("fedavgm-server-lr-10") / layout.health_metrics(1)
+    ratio = json.loads(path.read_text())["aggregation"]["server_step_ratio"]
+    assert ratio == pytest.approx(10.0, rel=1e-4)  # no momentum yet in round 1
+
+
+def test_a_client_learning_rate_stays_a_client_finding(run_dir) -> None:
+    findings = diagnose(run_dir("lr-5"))
+    assert findings[0].code == codes.LEARNING_RATE_TOO_HIGH
+    assert findings[0].side == "client training"
+    assert codes.SERVER_STEP_TOO_LARGE not in [f.code for f in findings]
+
+
+# ---------------------------------------------------------------- collapse, dead
+
+
+def test_a_collapse_names_peak_round_collapse_round_and_cause(run_dir) -> None:
+    findings = diagnose(run_dir("bias-dies"))
+    f = findings[0]
+    assert (f.code, f.severity, f.side) == (
+        codes.ACCURACY_COLLAPSED,
+        "error",
+        "client training",
+    )
+    assert "collapsed to guessing in round 3 (after peaking in round 2)" in f.title
+    text = _text(f)
+    assert "likely cause: local training blew up" in text
+    assert "round 3: dead ReLU units: hidden 100%" in text
+    assert "round 3: the global model predicts class" in text
+    assert "train.lr (train.lr = 0.1" in f.fix and "keep the model of round 2" in f.fix
+    # what the collapsed model looks like, found on its own, as its consequence
+    constant = _one(findings, codes.PREDICTIONS_CONSTANT)
+    dead = _one(findings, codes.DEAD_UNITS)
+    assert constant.rounds == [3, 4] and dead.rounds == [3, 4]
+    assert "consequence of accuracy-collapsed" in constant.title
+    assert "layer hidden" in dead.title and "from round 3" in dead.title
+
+
+def test_a_dead_layer_is_named_with_its_round(run_dir) -> None:
+    findings = diagnose(run_dir("lr-1.5"))
+    f = findings[0]
+    assert (f.code, f.severity) == (codes.DEAD_UNITS, "error")
+    assert "layer hidden" in f.title and f.rounds[0] == 4
+    assert "train.lr = 1.5" in f.fix and "try 0.15" in f.fix
+
+
+def test_health_records_the_prediction_shares_and_dead_units(run_dir) -> None:
+    record = json.loads((run_dir("healthy") / layout.health_metrics(4)).read_text())
+    g = record["global"]
+    assert 0 < g["top_class_share"] < 0.5 and g["majority_share"] < 0.2
+    assert record["dead_units"] == {"hidden": pytest.approx(0.0, abs=0.1)}
+
+
+def test_a_healthy_run_learning_keeps_no_collapse(run_dir) -> None:
+    # the collapse check on a run whose accuracy rises to the end
+    from fedpipe.doctor import check_collapse, check_dead_units, check_predictions
+    from fedpipe.runfiles import load_run
+
+    run = load_run(run_dir("healthy"))
+    assert check_collapse(run) == check_predictions(run) == check_dead_units(run) == []
+
+
+# ---------------------------------------------------------------- damaged runs
+
+
+def _copy(run_dir, tmp_path: Path, name: str = "healthy") -> Path:
+    root = tmp_path / "run"
+    shutil.copytree(run_dir(name), root)
+    return root
+
+
+def _records(findings: list[Finding]) -> Finding:
+    f = _one(findings, codes.RECORDS_UNREADABLE)
+    assert (f.severity, f.side) == ("info", "run records")
+    return f
+
+
+def test_a_run_stopped_mid_round(run_dir, tmp_path, capsys) -> None:
+    root = _copy(run_dir, tmp_path)
+    for k in (3, 4):
+        (root / layout.round_metrics(k)).unlink()
+        (root / layout.client_metrics(k)).unlink()
+    (root / layout.health_metrics(4)).unlink()  # health 1..3, rounds 1..2
+    f = _records(diagnose(root))
+    assert "round 3: a health record but no metrics/rounds file" in _text(f)
+    assert main(["-C", str(root), "doctor"]) == 0  # info only
+    out = capsys.readouterr().out
+    assert "records-unreadable" in out and "side: run records" in out
+
+
+def test_truncated_and_garbage_files_are_listed_not_raised(run_dir, tmp_path) -> None:
+    root = _copy(run_dir, tmp_path)
+    health = root / layout.health_metrics(2)
+    health.write_text(health.read_text()[:100])  # partly written
+    (root / layout.round_metrics(4)).write_bytes(b"\x00\x01 garbage")
+    findings = diagnose(root)
+    text = _text(_records(findings))
+    assert "metrics/health/round-2.json: not read (JSONDecodeError" in text
+    assert "metrics/rounds/round-4.json: not read (" in text
+    # the rest was read: round 2 is the one without a health record
+    assert _one(findings, codes.HEALTH_RECORDS_MISSING).rounds == [2]
+
+
+def test_a_record_the_checks_cannot_read_is_named(run_dir, tmp_path, capsys) -> None:
+    root = _copy(run_dir, tmp_path)
+    health = root / layout.health_metrics(3)
+    health.write_text(json.dumps({"round": 3, "clients": "not a list", "global": 1}))
+    findings = diagnose(root)
+    text = _text(_records(findings))
+    assert "could not run: AttributeError" in text
+    assert main(["-C", str(root), "doctor", "--format", "json"]) == 0
+    assert codes.RECORDS_UNREADABLE in capsys.readouterr().out
+
+
+def test_records_of_an_older_format_still_get_a_diagnosis(run_dir, tmp_path) -> None:
+    root = _copy(run_dir, tmp_path)
+    new = ("server_step_ratio", "server_step_norm", "mean_update_norm")
+    for k in range(1, 5):
+        path = root / layout.health_metrics(k)
+        record = json.loads(path.read_text())
+        record.pop("dead_units")
+        for key in new:
+            record["aggregation"].pop(key)
+        for key in ("top_class", "top_class_share", "majority_share"):
+            record["global"].pop(key)
+        path.write_text(json.dumps(record))
+    assert diagnose(root) == []
+
+
+def _health(k: int, accuracy: float, loss: float, *, ratio: float, step: float):
+    clients = [
+        {"client": c, "n_train": 50, "update_norm": 0.3, "train_loss": 2.0}
+        for c in range(4)
+    ]
+    return {
+        "round": k,
+        "clients": clients,
+        "layers": [],
+        "aggregation": {
+            "server_step_ratio": ratio,
+            "server_step_norm": step,
+            "mean_update_norm": step / ratio,
+        },
+        "global": {
+            "loss": loss,
+            "accuracy": accuracy,
+            "weight_norm_before": 9.0,
+            "majority_share": 0.1,
+            "top_class_share": 0.3,
+        },
+    }
+
+
+def test_a_collapse_the_server_caused_names_the_server(tmp_path: Path) -> None:
+    # written as a round stage would: FedAdam learns for 2 rounds, then its step
+    # (20x the clients' mean update) throws the model back to guessing
+    params = {
+        "strategy": {"name": "fedadam", "server_lr": 1.0},
+        "train": {"lr": 0.05},
+        "federation": {"rounds": 4},
+        "round_chain": round_chain(4),
+    }
+    (tmp_path / "params.yaml").write_text(json.dumps(params))  # JSON is YAML
+    rows = [(0.5, 1.5, 3.0, 0.9), (0.6, 1.2, 3.0, 0.9), (0.1, 9.0, 20.0, 6.0)]
+    rows.append((0.1, 8.0, 20.0, 6.0))
+    for k, (accuracy, loss, ratio, step) in enumerate(rows, start=1):
+        record = _health(k, accuracy, loss, ratio=ratio, step=step)
+        write_json(tmp_path / layout.health_metrics(k), record)
+        write_json(tmp_path / layout.round_metrics(k), {"round": k, **record})
+    findings = diagnose(tmp_path)
+    first = findings[0]
+    assert (first.code, first.rounds) == (codes.SERVER_STEP_TOO_LARGE, [3, 4])
+    collapsed = _one(findings, codes.ACCURACY_COLLAPSED)
+    assert collapsed.side == "server aggregation" and collapsed.severity == "info"
+    assert "round 3 (after peaking in round 2)" in collapsed.title
+    assert "strategy.server_lr = 1 -> try 0.1" in collapsed.fix
+    assert "train.lr = 0.05 is not the cause" in collapsed.fix

@@ -249,6 +249,8 @@ def test_findings_keep_order_severity_and_escape_text() -> None:
     assert "Client 1 sent &lt;NaN&gt; weights" in html and "<NaN>" not in html
     assert '<div class="rounds">rounds 2-4</div>' in html  # runfiles.rounds_text
     assert "Fix: lower train.lr (e.g. 0.01)" in html
+    side = render_findings([{**FINDINGS[0], "side": "client training"}])
+    assert '<div class="side">Side: client training</div>' in side
 
 
 def test_no_findings_and_no_doctor_are_told_apart() -> None:

@@ -7,8 +7,11 @@ partition manifest; :func:`fedpipe.runfiles.load_run`) and returns
 take, a learning rate that blows up, aggregation weights that do not sum to 1, an
 outlier client, normalization statistics that disagree, client drift) before the
 symptoms they cause (a global loss that rises while accuracy holds). Each finding
-carries its evidence (rounds, layers, clients, numbers) and a fix naming the
-``params.yaml`` keys to change.
+carries its evidence (rounds, layers, clients, numbers), the side its cause is
+on (:data:`SIDES`: client training, server aggregation, data, ...) and a fix
+naming that side's ``params.yaml`` keys with their current values. Files it cannot
+read and checks that cannot run on a record are listed, never raised
+(:mod:`~fedpipe.doctor.reading`).
 
 One check per module (:mod:`~fedpipe.doctor.labels`,
 :mod:`~fedpipe.doctor.learning_rate`, :mod:`~fedpipe.doctor.aggregation`,
@@ -16,7 +19,9 @@ One check per module (:mod:`~fedpipe.doctor.labels`,
 :mod:`~fedpipe.doctor.norm_statistics`,
 :mod:`~fedpipe.doctor.drift`, :mod:`~fedpipe.doctor.loss_rising`,
 :mod:`~fedpipe.doctor.not_learning`, :mod:`~fedpipe.doctor.health_present`,
-:mod:`~fedpipe.doctor.failures`, :mod:`~fedpipe.doctor.privacy`), each
+:mod:`~fedpipe.doctor.failures`, :mod:`~fedpipe.doctor.privacy`,
+:mod:`~fedpipe.doctor.server_step`, :mod:`~fedpipe.doctor.collapse`,
+:mod:`~fedpipe.doctor.predictions`, :mod:`~fedpipe.doctor.dead_units`), each
 with its thresholds as named constants and the reason for their values. They are
 set so that a healthy run (the default: small_cnn, IID, 10 clients, lr 0.05, 10
 rounds) has no findings, and each symptom produced on purpose in
@@ -34,12 +39,15 @@ from fedpipe.doctor import codes
 from fedpipe.doctor.aggregation import check_aggregation, expected_weight_sum
 from fedpipe.doctor.attackers import check_attackers
 from fedpipe.doctor.base import Check, robust_z
+from fedpipe.doctor.collapse import check_collapse
+from fedpipe.doctor.dead_units import check_dead_units
 from fedpipe.doctor.drift import check_drift
 from fedpipe.doctor.failures import check_failures
 from fedpipe.doctor.findings import (
     EXPLAINS,
     PRIORITY,
     SEVERITIES,
+    SIDES,
     Finding,
     exit_code,
     explain,
@@ -53,7 +61,10 @@ from fedpipe.doctor.loss_rising import check_loss_rising
 from fedpipe.doctor.norm_statistics import check_norm_statistics
 from fedpipe.doctor.not_learning import check_not_learning
 from fedpipe.doctor.outliers import check_outliers, outlier_rounds
+from fedpipe.doctor.predictions import check_predictions
 from fedpipe.doctor.privacy import check_privacy
+from fedpipe.doctor.reading import readable_run, records_finding, why
+from fedpipe.doctor.server_step import check_server_step
 from fedpipe.runfiles import RunFiles, load_run
 
 __all__ = [
@@ -61,10 +72,13 @@ __all__ = [
     "EXPLAINS",
     "PRIORITY",
     "SEVERITIES",
+    "SIDES",
     "Check",
     "Finding",
     "check_aggregation",
     "check_attackers",
+    "check_collapse",
+    "check_dead_units",
     "check_drift",
     "check_failures",
     "check_health_present",
@@ -74,7 +88,9 @@ __all__ = [
     "check_norm_statistics",
     "check_not_learning",
     "check_outliers",
+    "check_predictions",
     "check_privacy",
+    "check_server_step",
     "codes",
     "diagnose",
     "exit_code",
@@ -89,6 +105,7 @@ __all__ = [
 
 CHECKS: tuple[Check, ...] = (
     check_labels,
+    check_server_step,
     check_learning_rate,
     check_aggregation,
     check_attackers,
@@ -98,17 +115,22 @@ CHECKS: tuple[Check, ...] = (
     check_privacy,
     check_loss_rising,
     check_not_learning,
+    check_collapse,
+    check_predictions,
+    check_dead_units,
     check_health_present,
     check_failures,
 )
 
-#: the parts of a run the checks read: one that exists but cannot be read stops
-#: the diagnosis with the error reading it raised
-_NEEDED = ("rounds", "health", "clients", "config", "schema", "samples", "manifest")
-
 
 def diagnose(root: Path | RunFiles) -> list[Finding]:
     """Findings about the run under ``root``, most important first.
+
+    What cannot be read (a truncated or garbage file, a part of the run missing)
+    or checked (a record of an older format without the fields a check reads) does
+    not stop the diagnosis: the other files and checks still give their findings,
+    and one info finding (``records-unreadable``) lists each file and check left
+    out and why.
 
     Parameters
     ----------
@@ -119,16 +141,20 @@ def diagnose(root: Path | RunFiles) -> list[Finding]:
     Raises
     ------
     FileNotFoundError
-        If the run has no recorded round.
-    Exception
-        What reading a file the checks need raised (a broken JSON file, ...).
+        If the run has no recorded round (no file in ``metrics/rounds`` or
+        ``metrics/health``, readable or not).
     """
     run = root if isinstance(root, RunFiles) else load_run(Path(root))
-    run.require("rounds", "health")
-    if not run.rounds and not run.health:
+    run, notes = readable_run(run)
+    if not run.rounds and not run.health and not notes:
         raise FileNotFoundError(
             f"{run.root / layout.ROUND_METRICS_DIR}: no round-K.json; run the pipeline "
             "(fedpipe run) before asking the doctor"
         )
-    run.require(*_NEEDED)
-    return rank(explain([f for check in CHECKS for f in check(run)]))
+    findings: list[Finding] = []
+    for check in CHECKS:
+        try:
+            findings += check(run)
+        except Exception as exc:  # an older or partial record: say so, go on
+            notes.append(f"check {check.__name__} could not run: {why(exc)}")
+    return rank(explain([*findings, *records_finding(notes)]))

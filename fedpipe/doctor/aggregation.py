@@ -102,9 +102,17 @@ def check_aggregation(run: RunFiles) -> list[Finding]:
                 "the server must average: weights n_k / sum of n_k over the clients "
                 "aggregated this round (they sum to 1); a sum S multiplies the global "
                 "weights by S every round, so logits and loss grow while accuracy "
-                f"holds. Check the aggregation code of strategy.name={name}; a larger "
-                "step on purpose is strategy.server_lr with fedavgm"
+                f"holds. Check the aggregation code of strategy.name = {name}"
+                f"{_fault(run)}; a larger step on purpose is strategy.server_lr "
+                "with fedavgm"
             ),
             rounds=sorted(flagged),
+            side="server aggregation",
         )
     ]
+
+
+def _fault(run: RunFiles) -> str:
+    """The planted fault's setting, when the run has one."""
+    value = param(run, "faults.aggregation_weight_sum")
+    return "" if value is None else f" (faults.aggregation_weight_sum = {value:g})"

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedpipe.doctor import codes
-from fedpipe.doctor.base import finite_clients
+from fedpipe.doctor.base import finite_clients, knobs
 from fedpipe.doctor.findings import Finding
 from fedpipe.runfiles import RunFiles, fmt
 
@@ -101,9 +101,11 @@ def check_attackers(run: RunFiles) -> list[Finding]:
                 f"exclude client{'s' if n > 1 else ''} {names} or check their "
                 "software and data; a robust strategy limits them: strategy.name: "
                 f"bulyan, krum or multikrum with strategy.num_byzantine: {n}, or "
-                "fedmedian / fedtrimmedavg (strategy.beta)"
+                "fedmedian / fedtrimmedavg (strategy.beta); now "
+                + knobs(run, "strategy.name", "strategy.num_byzantine")
             ),
             rounds=all_rounds,
+            side="clients",
         )
     ]
 

@@ -61,3 +61,15 @@ def finite_clients(health: Mapping[str, Any]) -> list[dict[str, Any]]:
 def norm_layers(health: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The round's normalization layers (batch norm and the like)."""
     return [layer for layer in health.get("layers", []) if layer.get("kind") == "norm"]
+
+
+def knobs(run: RunFiles, *dotted: str) -> str:
+    """``"train.lr = 0.05, train.epochs = 2"``: settings with their current values
+    (``?`` when the run's params are unknown)."""
+    return ", ".join(f"{key} = {_value(param(run, key, '?'))}" for key in dotted)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)

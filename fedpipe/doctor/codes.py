@@ -22,10 +22,20 @@ CLIENT_UPDATES_NONFINITE = "client-updates-nonfinite"
 CLIENTS_DROPPED_OUT = "clients-dropped-out"
 PRIVACY_NOISE_DOMINATES = "privacy-noise-dominates"
 CLIENTS_AGAINST_FEDERATION = "clients-against-federation"
+# the server's own step (fedpipe.doctor.server_step)
+SERVER_STEP_TOO_LARGE = "server-step-too-large"
+# a model that learned and then fell back, or died (fedpipe.doctor.collapse)
+ACCURACY_COLLAPSED = "accuracy-collapsed"
+PREDICTIONS_CONSTANT = "predictions-constant"
+DEAD_UNITS = "dead-units"
+# files the doctor could not read, checks it could not run (fedpipe.doctor.reading)
+RECORDS_UNREADABLE = "records-unreadable"
 
 #: every code, root causes before the symptoms they cause
 ALL = (
     LABELS_OUTSIDE_LOSS_RANGE,
+    SERVER_STEP_TOO_LARGE,
+    ACCURACY_COLLAPSED,
     LEARNING_RATE_TOO_HIGH,
     AGGREGATION_WEIGHTS_NOT_NORMALIZED,
     CLIENTS_AGAINST_FEDERATION,
@@ -34,8 +44,11 @@ ALL = (
     CLIENT_DRIFT,
     PRIVACY_NOISE_DOMINATES,
     LOSS_RISING_ACCURACY_HOLDS,
+    PREDICTIONS_CONSTANT,
+    DEAD_UNITS,
     NOT_LEARNING,
     HEALTH_RECORDS_MISSING,
+    RECORDS_UNREADABLE,
     ROUND_STOPPED_CLIENTS_LOST,
     CLIENTS_FAILED,
     CLIENT_UPDATES_NONFINITE,

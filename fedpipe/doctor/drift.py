@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedpipe.doctor import codes
-from fedpipe.doctor.base import finite_clients, param
+from fedpipe.doctor.base import finite_clients, knobs, param
 from fedpipe.doctor.findings import Finding
 from fedpipe.doctor.outliers import outlier_rounds
 from fedpipe.runfiles import RunFiles, fmt, rounds_text
@@ -103,14 +103,25 @@ def check_drift(run: RunFiles) -> list[Finding]:
             "correct for drift: strategy.name: fedprox (strategy.proximal_mu: 0.01) "
             f"or scaffold; fewer local epochs train.epochs{less}; more clients per "
             "round (federation.fraction_fit); with personalization the local models "
-            "may be the goal"
+            "may be the goal. Now "
+            + knobs(
+                run,
+                "partition.method",
+                "partition.alpha",
+                "strategy.name",
+                "train.epochs",
+                "federation.fraction_fit",
+            )
         )
+        side = "partition"
     else:
         fix = (
             "the data is split i.i.d., so the clients drift by over-fitting their "
             f"own samples: fewer local epochs train.epochs{less} or a lower train.lr;"
-            " strategy.name: fedprox (strategy.proximal_mu) also holds them together"
+            " strategy.name: fedprox (strategy.proximal_mu) also holds them together."
+            " Now " + knobs(run, "train.lr", "train.epochs", "strategy.name")
         )
+        side = "client training"
     return [
         Finding(
             code=codes.CLIENT_DRIFT,
@@ -119,6 +130,7 @@ def check_drift(run: RunFiles) -> list[Finding]:
             evidence=evidence,
             fix=fix,
             rounds=sorted(flagged),
+            side=side,
         )
     ]
 

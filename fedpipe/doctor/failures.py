@@ -13,9 +13,11 @@ planted fault is found the way a real one would be.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from fedpipe.doctor import codes
+from fedpipe.doctor.base import knobs
 from fedpipe.doctor.findings import Finding
 from fedpipe.failures import DROPOUT, FAILED, NONFINITE, STRAGGLER, reason_kind
 from fedpipe.runfiles import RunFiles, rounds_text
@@ -50,7 +52,14 @@ def check_failures(run: RunFiles) -> list[Finding]:
         findings.append(_nonfinite(by_kind[NONFINITE]))
     if by_kind.get(DROPOUT) or by_kind.get(STRAGGLER):
         findings.append(_dropped(excluded))
-    return findings
+    now = knobs(
+        run,
+        "federation.min_clients",
+        "federation.fraction_fit",
+        "federation.dropout",
+        "federation.round_deadline_steps",
+    )
+    return [replace(f, side="clients", fix=f"{f.fix} (now {now})") for f in findings]
 
 
 def _by_kind(

@@ -16,6 +16,22 @@ from fedpipe.doctor import codes
 
 SEVERITIES = ("error", "warning", "info")
 
+#: where a finding's cause is, so its fix names the params of that side: local
+#: training (``train.*``), how the server applies the aggregate (``strategy.*``,
+#: ``faults.aggregation_weight_sum``), the data itself, how it is split
+#: (``partition.*``), the clients as participants (failures, attackers:
+#: ``federation.*``, ``attack.*``), differential privacy (``privacy.*``); and the
+#: run's own records (files missing or unreadable)
+SIDES = (
+    "client training",
+    "server aggregation",
+    "data",
+    "partition",
+    "clients",
+    "privacy",
+    "run records",
+)
+
 #: root causes before the symptoms they cause (used after severity); a code not
 #: listed ranks at 8
 PRIORITY = {
@@ -29,6 +45,17 @@ PRIORITY = {
     codes.LOSS_RISING_ACCURACY_HOLDS: 6,
     codes.NOT_LEARNING: 7,
     codes.HEALTH_RECORDS_MISSING: 9,
+    codes.RECORDS_UNREADABLE: 9,
+    # the server's step, before the client learning rate it looks like: clients'
+    # updates were of normal size, the server amplified them
+    codes.SERVER_STEP_TOO_LARGE: 1,
+    # a collapse names its likely cause and that side's knobs (train.lr when
+    # local training blew up), so it goes before the learning-rate finding; a
+    # root cause that explains it (labels, aggregation weights, the server's
+    # step, privacy noise) demotes it to info (EXPLAINS)
+    codes.ACCURACY_COLLAPSED: 0,
+    codes.PREDICTIONS_CONSTANT: 6,
+    codes.DEAD_UNITS: 6,
     # above the learning rate: noised global weights make local training look
     # like it blows up (the fix is sigma or the clip, not train.lr)
     codes.PRIVACY_NOISE_DOMINATES: 1,
@@ -41,6 +68,10 @@ EXPLAINS: dict[str, tuple[str, ...]] = {
     codes.LABELS_OUTSIDE_LOSS_RANGE: (
         codes.NOT_LEARNING,
         codes.LEARNING_RATE_TOO_HIGH,
+        codes.SERVER_STEP_TOO_LARGE,
+        codes.ACCURACY_COLLAPSED,
+        codes.PREDICTIONS_CONSTANT,
+        codes.DEAD_UNITS,
         codes.AGGREGATION_WEIGHTS_NOT_NORMALIZED,
         codes.CLIENT_UPDATE_OUTLIER,
         codes.CLIENT_DRIFT,
@@ -49,22 +80,46 @@ EXPLAINS: dict[str, tuple[str, ...]] = {
     codes.AGGREGATION_WEIGHTS_NOT_NORMALIZED: (
         codes.LEARNING_RATE_TOO_HIGH,
         codes.LOSS_RISING_ACCURACY_HOLDS,
+        codes.SERVER_STEP_TOO_LARGE,
+        codes.ACCURACY_COLLAPSED,
+        codes.PREDICTIONS_CONSTANT,
+        codes.DEAD_UNITS,
     ),
     codes.LEARNING_RATE_TOO_HIGH: (
         codes.LOSS_RISING_ACCURACY_HOLDS,
         codes.NOT_LEARNING,
+        codes.PREDICTIONS_CONSTANT,
+        codes.DEAD_UNITS,
     ),
     codes.CLIENT_UPDATE_OUTLIER: (codes.LOSS_RISING_ACCURACY_HOLDS,),
     codes.PRIVACY_NOISE_DOMINATES: (
         codes.LEARNING_RATE_TOO_HIGH,
         codes.NOT_LEARNING,
         codes.LOSS_RISING_ACCURACY_HOLDS,
+        codes.SERVER_STEP_TOO_LARGE,
+        codes.ACCURACY_COLLAPSED,
+        codes.PREDICTIONS_CONSTANT,
     ),
     codes.CLIENTS_AGAINST_FEDERATION: (
         codes.CLIENT_UPDATE_OUTLIER,
         codes.LOSS_RISING_ACCURACY_HOLDS,
         codes.NOT_LEARNING,
     ),
+    codes.SERVER_STEP_TOO_LARGE: (
+        codes.LEARNING_RATE_TOO_HIGH,
+        codes.ACCURACY_COLLAPSED,
+        codes.PREDICTIONS_CONSTANT,
+        codes.DEAD_UNITS,
+        codes.LOSS_RISING_ACCURACY_HOLDS,
+        codes.NOT_LEARNING,
+    ),
+    codes.ACCURACY_COLLAPSED: (
+        codes.PREDICTIONS_CONSTANT,
+        codes.DEAD_UNITS,
+        codes.NOT_LEARNING,
+        codes.LOSS_RISING_ACCURACY_HOLDS,
+    ),
+    codes.DEAD_UNITS: (codes.PREDICTIONS_CONSTANT, codes.NOT_LEARNING),
 }
 
 
@@ -87,6 +142,8 @@ class Finding:
         Suggested fix, naming ``params.yaml`` keys where one applies.
     rounds : list of int
         The rounds concerned.
+    side : str
+        Where the cause is, one of :data:`SIDES` (``""``: not said).
     """
 
     code: str
@@ -95,6 +152,7 @@ class Finding:
     evidence: list[str] = field(default_factory=list)
     fix: str = ""
     rounds: list[int] = field(default_factory=list)
+    side: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field."""

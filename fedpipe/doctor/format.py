@@ -15,6 +15,8 @@ def format_text(findings: Sequence[Finding]) -> str:
     for i, f in enumerate(findings, start=1):
         lines = [f"{i}. [{f.severity}] {f.title}  ({f.code})"]
         lines += [f"   - {line}" for line in f.evidence]
+        if f.side:
+            lines.append(f"   side: {f.side}")
         lines.append(f"   fix: {f.fix}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
@@ -28,6 +30,8 @@ def format_markdown(findings: Sequence[Finding]) -> str:
     for f in findings:
         lines = [f"### {f.severity}: {f.title}", "", f"`{f.code}`", ""]
         lines += [f"- {line}" for line in f.evidence]
+        if f.side:
+            lines += ["", f"**Side:** {f.side}"]
         lines += ["", f"**Fix:** {f.fix}"]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

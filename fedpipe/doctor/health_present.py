@@ -21,5 +21,6 @@ def check_health_present(run: RunFiles) -> list[Finding]:
             evidence=[f"no metrics/health/round-K.json for {rounds_text(missing)}"],
             fix="rerun those rounds with a fedpipe that writes metrics/health",
             rounds=missing,
+            side="run records",
         )
     ]

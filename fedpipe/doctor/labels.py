@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedpipe.doctor import codes
-from fedpipe.doctor.base import global_series
+from fedpipe.doctor.base import global_series, knobs
 from fedpipe.doctor.findings import Finding
 from fedpipe.runfiles import RunFiles, fmt, rounds_text
 
@@ -65,9 +65,12 @@ def check_labels(run: RunFiles) -> list[Finding]:
                 "sigmoid output's cross-entropy rewards a label of 2 for an "
                 "ever larger logit, so the loss falls without bound and the weights "
                 "grow); for tables set data.label_column / data.num_classes to "
-                "match; then rerun from ingest"
+                "match; then rerun from ingest (now "
+                + knobs(run, "data.label_column", "data.num_classes")
+                + ")"
             ),
             rounds=rounds,
+            side="data",
         )
     ]
 

@@ -12,9 +12,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 
 from fedpipe.doctor import codes
-from fedpipe.doctor.base import finite_clients, global_series, param
+from fedpipe.doctor.base import finite_clients, global_series, knobs, param
 from fedpipe.doctor.findings import Finding
 from fedpipe.doctor.outliers import OUTLIER_SEVERE_RATIO, outlier_rounds
+from fedpipe.doctor.server_step import server_blowup_round
 from fedpipe.runfiles import RunFiles, fmt, rounds_text
 
 #: median client update norm above this share of the global weight norm: one
@@ -39,7 +40,10 @@ def check_learning_rate(run: RunFiles) -> list[Finding]:
 
     Rounds after one where a single client's update dominated
     (:data:`OUTLIER_SEVERE_RATIO`) are not judged: what follows is that client's
-    doing (see :func:`check_outliers`), whatever the learning rate.
+    doing (see :func:`check_outliers`), whatever the learning rate. Nor are the
+    round where the server's step blew up the global model of clients that
+    trained normally, and those after it (:func:`server_blowup_round`): the
+    server's doing, and later clients start from its broken model.
     """
     severe_outliers = [
         k
@@ -48,6 +52,9 @@ def check_learning_rate(run: RunFiles) -> list[Finding]:
         if r["ratio"] >= OUTLIER_SEVERE_RATIO
     ]
     horizon = min(severe_outliers, default=math.inf)
+    server = server_blowup_round(run)
+    if server is not None:
+        horizon = min(horizon, server - 1)
     triggers: set[int] = set()
     evidence: list[str] = []
     supporting: list[str] = []
@@ -116,18 +123,18 @@ def check_learning_rate(run: RunFiles) -> list[Finding]:
     if not triggers:
         return []
     lr = param(run, "train.lr")
-    optimizer = param(run, "train.optimizer")
-    now = f" (now {lr:g}, {optimizer})" if lr is not None else ""
-    suggestion = f"; try {lr / 10:g}" if lr is not None else ""
+    now = knobs(run, "train.lr", "train.optimizer")
+    suggestion = f" -> try {lr / 10:g}" if lr is not None else ""
     return [
         Finding(
             code=codes.LEARNING_RATE_TOO_HIGH,
             severity="error" if severe else "warning",
             title="the learning rate is too high: local training blows up",
             evidence=evidence + supporting,
-            fix=f"lower train.lr{now}{suggestion}; if only a few clients blow up, "
+            fix=f"lower {now}{suggestion}; if only a few clients blow up, "
             "also check their data scaling",
             rounds=sorted(triggers),
+            side="client training",
         )
     ]
 

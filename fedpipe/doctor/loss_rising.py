@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedpipe.doctor import codes
-from fedpipe.doctor.base import global_series
+from fedpipe.doctor.base import global_series, knobs
 from fedpipe.doctor.findings import Finding
 from fedpipe.runfiles import RunFiles, fmt
 
@@ -86,9 +86,12 @@ def check_loss_rising(run: RunFiles) -> list[Finding]:
                 "an outlier client, labels); otherwise keep the model of round "
                 f"{best} (best loss) or train less: lower train.lr, fewer "
                 "train.epochs or federation.rounds; judge the run by accuracy/AUC "
-                "rather than by the loss"
+                "rather than by the loss. Now "
+                + knobs(run, "train.lr", "train.optimizer", "train.epochs")
+                + f", federation.rounds = {len(loss)}"
             ),
             rounds=sorted(k for k in loss if k >= best),
+            side="client training",
         )
     ]
 

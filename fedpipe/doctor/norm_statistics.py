@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from fedpipe.doctor import codes
-from fedpipe.doctor.base import norm_layers
+from fedpipe.doctor.base import knobs, norm_layers
 from fedpipe.doctor.findings import Finding
 from fedpipe.runfiles import RunFiles, fmt, rounds_text
 
@@ -69,8 +69,10 @@ def check_norm_statistics(run: RunFiles) -> list[Finding]:
                 "the clients' inputs differ in scale or distribution, so one "
                 "averaged batch-norm statistic fits none of them: keep batch norm "
                 "local with personalization.method: fedbn, or build without it "
-                "(model.batch_norm: false); also check each client's input scaling"
+                "(model.batch_norm: false); also check each client's input scaling. "
+                "Now " + knobs(run, "personalization.method", "model.name")
             ),
             rounds=rounds_all,
+            side="data",
         )
     ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fedpipe.doctor import codes
-from fedpipe.doctor.base import global_series, norm_layers, param
+from fedpipe.doctor.base import global_series, knobs, norm_layers
 from fedpipe.doctor.findings import Finding
 from fedpipe.runfiles import RunFiles, fmt
 
@@ -43,21 +43,27 @@ def check_not_learning(run: RunFiles) -> list[Finding]:
             f"local models on their own tests: best mean accuracy {fmt(best_local)}"
         )
     batch_norm = any(norm_layers(h) for h in run.health.values())
+    side = "client training"
     if best_local is not None and best_local > chance + LOCAL_LEARNS:
-        fix = "the clients learn but their aggregate does not: " + (
-            "with batch normalization the global model's moving statistics "
-            "barely move in short rounds and its averaged layers no longer fit "
-            "them; try personalization.method: fedbn, more train.epochs, or "
-            "model.batch_norm: false"
-            if batch_norm
-            else "look for client drift (non-i.i.d. data): strategy.name: "
-            "fedprox or scaffold, fewer train.epochs"
+        side = "server aggregation" if batch_norm else "partition"
+        fix = (
+            "the clients learn but their aggregate does not: "
+            + (
+                "with batch normalization the global model's moving statistics "
+                "barely move in short rounds and its averaged layers no longer fit "
+                "them; try personalization.method: fedbn, more train.epochs, or "
+                "model.batch_norm: false"
+                if batch_norm
+                else "look for client drift (non-i.i.d. data): strategy.name: "
+                "fedprox or scaffold, fewer train.epochs"
+            )
+            + ". Now "
+            + knobs(run, "partition.method", "strategy.name", "train.epochs")
         )
     else:
         fix = (
             "nothing learns, locally or globally: raise train.lr or train.epochs "
-            "(now "
-            f"{param(run, 'train.lr')}, {param(run, 'train.epochs')} epochs), "
+            f"(now {knobs(run, 'train.lr', 'train.epochs')}), "
             "try a model that fits the data (model.name), and check that the labels "
             "belong to the features"
         )
@@ -70,5 +76,6 @@ def check_not_learning(run: RunFiles) -> list[Finding]:
             evidence=evidence,
             fix=fix,
             rounds=rounds,
+            side=side,
         )
     ]

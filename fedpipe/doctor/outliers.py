@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from fedpipe.doctor import codes
-from fedpipe.doctor.base import finite_clients, robust_z
+from fedpipe.doctor.base import finite_clients, knobs, robust_z
 from fedpipe.doctor.findings import Finding
 from fedpipe.runfiles import RunFiles, fmt
 
@@ -122,9 +122,10 @@ def check_outliers(run: RunFiles) -> list[Finding]:
                     "features scaled differently) and its training; a robust "
                     "strategy limits one client's pull: strategy.name: fedmedian, "
                     "fedtrimmedavg (strategy.beta) or krum / multikrum "
-                    "(strategy.num_byzantine: 1)"
+                    "(strategy.num_byzantine: 1); now " + knobs(run, "strategy.name")
                 ),
                 rounds=sorted(rounds),
+                side="data",
             )
         )
     return findings

@@ -81,5 +81,6 @@ def check_privacy(run: RunFiles) -> list[Finding]:
             evidence=evidence,
             fix=fix,
             rounds=noisy,
+            side="privacy",
         )
     ]

@@ -11,6 +11,7 @@ its accuracy holds.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,21 @@ def test_healthy_run_has_no_findings(runs: dict, cli_env: dict[str, str]) -> Non
     proc = run_cli([FEDPIPE, "doctor"], runs["healthy"], cli_env, check=False)
     assert proc.returncode == 0, proc.stdout
     assert "no findings" in proc.stdout
+
+
+def test_doctor_on_a_damaged_copy_lists_what_it_could_not_read(
+    runs: dict, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    project = tmp_path / "damaged"
+    shutil.copytree(runs["healthy"], project, symlinks=True)
+    health = project / "metrics/health/round-2.json"
+    health.write_text(health.read_text()[:50])  # partly written
+    (project / "metrics/rounds/round-5.json").unlink()  # stopped after health 5
+    proc = run_cli([FEDPIPE, "doctor"], project, cli_env, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # info findings only
+    assert "Traceback" not in proc.stderr
+    assert "metrics/health/round-2.json: not read (JSONDecodeError" in proc.stdout
+    assert "round 5: a health record but no metrics/rounds file" in proc.stdout
 
 
 def test_seed_question_loss_explodes_while_accuracy_holds(runs: dict) -> None:
