@@ -39,7 +39,7 @@ from fedpipe.client import (
 )
 from fedpipe.config import Params, round_chain
 from fedpipe.data import DatasetSpec, load_mnist5k
-from fedpipe.experiment import privacy_for
+from fedpipe.experiment import client_algorithm_for, privacy_for
 from fedpipe.failures import FailurePolicy
 from fedpipe.faults import PlantedFaults
 from fedpipe.ingest import ingest_arrays, open_features, read_samples, read_schema
@@ -98,6 +98,7 @@ def run_federation(
     fraction_fit: float = 1.0,
     strategy_settings: Mapping[str, Any] | None = None,
     attack: AttackPlan | None = None,
+    personalization: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Run a small federation through the library's round and write its files.
 
@@ -121,6 +122,9 @@ def run_federation(
         ``strategy.*`` settings (e.g. ``num_byzantine``).
     attack : AttackPlan, optional
         Malicious clients planted on purpose (``attack.*``).
+    personalization : mapping, optional
+        ``personalization.*`` settings (e.g. ``{"method": "fedper"}``): the
+        client algorithm is then the run's own (``client_algorithm_for``).
 
     Returns
     -------
@@ -152,6 +156,7 @@ def run_federation(
         privacy=privacy or {},
         fraction_fit=fraction_fit,
         strategy_settings=strategy_settings or {},
+        personalization=dict(personalization or {}),
     )
     (root / "params.yaml").write_text(
         yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False)
@@ -199,7 +204,11 @@ def run_federation(
     strategy_ = make_strategy(
         strategy, total_clients=clients, **dict(strategy_settings or {})
     )
-    algorithm: ClientAlgorithm = make_client(strategy_.client_algorithm)
+    algorithm: ClientAlgorithm = (
+        client_algorithm_for(params, model_spec, strategy_)
+        if personalization
+        else make_client(strategy_.client_algorithm)
+    )
     if client_update is not None:
         algorithm = _Tampered(algorithm, client_update)
     private = privacy_for(params)
@@ -276,6 +285,7 @@ def _params(
     privacy: dict[str, Any],
     fraction_fit: float,
     strategy_settings: Mapping[str, Any],
+    personalization: dict[str, Any],
 ) -> Params:
     return Params.model_validate(
         {
@@ -296,6 +306,7 @@ def _params(
             "model": {"name": model, **dict(model_settings)},
             "strategy": {"name": strategy, **dict(strategy_settings)},
             "privacy": privacy,
+            "personalization": personalization,
             "round_chain": round_chain(rounds),
         }
     )

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 from helpers_fl import run_federation, scaled_inputs, shuffled_labels
 
 from fedpipe import layout
@@ -26,6 +27,7 @@ from fedpipe.jsonio import write_json
 
 TINY = {"lr": 0.1, "epochs": 2, "rounds": 4}
 SMALL = dict(TINY, n_samples=500, clients=5)
+FLAT_BN_CNN = (("batch_norm", True), ("depth", 2), ("head", "flatten"), ("width", 4))
 BATCH_NORM_CNN = {
     "model": "cnn",
     "model_settings": (("batch_norm", True), ("depth", 2), ("width", 4)),
@@ -55,6 +57,16 @@ def _bias_dies_from(round_: int) -> Callable[[int, int, list], list]:
 SCENARIOS: dict[str, dict[str, Any]] = {
     "healthy": dict(TINY),
     "healthy-batch-norm": dict(TINY, **BATCH_NORM_CNN),
+    # every personalization method, healthy: what stays on the clients is not
+    # averaged, which is neither misweighted aggregation nor drift
+    **{
+        f"healthy-{method}": dict(
+            TINY,
+            **dict(BATCH_NORM_CNN, model_settings=FLAT_BN_CNN, clients=5),
+            personalization={"method": method},
+        )
+        for method in ("fedper", "fedbn", "finetune", "ditto")
+    },
     # (a) binary digits 4/9, Adam, many local epochs: the held-out loss doubles
     # while accuracy holds (the seed question's pattern)
     "over-confident": dict(
@@ -133,6 +145,18 @@ def _text(finding: Finding) -> str:
 
 def test_a_healthy_run_has_no_findings(run_dir) -> None:
     assert diagnose(run_dir("healthy")) == []
+
+
+@pytest.mark.parametrize("method", ["fedper", "fedbn", "finetune", "ditto"])
+def test_a_healthy_personalized_run_gets_no_error(run_dir, method) -> None:
+    root = run_dir(f"healthy-{method}")
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    assert params["personalization"]["method"] == method
+    record = json.loads((root / layout.round_metrics(3)).read_text())
+    # it learned (10 classes): the personalized models, each on its own client
+    assert record["personalized"]["accuracy"] > 0.3
+    errors = [f.code for f in diagnose(root) if f.severity == "error"]
+    assert errors == []
 
 
 def test_iid_batch_norm_clients_raise_no_statistics_finding(run_dir) -> None:
