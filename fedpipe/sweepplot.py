@@ -59,6 +59,8 @@ def plot_metric(directory: Path, *, x: str, y: str, hue: str | None = None) -> P
     """
     rows = read_table(directory)
     cols = list(rows[0]) if rows else []
+    if x not in cols and f"{x}_mean" in cols:
+        return _plot_metric_pair(directory, rows, x=x, y=y, hue=hue)
     for flag, key in (("--x", x), ("--hue", hue)):
         if key is not None and key not in cols:
             raise ParamsError(
@@ -80,6 +82,48 @@ def plot_metric(directory: Path, *, x: str, y: str, hue: str | None = None) -> P
     ax.set_xlabel(x)
     ax.set_ylabel(f"{y} (mean ± std over seeds)")
     if any(series):
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(directory) / f"{_file(y)}-by-{_file(x)}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _plot_metric_pair(
+    directory: Path,
+    rows: Sequence[dict[str, Any]],
+    *,
+    x: str,
+    y: str,
+    hue: str | None,
+) -> Path:
+    """One metric against another (``--x mean_divergence --y gap``): a point per
+    sweep point, error bars both ways (std over seeds), coloured by ``hue``."""
+    cols = list(rows[0])
+    for flag, key in (("--y", f"{y}_mean"), ("--hue", hue)):
+        if key is not None and key not in cols:
+            raise ParamsError(f"{flag} {key}: not a column of the table")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row[f"{x}_mean"] is None or row[f"{y}_mean"] is None:
+            continue
+        label = f"{hue}={_text(row[hue])}" if hue else ""
+        groups.setdefault(label, []).append(row)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, points in sorted(groups.items()):
+        ax.errorbar([float(r[f"{x}_mean"]) for r in points],
+                    [float(r[f"{y}_mean"]) for r in points],
+                    xerr=[float(r[f"{x}_std"] or 0.0) for r in points],
+                    yerr=[float(r[f"{y}_std"] or 0.0) for r in points],
+                    marker="o", linestyle="none", capsize=3,
+                    label=label or None)  # fmt: skip
+    if y == "gap":
+        ax.axhline(0, color="grey", linewidth=0.8)
+    ax.set_xlabel(f"{x} (mean ± std over seeds)")
+    ax.set_ylabel(f"{y} (mean ± std over seeds)")
+    if hue:
         ax.legend(fontsize=7)
     fig.tight_layout()
     path = Path(directory) / f"{_file(y)}-by-{_file(x)}.png"

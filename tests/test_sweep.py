@@ -264,6 +264,25 @@ def test_plot_lines_never_join_points_that_differ_beyond_x() -> None:
     assert curves == {"2": [pytest.approx(0.2), pytest.approx(0.4)], "3": [1.0] * 3}
 
 
+def test_a_metric_against_a_metric_is_a_scatter_with_both_error_bars(
+    tmp_path: Path,
+) -> None:
+    import matplotlib.image
+
+    from fedpipe.sweepplot import plot_metric
+
+    (tmp_path / "table.csv").write_text(
+        "point,model.depth,n,gap_mean,gap_std,mean_divergence_mean,mean_divergence_std\n"
+        "d2,2,3,0.01,0.002,0.2,0.01\n"
+        "d8,8,3,0.05,0.01,0.4,0.02\n"
+    )
+    path = plot_metric(tmp_path, x="mean_divergence", y="gap", hue="model.depth")
+    assert path.name == "gap-by-mean_divergence.png"
+    assert matplotlib.image.imread(path).shape[2] in (3, 4)
+    with pytest.raises(ParamsError, match="--y accuracy_mean"):
+        plot_metric(tmp_path, x="mean_divergence", y="accuracy")
+
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
