@@ -6,6 +6,7 @@ The federations themselves run in tests/e2e/test_doctor_corpus.py.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -94,3 +95,15 @@ def test_confusion_counts_precision_and_recall(corpus) -> None:
     )
     assert "| learning-rate-too-high | 1/2 (50%) | 1/1 (100%) |" in text
     assert "| server-step-too-large | - | 0/1 (0%) |" in text
+
+
+def test_kept_runs_are_not_trained_again(corpus, tmp_path: Path) -> None:
+    defaults, scenarios = corpus.load_scenarios(CORPUS / "scenarios.yaml")
+    run = corpus.draw_run(defaults, scenarios[0], 0)
+    (tmp_path / "runs" / run.name).mkdir(parents=True)
+    record = {"key": run.key, "name": run.name, "status": "ok"}
+    (tmp_path / "runs.jsonl").write_text(json.dumps(record) + "\n")
+    assert corpus._load_done(tmp_path / "runs.jsonl") == {run.key: record}
+    changed = corpus.draw_run(defaults, {**scenarios[0], "vary": {
+        "clients": [9, 9], "rounds": [9, 9]}}, 0)  # fmt: skip
+    assert changed.key != run.key  # a changed scenario is trained again
