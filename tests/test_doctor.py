@@ -620,3 +620,91 @@ def test_a_collapse_the_server_caused_names_the_server(tmp_path: Path) -> None:
     assert "round 3 (after peaking in round 2)" in collapsed.title
     assert "strategy.server_lr = 1 -> try 0.1" in collapsed.fix
     assert "train.lr = 0.05 is not the cause" in collapsed.fix
+
+
+def _write_rounds(root: Path, params: dict, records: list[dict]) -> None:
+    params = dict(params, round_chain=round_chain(len(records)))
+    (root / "params.yaml").write_text(json.dumps(params))  # JSON is YAML
+    for k, record in enumerate(records, start=1):
+        write_json(root / layout.health_metrics(k), record)
+        write_json(root / layout.round_metrics(k), {"round": k, **record})
+
+
+@pytest.mark.parametrize(("ratio", "named"), [(4.0, True), (1.0, False)])
+def test_a_slow_blow_up_the_server_amplifies_is_named_on_the_server_side(
+    tmp_path: Path, ratio: float, named: bool
+) -> None:
+    # FedAvgM amplifying every round: the loss climbs 1.0 -> 2.7 without one
+    # round doubling it; the same climb at a step ratio of 1 is not the server's
+    params = {"strategy": {"name": "fedavgm", "server_lr": 4.0, "server_momentum": 0.9}}
+    rows = [(0.63, 1.0), (0.64, 1.3), (0.57, 2.0), (0.62, 2.7)]
+    records = [
+        _health(k, acc, loss, ratio=ratio, step=0.5 * ratio)
+        for k, (acc, loss) in enumerate(rows, start=1)
+    ]
+    _write_rounds(tmp_path, params, records)
+    found = [f.code for f in diagnose(tmp_path)]
+    assert (codes.SERVER_STEP_TOO_LARGE in found) is named, found
+    if named:
+        assert found[0] == codes.SERVER_STEP_TOO_LARGE
+
+
+def _opposed_round(k: int, loss_ratio: float) -> dict:
+    """Five clients agree (cosine 0.9); client 4 points against them, with a
+    training loss ``loss_ratio`` times theirs."""
+    clients = [
+        {"client": c, "n_train": 50, "update_norm": 0.3, "train_loss": 0.5,
+         "cosine_to_mean": 0.9}
+        for c in range(4)
+    ]  # fmt: skip
+    clients.append(
+        {"client": 4, "n_train": 50, "update_norm": 0.3,
+         "train_loss": 0.5 * loss_ratio, "cosine_to_mean": -0.5}
+    )  # fmt: skip
+    return {
+        "round": k,
+        "clients": clients,
+        "layers": [],
+        "global": {"loss": 1.0 - 0.1 * k, "accuracy": 0.6 + 0.05 * k},
+    }
+
+
+@pytest.mark.parametrize(("loss_ratio", "attacker"), [(1.0, True), (3.0, False)])
+def test_a_client_that_cannot_fit_its_data_is_not_called_an_attacker(
+    tmp_path: Path, loss_ratio: float, attacker: bool
+) -> None:
+    # a sign-flipper trains honestly (its loss is the others'); a client with
+    # random labels cannot fit them (3x the others' loss): bad data
+    _write_rounds(tmp_path, {}, [_opposed_round(k, loss_ratio) for k in (1, 2, 3)])
+    found = [f.code for f in diagnose(tmp_path)]
+    assert (codes.CLIENTS_AGAINST_FEDERATION in found) is attacker, found
+
+
+def test_a_client_that_moved_nothing_does_not_unbalance_the_weight_sum() -> None:
+    from fedpipe.doctor.aggregation import identifiable_sum
+
+    def round_(fitted: list[float | None], norms: list[float]) -> dict:
+        clients = [
+            {"client": c, "aggregation_weight": w, "update_norm": n}
+            for c, (w, n) in enumerate(zip(fitted, norms, strict=True))
+        ]
+        nominal = {str(c): 0.25 for c in range(4)}
+        return {"clients": clients, "aggregation": {"nominal_weights": nominal}}
+
+    # client 1 converged (update 0): its fitted weight 0.61 is arbitrary
+    h = round_([0.25, 0.61, 0.25, 0.25], [0.04, 0.0, 0.05, 0.05])
+    assert identifiable_sum(h, 1.36) == pytest.approx(1.0)
+    h = round_([0.25, None, 0.25, 0.25], [0.04, 0.0, 0.05, 0.05])
+    assert identifiable_sum(h, 0.75) == pytest.approx(1.0)
+    # every client moved: a sum of 1.6 stays 1.6 (the planted fault)
+    h = round_([0.4] * 4, [0.8, 0.7, 0.8, 0.8])
+    assert identifiable_sum(h, 1.6) == pytest.approx(1.6)
+
+
+def test_the_drift_cosine_limit_scales_with_the_number_of_clients() -> None:
+    from fedpipe.doctor.drift import cosine_limit
+
+    assert cosine_limit(10) == pytest.approx(0.5)
+    assert cosine_limit(4) == pytest.approx(0.79, abs=0.01)
+    assert cosine_limit(2) == pytest.approx(0.8)  # capped
+    assert cosine_limit(40) == pytest.approx(0.25)

@@ -6,7 +6,9 @@ malicious clients): a client whose update points against the mean update
 along it, in nearly every round it took part in. A sign-flipping client does
 exactly that every round; an honest client on skewed data wanders around zero
 and does not stay there; a client that only sends larger updates keeps a
-positive cosine (the outlier check names it).
+positive cosine (the outlier check names it). A client that cannot fit its own
+data (training loss far above the others', as with random labels) also pulls
+against the mean, but that is bad data: the outlier check names it instead.
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ ATTACK_MIN_SHARE = 0.75
 ATTACK_MIN_ROUNDS = 2
 #: need this many clients in a round for a median to mean anything
 ATTACK_MIN_CLIENTS = 4
+#: a client whose own training loss is at least this many times the round's
+#: median in its opposed rounds cannot fit its own data: bad labels, not an attack
+#: (the outlier check names it, on the data side). Attackers train honestly and
+#: tamper afterwards: in the doctor corpus sign-flip and IPM clients sit at
+#: 0.97-1.04x the median loss, a client with random labels at 2.1-4.3x
+BAD_DATA_LOSS_RATIO = 1.5
 
 
 def opposed_rounds(run: RunFiles) -> dict[int, dict[int, dict[str, float]]]:
@@ -56,8 +64,24 @@ def opposed_rounds(run: RunFiles) -> dict[int, dict[int, dict[str, float]]]:
                     "cosine": float(c["cosine_to_mean"]),
                     "median_cosine": median,
                     "norm": float(c["update_norm"]),
+                    "loss_ratio": _loss_ratio(c, rows),
                 }
     return out
+
+
+def _loss_ratio(client: dict[str, Any], rows: list[dict[str, Any]]) -> float | None:
+    """The client's training loss over the round's median (None: not recorded)."""
+    losses = [r["train_loss"] for r in rows if r.get("train_loss") is not None]
+    if client.get("train_loss") is None or not losses:
+        return None
+    median = float(np.median(losses))
+    return float(client["train_loss"]) / median if median > 0 else None
+
+
+def _cannot_fit_own_data(rounds: dict[int, dict[str, float]]) -> bool:
+    """Its training loss stays far above the others': bad data, not an attack."""
+    ratios = [r["loss_ratio"] for r in rounds.values() if r["loss_ratio"] is not None]
+    return bool(ratios) and float(np.median(ratios)) >= BAD_DATA_LOSS_RATIO
 
 
 def _took_part(run: RunFiles, client: int) -> list[int]:
@@ -73,6 +97,8 @@ def suspected_attackers(run: RunFiles) -> dict[int, dict[int, dict[str, float]]]
     out = {}
     for client, rounds in sorted(opposed_rounds(run).items()):
         took_part = _took_part(run, client)
+        if _cannot_fit_own_data(rounds):
+            continue
         if len(rounds) >= max(ATTACK_MIN_ROUNDS, ATTACK_MIN_SHARE * len(took_part)):
             out[client] = rounds
     return out

@@ -6,6 +6,7 @@ beat the global one on their own data, in most of the judged rounds.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -20,9 +21,13 @@ from fedpipe.runfiles import RunFiles, fmt, rounds_text
 #: this: the clients' updates have almost nothing in common (healthy IID runs
 #: stay below ~0.7, Dirichlet(0.1) label skew is at ~0.95)
 DRIFT_DIVERGENCE = 0.85
-#: ... and the median cosine of an update to the mean update below this
-#: (about sqrt(1 - D): 0.5 for D = 0.75)
+#: ... and the median cosine of an update to the mean update below this, at 10
+#: clients (about sqrt(1 - D): 0.5 for D = 0.75). Unrelated updates have a cosine
+#: to their mean of about 1/sqrt(K), so the limit scales with sqrt(10 / K) (0.79
+#: at 4 clients, where Dirichlet(0.08) skew sits at 0.41-0.65), capped at
+#: DRIFT_COSINE_CAP (healthy IID clients sit at 0.9 and above)
 DRIFT_COSINE = 0.5
+DRIFT_COSINE_CAP = 0.8
 #: ... and the local models beat the global model on their own test splits by
 #: more than this accuracy (gap.accuracy below -DRIFT_GAP). Near convergence
 #: IID updates are mostly SGD noise, so divergence alone rises there too (the
@@ -32,6 +37,12 @@ DRIFT_COSINE = 0.5
 DRIFT_GAP = 0.05
 #: in at least this share of the rounds
 DRIFT_MIN_SHARE = 0.5
+
+
+def cosine_limit(n_clients: int) -> float:
+    """The median cosine to the mean update below which ``n_clients`` updates
+    have little in common (see DRIFT_COSINE)."""
+    return min(DRIFT_COSINE_CAP, DRIFT_COSINE * math.sqrt(10 / n_clients))
 
 
 def check_drift(run: RunFiles) -> list[Finding]:
@@ -54,7 +65,11 @@ def check_drift(run: RunFiles) -> list[Finding]:
         median_cos = statistics.median(cos)
         gap = h.get("gap", {}).get("accuracy")
         local_wins = gap < -DRIFT_GAP if gap is not None else non_iid
-        if normalized > DRIFT_DIVERGENCE and median_cos < DRIFT_COSINE and local_wins:
+        if (
+            normalized > DRIFT_DIVERGENCE
+            and median_cos < cosine_limit(len(clients))
+            and local_wins
+        ):
             flagged[k] = (d, normalized, median_cos)
     if not flagged or len(flagged) < DRIFT_MIN_SHARE * len(judged):
         return []

@@ -38,6 +38,11 @@ SERVER_STEP_SIZE = 0.5
 #: ... or the global loss jumped by this factor over the round before (or over
 #: the loss of guessing, in round 1), or the new global weights are NaN/inf
 SERVER_LOSS_JUMP = 2.0
+#: ... or the global loss has risen to this multiple of its best so far, with
+#: every round since that best amplified: a slow blow-up (FedAvgM at server_lr 4,
+#: momentum 0.9 in the doctor corpus: loss 1.07 -> 2.05 -> 2.72 at ratios 4-8,
+#: accuracy stuck at 0.6 where FedAvg reaches 0.85; a healthy FedAvgM's loss falls)
+SERVER_LOSS_RISE = 1.5
 #: clients of normal size: median update under this share of the global weight
 #: norm (the learning-rate check's LR_STEP_RATIO) ...
 CLIENT_STEP_NORMAL = 1.0
@@ -65,6 +70,8 @@ def server_rounds(run: RunFiles) -> dict[int, dict[str, Any]]:
     chance = math.log(run.n_classes) if run.n_classes else None
     out: dict[int, dict[str, Any]] = {}
     previous_loss = chance
+    best: float | None = None
+    amplified_since_best = True
     for k, h in sorted(run.health.items()):
         if (run.rounds.get(k) or {}).get("privacy"):
             continue
@@ -83,10 +90,19 @@ def server_rounds(run: RunFiles) -> dict[int, dict[str, Any]]:
             and loss > SERVER_LOSS_JUMP * before
         )
         moved = step is not None and size and step > SERVER_STEP_SIZE * size
+        amplified = ratio is not None and ratio >= SERVER_STEP_RATIO
+        amplified_since_best = amplified_since_best and amplified
+        rising = (
+            amplified_since_best
+            and loss is not None
+            and best is not None
+            and loss > SERVER_LOSS_RISE * best
+        )
         if loss is not None:
             previous_loss = loss
-        amplified = ratio is not None and ratio >= SERVER_STEP_RATIO
-        if broke or (amplified and (moved or jumped)):
+            if best is None or loss < best:
+                best, amplified_since_best = loss, True
+        if broke or (amplified and (moved or jumped or rising)):
             out[k] = {
                 "ratio": ratio,
                 "step": step,
