@@ -708,3 +708,26 @@ def test_the_drift_cosine_limit_scales_with_the_number_of_clients() -> None:
     assert cosine_limit(4) == pytest.approx(0.79, abs=0.01)
     assert cosine_limit(2) == pytest.approx(0.8)  # capped
     assert cosine_limit(40) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize(
+    ("accuracy_after", "severity"), [(0.62, "warning"), (0.3, "error")]
+)
+def test_one_huge_update_is_an_error_only_when_it_set_the_model_back(
+    tmp_path: Path, accuracy_after: float, severity: str
+) -> None:
+    def round_(k: int, accuracy: float, big: bool) -> dict:
+        clients = [
+            {"client": c, "n_train": 50, "train_loss": 0.8, "cosine_to_mean": 0.9,
+             "update_norm": 6.6 if big and c == 2 else 0.15 + 0.01 * c}
+            for c in range(5)
+        ]  # fmt: skip
+        return {"round": k, "clients": clients, "layers": [],
+                "global": {"loss": 1.0, "accuracy": accuracy}}  # fmt: skip
+
+    rows = [(0.4, False), (0.5, False), (0.55, False), (0.6, False)]
+    rows += [(accuracy_after, True), (0.63, False)]
+    _write_rounds(tmp_path, {}, [round_(k, a, b) for k, (a, b) in enumerate(rows, 1)])
+    outlier = _one(diagnose(tmp_path), codes.CLIENT_UPDATE_OUTLIER)
+    assert outlier.severity == severity
+    assert "round 5: update norm 6.6" in outlier.evidence[0]

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from fedpipe.doctor import codes
-from fedpipe.doctor.base import finite_clients, knobs, robust_z
+from fedpipe.doctor.base import finite_clients, global_series, knobs, robust_z
 from fedpipe.doctor.findings import Finding
 from fedpipe.runfiles import RunFiles, fmt
 
@@ -34,6 +34,13 @@ OUTLIER_MIN_SHARE = 0.5
 #: ... unless its update was this many times the median once: one such round
 #: already dominates the global model
 OUTLIER_SEVERE_RATIO = 10.0
+#: ... an error when it is persistent, or when that one round harmed the global
+#: model: its held-out loss rose by this factor or its accuracy fell by
+#: OUTLIER_HARM_ACCURACY. A single large update the model absorbed is a warning
+#: (a healthy FedBN client in the doctor corpus sent 44x the median once, after
+#: which global accuracy went 0.538 -> 0.528 -> 0.604)
+OUTLIER_HARM_LOSS = 1.2
+OUTLIER_HARM_ACCURACY = 0.05
 
 
 def outlier_rounds(run: RunFiles) -> dict[int, dict[int, dict[str, Any]]]:
@@ -83,11 +90,17 @@ def check_outliers(run: RunFiles) -> list[Finding]:
             if any(c["client"] == client for c in finite_clients(h))
         ]
         worst = max(r["ratio"] for r in rounds.values())
-        if (
-            len(rounds) < OUTLIER_MIN_SHARE * len(took_part)
-            and worst < OUTLIER_SEVERE_RATIO
-        ):
+        persistent = len(rounds) >= OUTLIER_MIN_SHARE * len(took_part)
+        if not persistent and worst < OUTLIER_SEVERE_RATIO:
             continue
+        severe = worst >= OUTLIER_SEVERE_RATIO and (
+            persistent
+            or any(
+                _harmed(run, k)
+                for k, r in rounds.items()
+                if r["ratio"] >= OUTLIER_SEVERE_RATIO
+            )
+        )
         evidence = []
         for k, r in sorted(rounds.items())[:5]:
             parts = [
@@ -113,7 +126,7 @@ def check_outliers(run: RunFiles) -> list[Finding]:
         findings.append(
             Finding(
                 code=codes.CLIENT_UPDATE_OUTLIER,
-                severity="error" if worst >= OUTLIER_SEVERE_RATIO else "warning",
+                severity="error" if severe else "warning",
                 title=f"client {client}'s update is an outlier ({kind}) in "
                 f"{len(rounds)}/{len(took_part)} rounds",
                 evidence=evidence,
@@ -129,6 +142,21 @@ def check_outliers(run: RunFiles) -> list[Finding]:
             )
         )
     return findings
+
+
+def _harmed(run: RunFiles, k: int) -> bool:
+    """Whether round ``k`` set the global model back (loss up or accuracy down)."""
+    loss, accuracy = global_series(run, "loss"), global_series(run, "accuracy")
+    before = max((j for j in loss if j < k), default=None)
+    if before is None:
+        return True  # round 1: nothing to compare with, judge by the size alone
+    rose = None not in (loss.get(k), loss.get(before)) and (
+        loss[k] > OUTLIER_HARM_LOSS * loss[before]
+    )
+    fell = None not in (accuracy.get(k), accuracy.get(before)) and (
+        accuracy[k] < accuracy[before] - OUTLIER_HARM_ACCURACY
+    )
+    return bool(rose or fell)
 
 
 def _local_accuracy(run: RunFiles, client: int, rounds: Sequence[int]) -> str:
