@@ -77,17 +77,7 @@ def plot_metric(directory: Path, *, x: str, y: str, hue: str | None = None) -> P
         ax.errorbar([p[0] for p in points], [p[1] for p in points],
                     yerr=[p[2] for p in points], marker="o", capsize=3,
                     label=label or None)  # fmt: skip
-    if y == "gap":
-        ax.axhline(0, color="grey", linewidth=0.8)
-    ax.set_xlabel(x)
-    ax.set_ylabel(f"{y} (mean ± std over seeds)")
-    if any(series):
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(directory) / f"{_file(y)}-by-{_file(x)}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _finish(plt, fig, ax, directory, x=x, y=y, xlabel=x, legend=any(series))
 
 
 def _plot_metric_pair(
@@ -119,11 +109,18 @@ def _plot_metric_pair(
                     yerr=[float(r[f"{y}_std"] or 0.0) for r in points],
                     marker="o", linestyle="none", capsize=3,
                     label=label or None)  # fmt: skip
+    return _finish(plt, fig, ax, directory, x=x, y=y,
+                   xlabel=f"{x} (mean ± std over seeds)", legend=bool(hue))  # fmt: skip
+
+
+def _finish(plt, fig, ax, directory: Path, *, x: str, y: str, xlabel: str,
+            legend: bool) -> Path:  # type: ignore[no-untyped-def]  # fmt: skip
+    """Labels, the zero line of a gap, the legend; saved as ``<y>-by-<x>.png``."""
     if y == "gap":
         ax.axhline(0, color="grey", linewidth=0.8)
-    ax.set_xlabel(f"{x} (mean ± std over seeds)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(f"{y} (mean ± std over seeds)")
-    if hue:
+    if legend:
         ax.legend(fontsize=7)
     fig.tight_layout()
     path = Path(directory) / f"{_file(y)}-by-{_file(x)}.png"
