@@ -199,8 +199,13 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def private_prefect_server(home: Path) -> Iterator[str]:
+def private_prefect_server(home: Path, *, services: bool = False) -> Iterator[str]:
     """A Prefect server on a free loopback port with PREFECT_HOME ``home``.
+
+    ``services``: with the server's services on, as ``prefect server start``
+    (and so fedpipe) runs it for a person; among them the task run recorder, which
+    turns task-run events into the task runs the UI shows, and costs CPU per task
+    run. Off by default (nothing here reads task runs back).
 
     Yields its API URL; stops it (its whole process group) on exit.
     """
@@ -212,7 +217,8 @@ def private_prefect_server(home: Path) -> Iterator[str]:
     with open(home / "server.log", "w") as log:
         proc = subprocess.Popen(
             [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
-            + ["--analytics-off", "--no-services"],
+            + ["--analytics-off"]
+            + ([] if services else ["--no-services"]),
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -1,6 +1,7 @@
 """``fedpipe run``: the whole pipeline as one Prefect flow run in one process.
 
-Stages run in ``dvc.yaml`` order as subflows. Stages that ``dvc.lock`` shows up to
+Stages run in ``dvc.yaml`` order as task runs of the one flow run (their own
+tasks nested under them; see :mod:`flows.stages`). Stages that ``dvc.lock`` shows up to
 date are skipped; from the first stage that runs on, every later stage runs too
 (its inputs were just rewritten). Each finished stage is recorded in ``dvc.lock``
 (``dvc commit``) by a task that runs while the next stage computes; records are
@@ -28,7 +29,7 @@ from fedpipe.jsonio import read_json
 from fedpipe.stopping import raise_if_stopped, stop_requested
 from flows import console
 from flows.stages import dask_scheduler, run_stage
-from tasks.artifacts import publish_run_artifacts
+from tasks.artifacts import flush_artifacts, publish_run_artifacts
 from tasks.dvc import fresh_prefix, record_stages, restore_stage_outputs
 from tasks.dvclock import LockRecorder
 from tasks.repolock import hold
@@ -83,7 +84,10 @@ def _run_and_report(params: Params, force: bool, report: bool) -> list[str]:
     with dask_scheduler(params) as dask:
         if params.runtime.runner == "dask":
             dask.start()  # workers start while the data stages run
-        ran = _run_stages(params, force, dask)
+        try:
+            ran = _run_stages(params, force, dask)
+        finally:
+            flush_artifacts()  # the rounds' tables, sent while training went on
     last = layout.round_metrics(params.federation.rounds)
     findings = link = None
     if report and "summary" in ran:
@@ -129,12 +133,15 @@ def _run_stages(params: Params, force: bool, dask: DaskScheduler) -> list[str]:
                 raise_if_stopped()
             console.stage_started(stage)
             try:
-                run_stage(params, stage, dask=dask)
+                run_stage(params, stage, dask=dask, nested=True)
             except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the stages done are kept
                 records.finish(failing=True)
                 raise
             except Exception:
                 records.finish(failing=True)
+                # a Ctrl-C that landed while Prefect set up a task run comes out
+                # as another error ("Task run is not set"): it is the interrupt
+                raise_if_stopped()
                 for held in waiting:
                     logger.warning("%s: restoring its last recorded outputs", held)
                     restore_stage_outputs(root, held)

@@ -9,16 +9,24 @@
   ``fedpipe doctor`` / ``fedpipe report`` produce them.
 
 A key keeps the same name from run to run, so the UI's Artifacts page shows the
-latest version of each and its history. Artifacts are created only inside a flow
+latest version of each and its history. A round's table is sent from a background
+thread while the next round trains (a blocking API call, about 30 ms a round);
+:func:`flush_artifacts` waits for those sent so far. Artifacts are created only inside a flow
 or task run (which always reports to an API); called elsewhere (a unit test of the
 library, a plain script) these functions do nothing.
 """
 
 from __future__ import annotations
 
+import contextvars
+import logging
 import math
+import threading
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
+
+import pandas as pd
 
 from prefect.artifacts import (
     create_link_artifact,
@@ -54,20 +62,55 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def round_table_rows(record: RoundRecord) -> list[dict[str, Any]]:
-    """The round's client table as artifact rows (one per client, in client order)."""
-    return [
-        {k: _cell(v) for k, v in row.items()}
-        for row in record.client_table().to_dict(orient="records")
-    ]
+def round_table_rows(
+    record: RoundRecord, table: pd.DataFrame | None = None
+) -> list[dict[str, Any]]:
+    """The round's client table (``record.client_table()``, or ``table`` if it
+    was made already) as artifact rows (one per client, in client order)."""
+    frame = record.client_table() if table is None else table
+    return [{k: _cell(v) for k, v in row.items()} for row in frame.to_dict("records")]
 
 
-def publish_round_table(record: RoundRecord) -> None:
-    """Table artifact ``fedpipe-round-K``: local vs global metrics per client."""
+_sender_lock = threading.Lock()
+_sender: ThreadPoolExecutor | None = None
+_sent: list[Future] = []
+
+
+def _in_background(fn: Any, /, **kwargs: Any) -> None:
+    """Call ``fn(**kwargs)`` on the one sender thread, in this run's context (the
+    artifact belongs to the current flow or task run), in submission order."""
+    global _sender
+    context = contextvars.copy_context()
+    with _sender_lock:
+        if _sender is None:
+            _sender = ThreadPoolExecutor(1, thread_name_prefix="fedpipe-artifacts")
+        _sent.append(_sender.submit(context.run, fn, **kwargs))
+
+
+def flush_artifacts() -> None:
+    """Wait until every artifact sent so far has reached the API. One that could
+    not be created is a warning, not a failure: the round's files are the record
+    and the table is in ``metrics/clients/``."""
+    with _sender_lock:
+        sent, _sent[:] = list(_sent), []
+    for future in sent:
+        try:
+            future.result()
+        except Exception as exc:  # noqa: BLE001 - the UI copy only
+            logging.getLogger("fedpipe").warning(
+                "a round's table artifact could not be created: %s", exc
+            )
+
+
+def publish_round_table(record: RoundRecord, table: pd.DataFrame | None = None) -> None:
+    """Table artifact ``fedpipe-round-K``: local vs global metrics per client
+    (``table``: ``record.client_table()`` if made already), sent in the
+    background (:func:`flush_artifacts`)."""
     if not in_a_run():
         return
-    create_table_artifact(
-        table=round_table_rows(record),
+    _in_background(
+        create_table_artifact,
+        table=round_table_rows(record, table),
         key=round_key(record.round),
         description=(
             f"Round {record.round}: per client, its locally trained model on its own "

@@ -192,7 +192,15 @@ def test_triggered_run_completes(triggered: dict) -> None:
     assert flow_run.name == "nightly · rounds=2"
     names = {r.name for r in triggered["runs"]}
     assert "nightly · fedavg · mlp · 2 rounds" in names  # the fedpipe-run subflow
-    assert {"round 1", "round 2", "partition", "summary"} <= names
+    # its stages are task runs of it (not subflows), the clients nested under them
+    stages = {t.name: t for t in triggered["task_runs"]}
+    assert {"round 1", "round 2", "partition", "summary"} <= set(stages)
+    assert not {"round 1", "partition"} & names
+    clients = [t for n, t in stages.items() if n.startswith("round 2 · client")]
+    assert clients
+    for client in clients:
+        parents = [p.id for p in client.task_inputs["__parents__"]]
+        assert parents == [stages["round 2"].id], client.name
 
 
 def test_override_is_written_to_params_and_recorded(

@@ -235,7 +235,9 @@ def test_server_killed_mid_run_stops_in_30_s_and_resumes_to_the_same_bits(
     resumed = run_cli(RUN, project, cli_env)  # the session's server
     ran = _ran(resumed.stdout)
     assert not set(ran) & set(recorded)
-    assert min(_rounds(ran)) >= done_at_kill  # at most the interrupted round again
+    # at most the interrupted round again (none: a round needs no server while it
+    # trains, so a tiny run may have finished every round before it was stopped)
+    assert all(k >= done_at_kill for k in _rounds(ran))
     assert file_hashes(project, MODELS) == file_hashes(tiny_run["project"], MODELS)
 
 
