@@ -5,8 +5,10 @@ tasks nested under them; see :mod:`flows.stages`). Stages that ``dvc.lock`` show
 date are skipped; from the first stage that runs on, every later stage runs too
 (its inputs were just rewritten). Each finished stage is recorded in ``dvc.lock``
 (``dvc commit``) by a task that runs while the next stage computes; records are
-chained so they land in stage order. A run interrupted during round k therefore
-resumes at round k, or at round k-1 if k-1's record had not landed yet.
+chained so they land in stage order, and spaced so that writing ``dvc.lock`` takes
+at most a fifth of the time (:mod:`tasks.dvclock`). Ctrl-C, SIGTERM or a lost
+Prefect server during round k record every finished stage first, so the next run
+resumes at round k; a run killed outright resumes after its last landed record.
 
 Bad data never becomes the recorded state: a freshly ingested data set is recorded
 only once it has passed validation. If validation fails, the previous good
@@ -160,9 +162,10 @@ def _run_stages(params: Params, force: bool, dask: DaskScheduler) -> list[str]:
 class _Records:
     """Stages waiting to be recorded in ``dvc.lock``, one record in flight.
 
-    A record starts as soon as the previous one is done and takes every stage that
-    finished meanwhile: when stages are quicker than recording, one ``dvc.lock``
-    write records several of them.
+    A record starts once the previous one is done and the recorder has rested
+    (:meth:`LockRecorder.rested`), and takes every stage that finished meanwhile:
+    when stages are quicker than recording, one ``dvc.lock`` write records several
+    of them.
     """
 
     def __init__(self, recorder: LockRecorder) -> None:
@@ -173,9 +176,10 @@ class _Records:
     def add(self, stages: list[str]) -> None:
         self.recorder.queue(stages)  # recorded even if the run must end abruptly
         self.pending.extend(stages)
-        if self.in_flight is None or self.in_flight.wrapped_future.done():
-            if self.in_flight is not None:
-                self.in_flight.result()  # raises if that record failed
+        if self.in_flight is not None and self.in_flight.wrapped_future.done():
+            self.in_flight.result()  # raises if that record failed
+            self.in_flight = None
+        if self.in_flight is None and self.recorder.rested():
             self._submit()
 
     def _submit(self) -> None:
