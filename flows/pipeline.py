@@ -136,9 +136,6 @@ def _run_stages(params: Params, force: bool, dask: DaskScheduler) -> list[str]:
             console.stage_started(stage)
             try:
                 run_stage(params, stage, dask=dask, nested=True)
-            except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the stages done are kept
-                records.finish(failing=True)
-                raise
             except Exception:
                 records.finish(failing=True)
                 # a Ctrl-C that landed while Prefect set up a task run comes out
@@ -148,6 +145,9 @@ def _run_stages(params: Params, force: bool, dask: DaskScheduler) -> list[str]:
                     logger.warning("%s: restoring its last recorded outputs", held)
                     restore_stage_outputs(root, held)
                 raise
+            except BaseException:  # Ctrl-C; SIGTERM, which Prefect's task engine
+                records.finish(failing=True)  # raises as its TerminationSignal:
+                raise  # the stages done are kept
             ran.append(stage)
             if stage in GATED_BY:
                 waiting.append(stage)

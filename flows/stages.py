@@ -119,8 +119,8 @@ def _map_clients(runtime: RuntimeParams, cohort_size: int | None) -> MapClients:
     API traffic, more than a small client's whole local training. Every client's
     result is in the round's table artifact either way.
 
-    The jobs go in ``quote``d: Prefect would otherwise walk every array of
-    every job looking for futures (about 5 ms a task).
+    Local tasks get their jobs ``quote``d: Prefect would otherwise walk every
+    array of every job looking for futures (about 5 ms a task).
 
     ``local`` runs the tasks one after another in this process; ``dask`` submits
     them all to the flow's ``DaskTaskRunner`` (see :func:`run_stage`) and waits for
@@ -132,7 +132,8 @@ def _map_clients(runtime: RuntimeParams, cohort_size: int | None) -> MapClients:
         groups = client_groups(jobs, runtime.clients_per_task or cohort_size)
         if runtime.runner != "local":
             _check_dask()
-            futures = [_train(g).submit(quote(g), cohort_size) for g in groups]
+            # (not quoted: prefect-dask would hand the task the quote itself)
+            futures = [_train(g).submit(g, cohort_size) for g in groups]
         results: list[ClientResult | ClientFailure] = []
         for i, group in enumerate(groups):
             done = (

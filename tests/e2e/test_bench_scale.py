@@ -21,7 +21,7 @@ bench = load_script(SCRIPT)
 def measured(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]):
     work = tmp_path_factory.mktemp("bench-scale")
     args = argparse.Namespace(
-        rounds=3, rows_per_client=40, images_n=0, evaluate="participants"
+        rounds=3, rows_per_client=40, images_n=0, evaluate="participants", repeats=1
     )
     case = bench.Case.parse("20x4")
     return work / "p20x4", bench.measure(case, work, args=args, env=cli_env)
