@@ -162,8 +162,9 @@ def _run_stages(params: Params, force: bool, dask: DaskScheduler) -> list[str]:
 class _Records:
     """Stages waiting to be recorded in ``dvc.lock``, one record in flight.
 
-    A record starts once the previous one is done and the recorder has rested
-    (:meth:`LockRecorder.rested`), and takes every stage that finished meanwhile:
+    A record starts once the previous one is done and, between rounds, the
+    recorder has rested (:meth:`LockRecorder.rested`), and takes every stage that
+    finished meanwhile:
     when stages are quicker than recording, one ``dvc.lock`` write records several
     of them.
     """
@@ -179,7 +180,11 @@ class _Records:
         if self.in_flight is not None and self.in_flight.wrapped_future.done():
             self.in_flight.result()  # raises if that record failed
             self.in_flight = None
-        if self.in_flight is None and self.recorder.rested():
+        # the recorder rests between rounds only: a data stage (ingest, validate,
+        # partition...) is recorded as soon as it can be, so that not even a
+        # kill -9 makes the next run redo it
+        urgent = any(not s.startswith(f"{layout.ROUND_STAGE}@") for s in self.pending)
+        if self.in_flight is None and (urgent or self.recorder.rested()):
             self._submit()
 
     def _submit(self) -> None:

@@ -16,10 +16,11 @@ A record still costs CPU that the training beside it wants (a round-trip YAML
 parse and write of the whole ``dvc.lock``, which grows with the rounds: about
 0.5 s a record at 12 rounds of 1,000 clients, py-spy), so the recorder rests
 between records: after a record that took t seconds the next waits until
-``t * (1 / BUSY_SHARE - 1)`` seconds have passed (:meth:`LockRecorder.rested`),
+``t * (1 / BUSY_SHARE - 1)`` seconds have passed (:meth:`LockRecorder.rested`;
+``fedpipe run`` rests between rounds only, a data stage is recorded at once),
 and takes every stage that finished meanwhile. The recorder is busy at most
 ``BUSY_SHARE`` of the time; a run that is killed outright (``kill -9``) can lose
-the records of the stages of that rest (a rerun recomputes them, same bits);
+the records of the rounds of that rest (a rerun recomputes them, same bits);
 Ctrl-C, SIGTERM and a lost Prefect server record them before the run ends.
 """
 
