@@ -32,8 +32,12 @@ def test_groups_are_consecutive_and_cover_every_job(
 def test_cohort_size_reaches_every_task_and_sets_the_groups(monkeypatch) -> None:
     calls: list[tuple[list[int], int | None]] = []
 
+    from prefect.utilities.annotations import quote
+
     def fake_task(group):  # the train-clients task, as _train returns it
         def run(jobs, cohort_size=None):
+            assert isinstance(jobs, quote)  # Prefect does not walk the arrays
+            jobs = jobs.unquote()  # as Prefect hands them to the task
             calls.append((list(jobs), cohort_size))
             return list(jobs)
 
