@@ -111,6 +111,9 @@ def test_no_server_and_a_stale_pid_file_start_one(background: dict) -> None:
     assert f"starting a local Prefect server at {where}" in proc.stdout
     pid = int((background["home"] / "server.pid").read_text())
     assert pid != background["stale"] and psutil.pid_exists(pid)
+    # in a session of its own: a Ctrl-C to the run's terminal (its process
+    # group) does not end the server that is meant to outlive the run
+    assert os.getsid(pid) != os.getsid(0) and os.getpgid(pid) != os.getpgid(0)
 
 
 def test_a_server_answering_profile_or_env_is_used(
