@@ -243,20 +243,35 @@ def train_cohort(
     )
 
 
-def cohort_map(runner: ModelRunner, size: int | None) -> MapClients:
+def cohort_map(
+    runner: ModelRunner,
+    size: int | None,
+    *,
+    on_trained: Callable[[int], None] | None = None,
+) -> MapClients:
     """A :data:`fedpipe.round.MapClients` training consecutive cohorts of ``size``
-    jobs (``train.cohort_size``; None or 1: one by one, today's bits)."""
+    jobs (``train.cohort_size``; None or 1: one by one, today's bits).
+    ``on_trained(n)``, if given, is called after each client (or cohort of ``n``)
+    is done: progress, nothing else."""
     if size is not None and size < 1:
         raise ValueError(f"train.cohort_size: got {size}; allowed: null or >= 1")
+    tell = on_trained or (lambda n: None)
 
     def map_clients(jobs: Sequence[ClientJob]) -> list[ClientResult | ClientFailure]:
-        if size is None or size == 1:
-            return [run_client(job, runner) for job in jobs]
-        if cohort_engine(runner)[0] is None:
-            return train_cohort(jobs, runner)  # one by one
         out: list[ClientResult | ClientFailure] = []
+        if size is None or size == 1 or cohort_engine(runner)[0] is None:
+            for job in jobs:  # one by one (train_cohort's fallback is the same)
+                out.extend(
+                    train_cohort([job], runner)
+                    if size not in (None, 1)
+                    else [run_client(job, runner)]
+                )
+                tell(1)
+            return out
         for start in range(0, len(jobs), size):
-            out.extend(train_cohort(jobs[start : start + size], runner))
+            cohort = jobs[start : start + size]
+            out.extend(train_cohort(cohort, runner))
+            tell(len(cohort))
         return out
 
     return map_clients

@@ -533,9 +533,9 @@ class RuntimeParams(_Section):
     address that is not loopback (127.0.0.1, localhost, ::1) is refused unless
     ``dask_allow_insecure`` is true (a trusted, isolated network).
 
-    ``clients_per_task``: clients trained per Prefect task (null: a cohort per
-    task with ``train.cohort_size``, else one per task up to 10 clients a round,
-    else 10 tasks a round).
+    ``clients_per_task``: clients trained per Prefect task (null: the round's
+    clients in one task; on ``dask`` one per task up to 10 clients a round, else
+    10 tasks a round, or ``train.cohort_size`` each).
     """
 
     runner: Literal["local", "dask"] = "local"

@@ -110,37 +110,47 @@ def summary_stage(params: Params) -> str:
 
 
 def _map_clients(runtime: RuntimeParams, cohort_size: int | None) -> MapClients:
-    """A ``train-clients`` task per group of jobs, results in job (client) order.
+    """``train-clients`` task runs for a round's jobs, results in job (client) order.
 
-    Groups hold ``runtime.clients_per_task`` consecutive jobs; by default a
-    vectorized cohort each (``cohort_size``, ``train.cohort_size``: its clients
-    train as one computation, :mod:`fedpipe.cohort`), else one job per task up to
-    10 clients a round, else 10 groups: a Prefect task run costs about 10 ms of
-    API traffic, more than a small client's whole local training. Every client's
-    result is in the round's table artifact either way.
+    ``local`` (the default): one task run for the whole round (``round 3 · clients
+    0-9 (10)``), or groups of ``runtime.clients_per_task`` jobs (1: a task run per
+    client), run one after another in this process, the console ticking per
+    client. A task run per client cost about 25 ms a client a round (the Prefect
+    server recording its events, the engine in this process): 30 % of a default
+    round, more than a small client's whole training (measured, docs/benchmarks.md).
+    Every client's result is in the round's table artifact either way.
+
+    ``dask``: the groups are what the workers share, so by default one job per task
+    up to 10 clients a round, else 10 groups (or ``runtime.clients_per_task``, or
+    ``train.cohort_size``); all submitted to the flow's ``DaskTaskRunner`` (see
+    :func:`run_stage`) and collected in turn, the console ticking per group.
+
+    Within a task, clients train one by one or as vectorized cohorts of
+    ``cohort_size`` (``train.cohort_size``, :mod:`fedpipe.cohort`): the same
+    cohorts whatever the grouping, so the same bits.
 
     Local tasks get their jobs ``quote``d: Prefect would otherwise walk every
     array of every job looking for futures (about 5 ms a task).
-
-    ``local`` runs the tasks one after another in this process; ``dask`` submits
-    them all to the flow's ``DaskTaskRunner`` (see :func:`run_stage`) and waits for
-    each in turn. Either way the console hears of each client as it finishes.
     """
 
     def run(jobs: Sequence[ClientJob]) -> list[ClientResult | ClientFailure]:
         console.clients_started(len(jobs))
-        groups = client_groups(jobs, runtime.clients_per_task or cohort_size)
-        if runtime.runner != "local":
-            _check_dask()
-            # (not quoted: prefect-dask would hand the task the quote itself)
-            futures = [_train(g).submit(g, cohort_size) for g in groups]
-        results: list[ClientResult | ClientFailure] = []
-        for i, group in enumerate(groups):
-            done = (
-                _train(group)(quote(group), cohort_size)
-                if runtime.runner == "local"
-                else futures[i].result()
-            )
+        if runtime.runner == "local":
+            results: list[ClientResult | ClientFailure] = []
+            for group in client_groups(jobs, runtime.clients_per_task):
+                results.extend(
+                    _train(group)(quote(group), cohort_size, console.client_finished)
+                )
+            return results
+        _check_dask()
+        groups = client_groups(
+            jobs, runtime.clients_per_task or cohort_size, spread=True
+        )
+        # (not quoted: prefect-dask would hand the task the quote itself)
+        futures = [_train(g).submit(g, cohort_size) for g in groups]
+        results = []
+        for future in futures:
+            done = future.result()
             results.extend(done)
             console.client_finished(len(done))
         return results
@@ -149,10 +159,15 @@ def _map_clients(runtime: RuntimeParams, cohort_size: int | None) -> MapClients:
 
 
 def client_groups(
-    jobs: Sequence[ClientJob], per_task: int | None
+    jobs: Sequence[ClientJob], per_task: int | None, *, spread: bool = False
 ) -> list[list[ClientJob]]:
-    """Consecutive groups of ``per_task`` jobs (None: one per job up to 10 jobs,
-    else 10 groups of equal size but the last)."""
+    """Consecutive groups of ``per_task`` jobs. None: all in one group, or with
+    ``spread`` one per job up to 10 jobs, else 10 groups of equal size but the
+    last."""
+    if not jobs:
+        return []
+    if per_task is None and not spread:
+        return [list(jobs)]
     size = per_task or max(1, math.ceil(len(jobs) / 10))
     return [list(jobs[i : i + size]) for i in range(0, len(jobs), size)]
 

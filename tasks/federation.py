@@ -9,7 +9,7 @@ of CPU, taken from training on a small machine)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import time
@@ -130,10 +130,13 @@ def load_round(params: Params, round_: int) -> RoundInputs:
 
 @task(name="train-clients", cache_policy=NO_CACHE, retries=1)
 def train_clients(
-    jobs: list[ClientJob], cohort_size: int | None = None
+    jobs: list[ClientJob],
+    cohort_size: int | None = None,
+    on_trained: Callable[[int], None] | None = None,
 ) -> list[ClientResult | ClientFailure]:
     """Run clients' jobs on this process's compiled model: one after another, or
-    as vectorized cohorts of ``cohort_size`` (``train.cohort_size``).
+    as vectorized cohorts of ``cohort_size`` (``train.cohort_size``);
+    ``on_trained(n)`` hears of each client or cohort done (the console).
 
     A client whose job raises comes back as a :class:`ClientFailure` (the round
     leaves it out), so the task's one retry is for infrastructure only: a Dask
@@ -146,7 +149,7 @@ def train_clients(
             jobs[0].spec.name,
             where_am_i(),
         )
-    return list(cohort_map(runner, cohort_size)(jobs))
+    return list(cohort_map(runner, cohort_size, on_trained=on_trained)(jobs))
 
 
 def task_name(jobs: Sequence[ClientJob]) -> str:

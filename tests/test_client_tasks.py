@@ -10,44 +10,55 @@ from flows.stages import client_groups
 
 
 @pytest.mark.parametrize(
-    ("n_jobs", "per_task", "sizes"),
+    ("n_jobs", "per_task", "spread", "sizes"),
     [
-        (3, None, [1, 1, 1]),  # a task per client up to 10 a round
-        (10, None, [1] * 10),
-        (100, None, [10] * 10),  # else 10 tasks
-        (25, None, [3] * 8 + [1]),
-        (25, 7, [7, 7, 7, 4]),
-        (100, 100, [100]),
+        (3, None, False, [3]),  # local: the round in one task
+        (100, None, False, [100]),
+        (3, None, True, [1, 1, 1]),  # Dask: a task per client up to 10 a round
+        (10, None, True, [1] * 10),
+        (100, None, True, [10] * 10),  # else 10 tasks
+        (25, None, True, [3] * 8 + [1]),
+        (25, 7, False, [7, 7, 7, 4]),
+        (25, 7, True, [7, 7, 7, 4]),
+        (100, 100, True, [100]),
+        (0, None, False, []),
     ],
 )
 def test_groups_are_consecutive_and_cover_every_job(
-    n_jobs: int, per_task: int | None, sizes: list[int]
+    n_jobs: int, per_task: int | None, spread: bool, sizes: list[int]
 ) -> None:
     jobs = list(range(n_jobs))
-    groups = client_groups(jobs, per_task)  # type: ignore[arg-type]
+    groups = client_groups(jobs, per_task, spread=spread)  # type: ignore[arg-type]
     assert [len(g) for g in groups] == sizes
     assert [j for g in groups for j in g] == jobs
 
 
-def test_cohort_size_reaches_every_task_and_sets_the_groups(monkeypatch) -> None:
-    calls: list[tuple[list[int], int | None]] = []
-
+def test_local_round_is_one_task_with_its_cohorts_and_ticks_per_client(
+    monkeypatch,
+) -> None:
     from prefect.utilities.annotations import quote
 
+    calls: list[tuple[list[int], int | None]] = []
+
     def fake_task(group):  # the train-clients task, as _train returns it
-        def run(jobs, cohort_size=None):
+        def run(jobs, cohort_size=None, on_trained=None):
             assert isinstance(jobs, quote)  # Prefect does not walk the arrays
             jobs = jobs.unquote()  # as Prefect hands them to the task
             calls.append((list(jobs), cohort_size))
+            for _ in jobs:
+                on_trained(1)
             return list(jobs)
 
         return run
 
+    ticks: list[int] = []
     monkeypatch.setattr(stages, "_train", fake_task)
+    monkeypatch.setattr(stages.console, "client_finished", ticks.append)
     jobs = list(range(30))
     out = stages._map_clients(RuntimeParams(), cohort_size=15)(jobs)  # type: ignore[arg-type]
     assert out == jobs
-    assert calls == [(list(range(15)), 15), (list(range(15, 30)), 15)]
+    assert calls == [(jobs, 15)]  # one task; the cohorts of 15 are made inside it
+    assert ticks == [1] * 30
 
     calls.clear()
     per_task = RuntimeParams(clients_per_task=10)

@@ -225,6 +225,17 @@ def test_cohort_map_splits_into_cohorts_in_order() -> None:
         ]
 
 
+def test_cohort_map_tells_progress_per_client_or_cohort() -> None:
+    runner = _runner(_spec())
+    jobs = _jobs(runner.spec, LocalSGD())
+    for size, expected in ((None, [1] * len(jobs)), (3, [3] * (len(jobs) // 3))):
+        told: list[int] = []
+        out = cohort_map(runner, size, on_trained=told.append)(jobs)
+        rest = len(jobs) % 3 if size == 3 else 0
+        assert told == expected + ([rest] if rest else [])
+        assert sum(told) == len(out) == len(jobs)
+
+
 def test_a_client_without_training_data() -> None:
     """No batches: the start weights back, a NaN loss, as sequential training."""
     runner = _runner(_spec())

@@ -12,6 +12,7 @@ server with that service on (the scheduler and other services off).
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import socket
@@ -215,18 +216,20 @@ def test_override_is_written_to_params_and_recorded(
     assert "Data and pipelines are up to date" in status.stdout
 
 
-def test_one_train_client_task_run_per_selected_client_per_round(
+def test_one_train_clients_task_run_per_round_naming_its_clients(
     triggered: dict,
 ) -> None:
-    trained: dict[int, list[int]] = {}
+    trained: dict[int, list[str]] = {}
     for task_run in triggered["task_runs"]:
         if not task_run.task_key.startswith("train_client"):
             continue
         assert task_run.state_type is not None
         assert task_run.state_type.value == "COMPLETED", task_run.name
-        # task run names read "round K · client C"
-        _, k, _, _, c = task_run.name.split()
-        trained.setdefault(int(k), []).append(int(c))
+        # the round's clients in one task run: "round K · clients A-B (n)"
+        k, first, last, n = re.fullmatch(
+            r"round (\d+) · clients (\d+)-(\d+) \((\d+)\)", task_run.name
+        ).groups()
+        trained.setdefault(int(k), []).append(f"{first}-{last} ({n})")
     project = triggered["project"]
     expected = {
         k: json.loads((project / f"metrics/rounds/round-{k}.json").read_text())[
@@ -234,8 +237,8 @@ def test_one_train_client_task_run_per_selected_client_per_round(
         ]
         for k in range(1, ROUNDS + 1)
     }
-    assert {k: sorted(v) for k, v in trained.items()} == {
-        k: sorted(v) for k, v in expected.items()
+    assert trained == {
+        k: [f"{min(v)}-{max(v)} ({len(v)})"] for k, v in expected.items()
     }
 
 
