@@ -4,11 +4,11 @@ Both run the default workload on the same data, partition, model and settings
 (10 IID clients, 1 local epoch, batch 32, SGD lr 0.05, small_cnn on the 5,000
 MNIST digits): the hand loop is one compiled Keras model with weights swapped per
 client, FedAvg in NumPy and a global evaluation per round: the floor to measure
-against. fedpipe's figure is the pipeline run for the rounds: a Prefect task run
-per round with its clients' training task under it, the evaluations of the global model on the
-held-out set and every client, the local models' evaluations, the health record,
-the round's versioned outputs, the dvc.lock records, the summary stage, the doctor
-and the HTML report.
+against. fedpipe's figure is the pipeline run for the rounds: a Prefect task run per
+round with its clients' training task under it, the evaluations of the global model
+on the held-out set and every client, the local models' evaluations, the health
+record, the round's versioned outputs, the dvc.lock records, the summary stage, the
+doctor and the HTML report.
 
 A third variant runs fedpipe's own library (:func:`fedpipe.round.run_round`, the
 same work as fedpipe's rounds) as a plain loop: fedpipe against it is the cost of
@@ -260,7 +260,9 @@ VARIANTS = {"hand": hand_loop, "library": library_loop, "fedpipe": fedpipe_round
 TITLES = {
     "hand": "hand-written Keras FedAvg loop (`model.fit`, weights swapped)",
     "library": "the same rounds as a plain loop over `fedpipe`'s library",
-    "fedpipe": "`fedpipe run` (a task run per round, outputs, dvc.lock, summary, report)",
+    "fedpipe": (
+        "`fedpipe run` (a task run per round, outputs, dvc.lock, summary, report)"
+    ),
 }
 
 

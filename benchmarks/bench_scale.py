@@ -7,8 +7,9 @@ about 26 training samples each, at least 20), trained with the MLP for
 ``--rounds`` rounds, and measured three ways, all in this one go:
 
 - ``fedpipe run --no-report`` (a private Prefect server with its services on, as
-  fedpipe starts one; every stage recorded in ``dvc.lock``): seconds per round from the times its round metrics files were
-  written (rounds 2..R, so start-up and compilation are left out), and the peak
+  fedpipe starts one; every stage recorded in ``dvc.lock``): seconds per round
+  from the times its round metrics files were written (rounds 2..R, so start-up
+  and compilation are left out), and the peak
   resident memory of the process (``wait4``; the data stages included);
 - the library loop: :func:`fedpipe.round.run_round` on the same inputs, one round
   after another in a plain process, no Prefect, no files, no DVC (rounds 2..R);

@@ -130,7 +130,9 @@ def start_background_server(host: str | None = None, port: int | None = None) ->
     # a session of its own: Prefect's --background server stays in the caller's
     # process group, so a Ctrl-C of the `fedpipe run` (or sweep) that started it
     # would also end the server that is meant to outlive it
-    start = dict(env=server_env(), capture_output=True, text=True, start_new_session=True)
+    start = dict(
+        env=server_env(), capture_output=True, text=True, start_new_session=True
+    )
     proc = subprocess.run(cmd, **start)  # type: ignore[call-overload]
     if "already running" in proc.stdout + proc.stderr and not is_healthy(url):
         # a PID file left by a server that no longer runs (a reboot, a kill -9):

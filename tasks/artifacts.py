@@ -11,9 +11,9 @@
 A key keeps the same name from run to run, so the UI's Artifacts page shows the
 latest version of each and its history. A round's table is sent from a background
 thread while the next round trains (a blocking API call, about 30 ms a round);
-:func:`flush_artifacts` waits for those sent so far. Artifacts are created only inside a flow
-or task run (which always reports to an API); called elsewhere (a unit test of the
-library, a plain script) these functions do nothing.
+:func:`flush_artifacts` waits for those sent so far. Artifacts are created only
+inside a flow or task run (which always reports to an API); called elsewhere (a
+unit test of the library, a plain script) these functions do nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pandas as pd
-
 from prefect.artifacts import (
     create_link_artifact,
     create_markdown_artifact,

@@ -9,13 +9,12 @@ of CPU, taken from training on a small machine)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import time
-
-from prefect import get_run_logger, task
 import pandas as pd
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from fedpipe import layout

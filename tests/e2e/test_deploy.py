@@ -12,8 +12,8 @@ server with that service on (the scheduler and other services off).
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import socket
 import subprocess
