@@ -258,20 +258,16 @@ def cohort_map(
     tell = on_trained or (lambda n: None)
 
     def map_clients(jobs: Sequence[ClientJob]) -> list[ClientResult | ClientFailure]:
+        if size is None or size == 1:
+            step, train = 1, lambda chunk: [run_client(j, runner) for j in chunk]
+        else:  # a model that cannot be vectorized trains one by one either way
+            step = size if cohort_engine(runner)[0] is not None else 1
+            train = functools.partial(train_cohort, runner=runner)
         out: list[ClientResult | ClientFailure] = []
-        if size is None or size == 1 or cohort_engine(runner)[0] is None:
-            for job in jobs:  # one by one (train_cohort's fallback is the same)
-                out.extend(
-                    train_cohort([job], runner)
-                    if size not in (None, 1)
-                    else [run_client(job, runner)]
-                )
-                tell(1)
-            return out
-        for start in range(0, len(jobs), size):
-            cohort = jobs[start : start + size]
-            out.extend(train_cohort(cohort, runner))
-            tell(len(cohort))
+        for start in range(0, len(jobs), step):
+            chunk = jobs[start : start + step]
+            out.extend(train(chunk))
+            tell(len(chunk))
         return out
 
     return map_clients

@@ -164,9 +164,8 @@ class _Records:
 
     A record starts once the previous one is done and, between rounds, the
     recorder has rested (:meth:`LockRecorder.rested`), and takes every stage that
-    finished meanwhile:
-    when stages are quicker than recording, one ``dvc.lock`` write records several
-    of them.
+    finished meanwhile: when stages are quicker than recording, one ``dvc.lock``
+    write records several of them.
     """
 
     def __init__(self, recorder: LockRecorder) -> None:

@@ -25,6 +25,7 @@ for :data:`LOST_AFTER_S` seconds the watch calls its ``on_lost`` hook, which end
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -130,10 +131,15 @@ def start_background_server(host: str | None = None, port: int | None = None) ->
     # a session of its own: Prefect's --background server stays in the caller's
     # process group, so a Ctrl-C of the `fedpipe run` (or sweep) that started it
     # would also end the server that is meant to outlive it
-    start = dict(
-        env=server_env(), capture_output=True, text=True, start_new_session=True
+    start = functools.partial(
+        subprocess.run,
+        cmd,
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        start_new_session=True,
     )
-    proc = subprocess.run(cmd, **start)  # type: ignore[call-overload]
+    proc = start()
     if "already running" in proc.stdout + proc.stderr and not is_healthy(url):
         # a PID file left by a server that no longer runs (a reboot, a kill -9):
         # `prefect server stop` clears it; then start for real
@@ -143,7 +149,7 @@ def start_background_server(host: str | None = None, port: int | None = None) ->
             capture_output=True,
             text=True,
         )
-        proc = subprocess.run(cmd, **start)  # type: ignore[call-overload]
+        proc = start()
     if proc.returncode != 0 and not is_healthy(url):
         raise PrefectServerError(
             f"could not start a Prefect server ({' '.join(cmd)}):\n"

@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from flows.server import ServerWatch, probe, server_lost_message
@@ -121,3 +122,28 @@ def test_freeze_records_the_stages_queued_behind_the_record_in_flight(
     finally:
         recorder._lock.release()  # frozen: a process would end here
         recorder.close()
+
+
+def test_lock_recorder_rests_so_it_is_busy_at_most_its_share(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """After a record that took t seconds the recorder is not rested until
+    t * (1 / BUSY_SHARE - 1) seconds later (a fake clock: no timing)."""
+    from tasks import dvclock
+
+    clock = [100.0]
+    monkeypatch.setattr(dvclock.time, "monotonic", lambda: clock[0])
+    recorder = dvclock.LockRecorder(tmp_path)
+
+    def record(names: list[str]) -> None:  # a record that takes 2 s
+        clock[0] += 2.0
+
+    monkeypatch.setattr(recorder, "_record", record)
+    assert recorder.rested()
+    recorder.queue(["round@1"])
+    recorder.record(["round@1"])
+    rest = 2.0 * (1 / dvclock.BUSY_SHARE - 1)
+    clock[0] += rest - 0.01
+    assert not recorder.rested()
+    clock[0] += 0.01
+    assert recorder.rested()
