@@ -465,7 +465,7 @@ def run_round(
         runner, weights, inputs.data, scored
     )
     # the model holds the new global weights (the evaluation set them)
-    dead = dead_unit_shares(runner.model, inputs.data.x_test[:PROBE_SAMPLES])
+    dead = dead_unit_shares(runner.model, inputs.data.x_test_lazy[:PROBE_SAMPLES])
     clients = inputs.data.clients
     record = RoundRecord(
         round=inputs.round,

@@ -5,15 +5,15 @@ flow here as a top-level flow run. ``fedpipe run`` runs the same functions as ta
 runs of its one flow run (``round 3``, ``partition``, ...), their own tasks nested
 under them: a subflow costs five blocking API calls (about 0.35 s a round on a
 2-core machine, measured with py-spy), a task run none (its states travel as
-events). Same code, same outputs, either way. Rounds on Dask stay subflows: their
-client tasks go to the round flow's ``DaskTaskRunner``.
+events). Same code, same outputs, either way. On Dask a round's clients train
+on the workers as plain function calls under the round's one ``train-clients``
+task run.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from contextlib import ExitStack
 from pathlib import Path
 
 from prefect import Flow, Task, flow, task
@@ -21,7 +21,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.utilities.annotations import quote
 
 from fedpipe import layout
-from fedpipe.config import MNIST5K_PATH, Params, RuntimeParams
+from fedpipe.config import MNIST5K_PATH, Params
 from fedpipe.data import prepared_spec
 from fedpipe.failures import ClientFailure
 from fedpipe.round import ClientJob, ClientResult, MapClients
@@ -81,18 +81,20 @@ def init_stage(params: Params) -> None:
 @flow(name="federation-round", flow_run_name="round {round_}")
 def round_stage(params: Params, round_: int) -> dict:
     """Stage ``round@K``: the ``round K`` task (round K-1's files in, the round's
-    outputs out), a ``train-clients`` task per client or group of clients under
-    it."""
-    summary = federation_round(params, round_)
+    outputs out), a ``train-clients`` task under it. With ``runtime.runner:
+    dask`` the round has a scheduler of its own (``dvc repro`` runs a process per
+    round)."""
+    with dask_scheduler(params) as dask:
+        summary = federation_round(params, round_, dask)
     flush_artifacts()  # this process may end with the flow run (dvc repro)
     return summary
 
 
-def federation_round(params: Params, round_: int) -> dict:
+def federation_round(params: Params, round_: int, dask: DaskScheduler) -> dict:
     """Round K as a task run of the current flow run, told to the console."""
     console.round_started(round_, params.federation.rounds)
     summary, line = fed_tasks.federation_round(
-        params, round_, _map_clients(params.runtime, params.train.cohort_size)
+        params, round_, _map_clients(params, dask)
     )
     console.round_finished(line)
     return summary
@@ -109,8 +111,9 @@ def summary_stage(params: Params) -> str:
     )
 
 
-def _map_clients(runtime: RuntimeParams, cohort_size: int | None) -> MapClients:
-    """``train-clients`` task runs for a round's jobs, results in job (client) order.
+def _map_clients(params: Params, dask: DaskScheduler) -> MapClients:
+    """A ``train-clients`` task run (or several) for a round's jobs, results in
+    job (client) order.
 
     ``local`` (the default): one task run for the whole round (``round 3 · clients
     0-9 (10)``), or groups of ``runtime.clients_per_task`` jobs (1: a task run per
@@ -120,39 +123,37 @@ def _map_clients(runtime: RuntimeParams, cohort_size: int | None) -> MapClients:
     round, more than a small client's whole training (measured, docs/benchmarks.md).
     Every client's result is in the round's table artifact either way.
 
-    ``dask``: the groups are what the workers share, so by default one job per task
-    up to 10 clients a round, else 10 groups (or ``runtime.clients_per_task``, or
-    ``train.cohort_size``); all submitted to the flow's ``DaskTaskRunner`` (see
-    :func:`run_stage`) and collected in turn, the console ticking per group.
+    ``dask``: one task run for the round, sending groups of jobs to ``dask``'s
+    workers: by default one job per group up to 10 clients a round, else 10
+    groups (or ``runtime.clients_per_task``, or ``train.cohort_size``), the
+    console ticking per group.
 
-    Within a task, clients train one by one or as vectorized cohorts of
-    ``cohort_size`` (``train.cohort_size``, :mod:`fedpipe.cohort`): the same
-    cohorts whatever the grouping, so the same bits.
+    Within a group, clients train one by one or as vectorized cohorts of
+    ``train.cohort_size`` (:mod:`fedpipe.cohort`): the same cohorts whatever the
+    grouping, so the same bits.
 
-    Local tasks get their jobs ``quote``d: Prefect would otherwise walk every
-    array of every job looking for futures (about 5 ms a task).
+    Jobs are passed ``quote``d: Prefect would otherwise walk every array of every
+    job looking for futures (about 5 ms a task).
     """
+    runtime, cohort_size = params.runtime, params.train.cohort_size
 
     def run(jobs: Sequence[ClientJob]) -> list[ClientResult | ClientFailure]:
         console.clients_started(len(jobs))
-        if runtime.runner == "local":
-            results: list[ClientResult | ClientFailure] = []
-            for group in client_groups(jobs, runtime.clients_per_task):
-                results.extend(
-                    _train(group)(quote(group), cohort_size, console.client_finished)
-                )
-            return results
-        _check_dask()
-        groups = client_groups(
-            jobs, runtime.clients_per_task or cohort_size, spread=True
-        )
-        # (not quoted: prefect-dask would hand the task the quote itself)
-        futures = [_train(g).submit(g, cohort_size) for g in groups]
-        results = []
-        for future in futures:
-            done = future.result()
-            results.extend(done)
-            console.client_finished(len(done))
+        if runtime.runner == "dask":
+            groups = client_groups(
+                jobs, runtime.clients_per_task or cohort_size, spread=True
+            )
+            on_dask = fed_tasks.train_on_dask.with_options(
+                task_run_name=f"{fed_tasks.task_name(jobs)} on Dask"
+            )
+            return on_dask(
+                quote(groups), cohort_size, quote(dask), console.client_finished
+            )
+        results: list[ClientResult | ClientFailure] = []
+        for group in client_groups(jobs, runtime.clients_per_task):
+            results.extend(
+                _train(group)(quote(group), cohort_size, console.client_finished)
+            )
         return results
 
     return run
@@ -178,18 +179,6 @@ def _train(group: Sequence[ClientJob]):  # type: ignore[no-untyped-def]
     )
 
 
-def _check_dask() -> None:
-    from prefect.context import FlowRunContext
-    from prefect_dask import DaskTaskRunner
-
-    context = FlowRunContext.get()
-    if context is None or not isinstance(context.task_runner, DaskTaskRunner):
-        raise RuntimeError(
-            "runtime.runner=dask needs the round flow to run on a "
-            "DaskTaskRunner; start rounds through run_stage()"
-        )
-
-
 def run_stage(
     params: Params,
     stage: str,
@@ -200,23 +189,16 @@ def run_stage(
     """Run the flow of a DVC stage name such as ``partition`` or ``round@3``.
 
     ``nested`` (inside ``fedpipe run``'s flow run): the stage runs as a task run
-    of that flow, not a subflow (see the module's docstring).
-
-    With ``runtime.runner: dask`` a round runs on a ``DaskTaskRunner`` connected
-    to ``dask`` (the run's scheduler); without one, a scheduler is made for this
-    round alone (``fedpipe stage round K``, i.e. ``dvc repro``).
+    of that flow, not a subflow (see the module's docstring); a round needs
+    ``dask``, the run's scheduler (used with ``runtime.runner: dask``).
     """
     name, _, arg = stage.partition("@")
     if name != layout.ROUND_STAGE:
         (STAGE_TASKS if nested else STAGE_FLOWS)[name](params)
-    elif params.runtime.runner == "local":
-        (federation_round if nested else round_stage)(params, int(arg))
+    elif nested and dask is not None:
+        federation_round(params, int(arg), dask)
     else:
-        with ExitStack() as stack:
-            if dask is None:
-                dask = stack.enter_context(dask_scheduler(params))
-            on_dask = round_stage.with_options(task_runner=dask.task_runner())
-            on_dask(params, int(arg))
+        round_stage(params, int(arg))
 
 
 def dask_scheduler(params: Params) -> DaskScheduler:

@@ -79,11 +79,12 @@ class DaskScheduler:
     ``address`` names an existing scheduler (``dask scheduler`` somewhere); without
     one, a local cluster of ``workers`` single-threaded processes is started (by
     :meth:`start`, or on first use) and closed when the ``with`` block ends. The
-    cluster outlives the round subflows, so each worker keeps its compiled model
+    cluster outlives the rounds, so each worker keeps its compiled model
     (:func:`runner_for`) and its opened data (:func:`data_for`) from client to
-    client and round to round. ``security`` (a ``distributed.Security``, see
+    client and round to round; rounds submit through one connection
+    (:meth:`run_client`). ``security`` (a ``distributed.Security``, see
     :func:`dask_security`) is used by every connection to the scheduler: the
-    worker check, :meth:`client` and :meth:`task_runner`.
+    worker check and :meth:`client`.
     """
 
     def __init__(
@@ -95,6 +96,7 @@ class DaskScheduler:
         self._cluster: Any = None
         self._starting: Future[Any] | None = None
         self._announced = False
+        self._client: Any = None
 
     @classmethod
     def from_runtime(cls, runtime: RuntimeParams) -> DaskScheduler:
@@ -107,24 +109,25 @@ class DaskScheduler:
 
     def client_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of every ``distributed.Client`` made for this
-        scheduler (prefect-dask's ``DaskTaskRunner(client_kwargs=...)`` too)."""
+        scheduler."""
         return {} if self._security is None else {"security": self._security}
 
     def client(self) -> Any:
-        """A ``distributed.Client`` connected to the scheduler (close it after)."""
+        """A new ``distributed.Client`` connected to the scheduler (close it after)."""
         from distributed import Client
 
         return Client(
             self.address(), timeout=30, set_as_default=False, **self.client_kwargs()
         )
 
-    def task_runner(self) -> Any:
-        """A prefect-dask ``DaskTaskRunner`` connected to the scheduler."""
-        from prefect_dask import DaskTaskRunner
-
-        return DaskTaskRunner(
-            address=self.address(), client_kwargs=self.client_kwargs()
-        )
+    def run_client(self) -> Any:
+        """The run's one ``distributed.Client`` (connected on first use, closed
+        when the ``with`` block ends): every round submits through it, so a round
+        pays no connection."""
+        with _lock:
+            if self._client is None:
+                self._client = self.client()
+            return self._client
 
     def start(self) -> None:
         """Start the local cluster in the background, if this run needs one.
@@ -154,10 +157,8 @@ class DaskScheduler:
             return self._address  # type: ignore[return-value]
         from prefect.logging import get_logger
 
-        # the in-process scheduler logs every client connection (one per round)
-        # at INFO; prefect-dask announces each connection, and a dashboard
-        for name in ("distributed", "prefect.task_runner.dask"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+        # the in-process scheduler logs every client connection at INFO
+        logging.getLogger("distributed").setLevel(logging.WARNING)
         where = f"the Dask scheduler at {self._address}"
         if self._address is not None:
             workers = check_workers(self._address, security=self._security)
@@ -179,6 +180,9 @@ class DaskScheduler:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
         if self._starting is not None:
             if self._starting.exception() is None:  # waits for a start under way
                 self._cluster = self._starting.result()

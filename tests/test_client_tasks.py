@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from fedpipe.config import RuntimeParams
@@ -33,6 +35,13 @@ def test_groups_are_consecutive_and_cover_every_job(
     assert [j for g in groups for j in g] == jobs
 
 
+def _params(runtime: RuntimeParams, cohort_size: int | None) -> SimpleNamespace:
+    """What _map_clients reads of Params."""
+    return SimpleNamespace(
+        runtime=runtime, train=SimpleNamespace(cohort_size=cohort_size)
+    )
+
+
 def test_local_round_is_one_task_with_its_cohorts_and_ticks_per_client(
     monkeypatch,
 ) -> None:
@@ -55,12 +64,12 @@ def test_local_round_is_one_task_with_its_cohorts_and_ticks_per_client(
     monkeypatch.setattr(stages, "_train", fake_task)
     monkeypatch.setattr(stages.console, "client_finished", ticks.append)
     jobs = list(range(30))
-    out = stages._map_clients(RuntimeParams(), cohort_size=15)(jobs)  # type: ignore[arg-type]
+    out = stages._map_clients(_params(RuntimeParams(), 15), None)(jobs)  # type: ignore[arg-type]
     assert out == jobs
     assert calls == [(jobs, 15)]  # one task; the cohorts of 15 are made inside it
     assert ticks == [1] * 30
 
     calls.clear()
     per_task = RuntimeParams(clients_per_task=10)
-    stages._map_clients(per_task, cohort_size=None)(jobs)  # type: ignore[arg-type]
+    stages._map_clients(_params(per_task, None), None)(jobs)  # type: ignore[arg-type]
     assert [(len(g), c) for g, c in calls] == [(10, None)] * 3

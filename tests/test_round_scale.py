@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from helpers_store import CountingStore
 
 from fedpipe.client import make_client
 from fedpipe.client.base import LocalTraining
@@ -19,9 +20,9 @@ from fedpipe.clientstate import (
 from fedpipe.config import ParamsError, parse_params
 from fedpipe.data import DatasetSpec
 from fedpipe.round import ClientEvaluation, RoundInputs, run_here, run_round
-from fedpipe.splits import ClientData, FederatedData
+from fedpipe.splits import ClientData, Features, FederatedData
 from fedpipe.strategy import make_strategy
-from fedpipe.training import ModelRunner, ModelSpec, initial_weights
+from fedpipe.training import ModelRunner, ModelSpec, initial_weights, predict_batch
 
 # ---------------------------------------------------------------- which clients
 
@@ -129,6 +130,21 @@ def test_the_last_round_scores_everyone(setting) -> None:
     assert empty.record.scored == []
     assert empty.record.summary()["global_on_clients"]["accuracy"] is None
     assert empty.record.client_table()["client"].tolist() == empty.record.selected
+
+
+def test_a_round_reads_the_held_out_set_a_batch_at_a_time(setting) -> None:
+    # the held-out features as the files give them: a lazy view of a store
+    # (20,000 images of 100x100 RGB: 4,000 held out are 480 MB as float32)
+    data, spec, runner = setting
+    rng = np.random.default_rng(1)
+    held_out = 3000
+    store = CountingStore(rng.normal(size=(held_out, 6)).astype(np.float32))
+    lazy = Features(store, np.arange(held_out), data.spec)  # type: ignore[arg-type]
+    y = rng.integers(0, 3, held_out)
+    big = FederatedData(data.spec, lazy, y, data.clients)
+    _round((big, spec, runner), 2, ClientEvaluation("participants", rounds=4))
+    assert sum(store.reads) >= held_out  # every row was scored
+    assert max(store.reads) <= predict_batch(spec.input_shape) < held_out
 
 
 # ---------------------------------------------------------------- client state

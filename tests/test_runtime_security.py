@@ -145,8 +145,12 @@ def test_a_job_runs_on_a_tls_cluster_through_the_scheduler_connection(
         assert scheduler.address() == address  # the worker check connected too
         with scheduler.client() as client:
             assert client.submit(sum, [20, 22]).result() == 42
-        runner = scheduler.task_runner()
-        assert runner.client_kwargs["security"].require_encryption
+        with scheduler:  # the run's one connection, closed with the scheduler
+            run_client = scheduler.run_client()
+            assert scheduler.run_client() is run_client
+            assert run_client.submit(sum, [1, 2]).result() == 3
+            assert run_client.security.require_encryption
+        assert run_client.status == "closed"
         # without the certificates the scheduler cannot be reached at all
         with pytest.raises((OSError, TypeError, ValueError)):
             Client(address, timeout=3, set_as_default=False)
