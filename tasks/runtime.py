@@ -97,6 +97,8 @@ class DaskScheduler:
         self._starting: Future[Any] | None = None
         self._announced = False
         self._client: Any = None
+        # not the module's _lock: connecting can wait for the cluster to start
+        self._client_lock = threading.Lock()
 
     @classmethod
     def from_runtime(cls, runtime: RuntimeParams) -> DaskScheduler:
@@ -124,7 +126,7 @@ class DaskScheduler:
         """The run's one ``distributed.Client`` (connected on first use, closed
         when the ``with`` block ends): every round submits through it, so a round
         pays no connection."""
-        with _lock:
+        with self._client_lock:
             if self._client is None:
                 self._client = self.client()
             return self._client
