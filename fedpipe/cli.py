@@ -203,13 +203,9 @@ def _stage_argv(args: argparse.Namespace) -> list[str]:
 
 
 def _run_one_stage(args: argparse.Namespace, params) -> None:  # type: ignore[no-untyped-def]
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+    from flows.stages import without_heartbeat
 
-    # A flow run's heartbeat thread sleeps in 1 s steps and is joined when the run
-    # ends: about 0.7 s a stage, 16 stages a `dvc repro`. A stage run goes without
-    # it, as `fedpipe run`'s stages do (a killed `dvc repro` leaves its stage's run
-    # Running in the UI instead of Crashed).
-    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+    with without_heartbeat():
         _run_stage_command(args, params)
 
 

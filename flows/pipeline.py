@@ -22,7 +22,6 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 from prefect.futures import PrefectFuture
-from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from fedpipe import layout
@@ -30,7 +29,7 @@ from fedpipe.config import Params
 from fedpipe.jsonio import read_json
 from fedpipe.stopping import raise_if_stopped, stop_requested
 from flows import console
-from flows.stages import dask_scheduler, run_stage
+from flows.stages import dask_scheduler, run_stage, without_heartbeat
 from tasks.artifacts import flush_artifacts, publish_run_artifacts
 from tasks.dvc import fresh_prefix, record_stages, restore_stage_outputs
 from tasks.dvclock import LockRecorder
@@ -123,11 +122,7 @@ def _run_stages(params: Params, force: bool, dask: DaskScheduler) -> list[str]:
         logger.info("%s: up to date (dvc.lock)", stage)
     ran: list[str] = []
     waiting: list[str] = []  # ran, record deferred until their gate passes
-    # A subflow's heartbeat thread sleeps in 1 s steps and is joined when the
-    # subflow ends: about 1 s per stage. The parent run keeps its heartbeat (crash
-    # detection); its stages go without. (Set once: a settings copy costs 35 ms.)
-    no_heartbeat = temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
-    with LockRecorder(root) as recorder, no_heartbeat:
+    with LockRecorder(root) as recorder, without_heartbeat():
         records = _Records(recorder)
         for stage in stages[fresh:]:
             if stop_requested():  # a Ctrl-C the last stage's flow engine swallowed

@@ -10,7 +10,8 @@ of CPU, taken from training on a small machine)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -145,8 +146,10 @@ def train_clients(
 
     A client whose job raises comes back as a :class:`ClientFailure` (the round
     leaves it out), so the task's one retry is for infrastructure only: a result
-    that could not be recorded. A retry recomputes the same bits."""
-    results, compiled = train_group(jobs, cohort_size, on_trained)
+    that could not be recorded. A retry recomputes the same bits (and ticks the
+    console again: an attempt that fails takes its ticks back)."""
+    with _ticks(on_trained) as tick:
+        results, compiled = train_group(jobs, cohort_size, tick)
     if compiled:
         get_run_logger().info(compiled)
     return results
@@ -175,14 +178,35 @@ def train_on_dask(
     ]
     logger = get_run_logger()
     out: list[ClientResult | ClientFailure] = []
-    for future in futures:  # in job order (a group done early waits its turn)
-        results, compiled = future.result()
-        if compiled:
-            logger.info(compiled)
-        out.extend(results)
-        if on_trained is not None:
-            on_trained(len(results))
+    with _ticks(on_trained) as tick:
+        for future in futures:  # in job order (a group done early waits its turn)
+            results, compiled = future.result()
+            if compiled:
+                logger.info(compiled)
+            out.extend(results)
+            tick(len(results))
     return out
+
+
+@contextmanager
+def _ticks(on_trained: Callable[[int], None] | None) -> Iterator[Callable[[int], None]]:
+    """``on_trained``, counted: when the attempt raises, the clients it reported
+    are taken back (``on_trained(-n)``), so that the task's retry, which trains
+    them again, does not count them twice (the console's ``clients 130/100``)."""
+    told = 0
+
+    def tick(n: int) -> None:
+        nonlocal told
+        told += n
+        if on_trained is not None:
+            on_trained(n)
+
+    try:
+        yield tick
+    except BaseException:
+        if told and on_trained is not None:
+            on_trained(-told)
+        raise
 
 
 def train_group(

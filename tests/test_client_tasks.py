@@ -73,3 +73,21 @@ def test_local_round_is_one_task_with_its_cohorts_and_ticks_per_client(
     per_task = RuntimeParams(clients_per_task=10)
     stages._map_clients(_params(per_task, None), None)(jobs)  # type: ignore[arg-type]
     assert [(len(g), c) for g, c in calls] == [(10, None)] * 3
+
+
+def test_a_failing_attempt_gives_back_only_what_it_told(monkeypatch) -> None:
+    from tasks import federation
+
+    told: list[int] = []
+
+    def broken(jobs, cohort_size, on_trained=None):  # type: ignore[no-untyped-def]
+        on_trained(2)
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(federation, "train_group", broken)
+    with pytest.raises(RuntimeError, match="bug"):
+        federation.train_clients.fn([0, 1, 2], None, told.append)
+    # no console: nothing to tell, and the error still comes through
+    with pytest.raises(RuntimeError, match="bug"):
+        federation.train_clients.fn([0, 1, 2], None, None)
+    assert told == [2, -2]
