@@ -53,6 +53,16 @@ class Rows(Protocol):
     def __getitem__(self, key: slice, /) -> np.ndarray: ...
 
 
+def training_device() -> str:
+    """Where Keras places this process's training, for logs: ``CPU``, ``GPU:0``,
+    or ``GPU:0 (of 4 visible)`` (Keras trains on the first visible GPU)."""
+    gpus = tf.config.list_logical_devices("GPU")
+    if not gpus:
+        return "CPU"
+    first = gpus[0].name.removeprefix("/device:")
+    return first if len(gpus) == 1 else f"{first} (of {len(gpus)} visible)"
+
+
 def enable_determinism() -> None:
     """Make TensorFlow ops deterministic (same inputs, same bits)."""
     global _determinism_enabled

@@ -47,7 +47,7 @@ from fedpipe.round import (
     RoundOutputs,
     run_round,
 )
-from fedpipe.training import initial_weights
+from fedpipe.training import initial_weights, training_device
 from fedpipe.weights import load_state, load_weights, save_state, save_weights
 from tasks.artifacts import publish_round_table
 from tasks.runtime import (
@@ -220,8 +220,8 @@ def train_group(
     compiled = None
     if first:
         compiled = (
-            f"{jobs[0].spec.name} compiled in {where_am_i()}; reused for later "
-            "clients and rounds"
+            f"{jobs[0].spec.name} compiled in {where_am_i()}, training on "
+            f"{training_device()}; reused for later clients and rounds"
         )
     return list(cohort_map(runner, cohort_size, on_trained=on_trained)(jobs)), compiled
 

@@ -189,3 +189,26 @@ def test_proximal_anchor_pulls_towards_the_given_weights(
         float(np.sum((p - f) ** 2)) for p, f in zip(free, far, strict=True)
     )
     assert to_far < free_to_far
+
+
+def test_the_training_device_is_named_for_the_log(monkeypatch) -> None:
+    import tensorflow as tf
+
+    from fedpipe.training import training_device
+
+    if not tf.config.list_physical_devices("GPU"):  # this machine as it is
+        assert training_device() == "CPU"
+
+    class Device:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    def visible(n: int):  # what tf.config reports with n GPUs
+        return lambda kind: [Device(f"/device:GPU:{i}") for i in range(n)]
+
+    monkeypatch.setattr(tf.config, "list_logical_devices", visible(1))
+    assert training_device() == "GPU:0"
+    monkeypatch.setattr(tf.config, "list_logical_devices", visible(4))
+    assert training_device() == "GPU:0 (of 4 visible)"
+    monkeypatch.setattr(tf.config, "list_logical_devices", visible(0))
+    assert training_device() == "CPU"
