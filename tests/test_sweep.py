@@ -319,3 +319,26 @@ def test_dry_run_lists_every_run(
     assert out[0] == "every run (the grid's base): federation.rounds=3"
     assert out[1].startswith("design-d1-l0.05-s0: model.depth=1, train.lr=0.05")
     assert out[-1] == "6 runs (3 points x 2 seeds)"
+
+
+@pytest.mark.parametrize(
+    ("design", "summary"),
+    [
+        ("design.yaml", "42 runs (14 points x 3 seeds)"),
+        ("design-resnet.yaml", "30 runs (10 points x 3 seeds)"),
+    ],
+)
+def test_the_documented_deeper_models_designs_are_valid_sweeps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], design: str, summary: str
+) -> None:
+    """docs/deeper-models' grid files, as its commands run them: every point's
+    settings pass params.yaml's checks, and the run counts the doc states."""
+    from fedpipe.cli import main
+
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    grid = ROOT / "docs" / "deeper-models" / design
+    args = ["-C", str(tmp_path), "sweep", "--grid", str(grid), "--seeds", "3"]
+    assert main([*args, "--centralized", "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == summary
+    assert all(line.endswith(("seed=0", "seed=1", "seed=2")) for line in out[1:-1])
