@@ -71,7 +71,7 @@ def plot_metric(directory: Path, *, x: str, y: str, hue: str | None = None) -> P
         raise ParamsError(f"--y {y}: not a metric of the table ({', '.join(metrics)})")
     series = _series(rows, x=x, y=y, hue=hue)
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = plt.subplots(figsize=(6.5, 4), layout="constrained")
     for label, points in series.items():
         points.sort(key=lambda p: _sort_key(p[0]))
         ax.errorbar([p[0] for p in points], [p[1] for p in points],
@@ -101,7 +101,7 @@ def _plot_metric_pair(
         label = f"{hue}={_text(row[hue])}" if hue else ""
         groups.setdefault(label, []).append(row)
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = plt.subplots(figsize=(6.5, 4), layout="constrained")
     for label, points in sorted(groups.items()):
         ax.errorbar([float(r[f"{x}_mean"]) for r in points],
                     [float(r[f"{y}_mean"]) for r in points],
@@ -120,11 +120,10 @@ def _finish(plt, fig, ax, directory: Path, *, x: str, y: str, xlabel: str,
         ax.axhline(0, color="grey", linewidth=0.8)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(f"{y} (mean ± std over seeds)")
-    if legend:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    if legend:  # below the x label: a sweep's labels are long, never over data
+        fig.legend(loc="outside lower center", fontsize=7, frameon=False)
     path = Path(directory) / f"{_file(y)}-by-{_file(x)}.png"
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 

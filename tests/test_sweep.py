@@ -342,3 +342,36 @@ def test_the_documented_deeper_models_designs_are_valid_sweeps(
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == summary
     assert all(line.endswith(("seed=0", "seed=1", "seed=2")) for line in out[1:-1])
+
+
+def test_the_legend_of_a_sweep_plot_never_covers_its_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deeper-models table: 7 lines with long labels (every other swept key)."""
+    import shutil
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from fedpipe.sweepplot import plot_metric
+
+    shutil.copy(ROOT / "docs/deeper-models/results/table.csv", tmp_path)
+    saved: list[Figure] = []
+    real_savefig = Figure.savefig
+
+    def keep(fig: Figure, *args, **kwargs):  # type: ignore[no-untyped-def]
+        saved.append(fig)
+        return real_savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    plot_metric(tmp_path, x="model.depth", y="gap", hue="model.width")
+    (fig,) = saved
+    (ax,) = fig.axes
+    canvas = FigureCanvasAgg(fig)  # (closed: drawn again on a fresh canvas)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    (legend,) = fig.legends
+    assert len(legend.get_texts()) == 7
+    box = legend.get_window_extent(renderer)
+    assert not box.overlaps(ax.get_window_extent(renderer))
+    assert not box.overlaps(ax.xaxis.label.get_window_extent(renderer))
