@@ -188,9 +188,13 @@ class RoundRecord:
 
 def _std(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """Per-metric standard deviation across rows (NaN values ignored)."""
-    if not rows:
-        return {m: float("nan") for m in METRIC_NAMES}
-    return {m: float(np.nanstd([r[m] for r in rows])) for m in METRIC_NAMES}
+    out = {}
+    for m in METRIC_NAMES:
+        values = np.asarray([r[m] for r in rows], dtype=float)
+        # all NaN (or none): NaN, without numpy's "Degrees of freedom" warning
+        known = values.size and not np.isnan(values).all()
+        out[m] = float(np.nanstd(values)) if known else float("nan")
+    return out
 
 
 def _rounded(metrics: Mapping[str, float]) -> dict[str, float | None]:

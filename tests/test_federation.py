@@ -204,3 +204,21 @@ def test_derive_seed_unknown_purpose_raises() -> None:
 def test_rng_for_is_seeded_by_derive_seed() -> None:
     expected = np.random.default_rng(derive_seed(7, "partition")).random(3)
     assert rng_for(7, "partition").random(3).tolist() == expected.tolist()
+
+
+def test_a_metric_no_client_could_compute_has_no_spread_and_no_warning() -> None:
+    import math
+    import warnings
+
+    from fedpipe.metrics import METRIC_NAMES
+    from fedpipe.records import _std
+
+    nan = float("nan")
+    rows = [{m: nan for m in METRIC_NAMES} for _ in range(3)]
+    rows[1]["accuracy"], rows[2]["accuracy"] = 0.5, 0.7  # two of three known
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "Degrees of freedom <= 0"
+        spread = _std(rows)
+        assert all(math.isnan(v) for v in _std([]).values())
+    assert spread["accuracy"] == pytest.approx(0.1)
+    assert math.isnan(spread["auc"])
