@@ -63,7 +63,11 @@ def report(results: Path) -> list[str]:
         p = stats.ttest_rel(gb, ga).pvalue
         diff = _list([y - x for x, y in zip(ga, gb, strict=True)])
         lines.append(f"{what}: per-seed difference {diff}, paired p = {p:.3f}")
-    depth = [(int(p.split("-")[0][1:]), g) for p in DEPTH_SERIES for g in gaps(runs, p)]
+    depth = [
+        (float(r["model.depth"]), float(r["gap"]))
+        for r in runs
+        if r["point"] in DEPTH_SERIES
+    ]
     rho = stats.spearmanr([d for d, _ in depth], [g for _, g in depth])
     lines.append(
         f"gap vs depth over {len(depth)} runs: Spearman rho = {rho.statistic:.2f}, "
