@@ -10,7 +10,10 @@ weights it starts from, its data and its seed — not on what ran before it.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import random
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,6 +23,7 @@ os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from keras.src.random import seed_generator as _keras_seeds  # noqa: E402
 
 from fedpipe.metrics import classification_metrics  # noqa: E402
 from fedpipe.models import build_model, loss_for  # noqa: E402
@@ -128,10 +132,42 @@ def _hashable(value: Any) -> Any:
     return value
 
 
+_default_seeds_lock = threading.Lock()
+
+
+@contextmanager
+def _default_seeds_from(seed: int) -> Iterator[None]:
+    """Keras layers built inside draw their default seeds from a generator of
+    their own, seeded with ``seed``.
+
+    A Keras initializer or dropout layer made without a seed draws one from
+    Python's process-wide ``random`` when it is constructed. Seeding that
+    (``keras.utils.set_random_seed``) is not enough in a process where other
+    threads also draw from it: Prefect's API and event clients draw retry
+    jitter from it in the background, and a model's layers are constructed
+    between TensorFlow ops that release the GIL, so the initial weights then
+    depended on the timing of those threads. Keras has no public hook for the
+    generator it draws from, so this swaps the module-level one it uses (the
+    only use of Python's ``random`` in Keras' model building, pinned by
+    constraints.txt; a test fails if that changes).
+    """
+    with _default_seeds_lock:
+        shared = _keras_seeds.python_random
+        _keras_seeds.python_random = random.Random(seed)
+        try:
+            yield
+        finally:
+            _keras_seeds.python_random = shared
+
+
 def initial_weights(spec: ModelSpec, seed: int) -> list[np.ndarray]:
-    """The global model before round 1, from ``seed`` alone."""
-    keras.utils.set_random_seed(derive_seed(seed, "init"))
-    return [np.array(w) for w in spec.build().get_weights()]
+    """The global model before round 1, from ``seed`` alone, whatever else
+    runs in the process."""
+    init_seed = derive_seed(seed, "init")
+    keras.utils.set_random_seed(init_seed)
+    with _default_seeds_from(init_seed):
+        model = spec.build()
+    return [np.array(w) for w in model.get_weights()]
 
 
 def count_params(spec: ModelSpec) -> int:

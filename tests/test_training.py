@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import random
+import sys
+import threading
+
 import numpy as np
 import pytest
 
@@ -112,6 +116,32 @@ def test_initial_weights_are_deterministic() -> None:
     _assert_bitwise_equal(
         initial_weights(_spec(), seed=5), initial_weights(_spec(), seed=5)
     )
+
+
+def test_initial_weights_ignore_other_threads_drawing_from_random() -> None:
+    """Prefect's clients draw retry jitter from Python's shared ``random`` in
+    background threads; the initial model must not depend on when they do
+    (it did: the same params gave other weights under ``fedpipe run`` than
+    under ``dvc repro``)."""
+    expected = initial_weights(_spec("cnn"), seed=5)
+    stop = threading.Event()
+
+    def draw() -> None:
+        while not stop.is_set():
+            random.random()
+
+    drawer = threading.Thread(target=draw)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # hand the GIL over as often as possible
+    drawer.start()
+    try:
+        got = [initial_weights(_spec("cnn"), seed=5) for _ in range(3)]
+    finally:
+        stop.set()
+        drawer.join()
+        sys.setswitchinterval(interval)
+    for weights in got:
+        _assert_bitwise_equal(weights, expected)
 
 
 def test_initial_weights_depend_on_seed() -> None:
