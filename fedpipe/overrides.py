@@ -20,6 +20,7 @@ import yaml
 from fedpipe.config import (
     ROUND_CHAIN_KEY,
     ROUND_CHAIN_MARKER,
+    Params,
     ParamsError,
     load_params,
     parse_params,
@@ -270,8 +271,9 @@ def with_overrides(raw: Mapping[str, Any], values: Mapping[str, Any]) -> dict:
     return out
 
 
-def check_overrides(path: str | Path, values: Mapping[str, Any]) -> None:
-    """Validate ``values`` on top of ``path`` without writing anything.
+def check_overrides(path: str | Path, values: Mapping[str, Any]) -> Params:
+    """Validate ``values`` on top of ``path`` without writing anything; the
+    params they give.
 
     Raises
     ------
@@ -288,7 +290,7 @@ def check_overrides(path: str | Path, values: Mapping[str, Any]) -> None:
         raise ParamsError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
         raise ParamsError(f"{path}: expected a mapping of settings, got {raw!r}")
-    parse_params(with_overrides(raw, values), source="-S")
+    return parse_params(with_overrides(raw, values), source="-S")
 
 
 def apply_overrides(path: str | Path, args: Sequence[str]) -> dict[str, Any]:

@@ -96,6 +96,7 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
 
 def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from fedpipe.overrides import check_overrides, with_overrides
+    from fedpipe.preflight import preflight
     from fedpipe.sweep import (
         SEED_KEY,
         check_name,
@@ -131,7 +132,7 @@ def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     runs = plan(name, keys, points, seeds)
     for run in runs[: len(points)]:  # every point, before anything runs
         try:
-            check_overrides(PARAMS, {**base, **run.overrides})
+            preflight(check_overrides(PARAMS, {**base, **run.overrides}))
         except ParamsError as exc:
             raise ParamsError(f"{exc} (sweep point {run.point.id})") from None
     return name, runs, keys, base

@@ -299,6 +299,21 @@ def test_a_bad_point_exits_2_naming_the_key_before_anything_runs(
     assert err[0].endswith("(sweep point l-1)")
     assert main(["-C", str(tmp_path), "sweep", "-S", "model.depthh=1,2"]) == 2
     assert "model.depthh" in capsys.readouterr().err
+    table = [
+        "sweep",
+        "--dry-run",
+        "-S",
+        "data.source=table",
+        "-S",
+        "data.label_column=y",
+    ]
+    missing = [*table, "-S", "data.path=data/a.csv,does/not/exist.csv"]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/a.csv").write_text("x,y\n1,0\n")
+    assert main(["-C", str(tmp_path), *missing]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "data.path='does/not/exist.csv' does not exist" in err
+    assert main(["-C", str(tmp_path), *table, "-S", "data.path=data/a.csv"]) == 0
     assert not (tmp_path / "sweeps").exists()
 
 
