@@ -132,13 +132,25 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-_default_seeds_lock = threading.Lock()
+class _ThreadRandom:
+    """Python's ``random`` module, except in a thread that set a generator of
+    its own (:func:`_default_seeds_from`)."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(getattr(self.local, "rng", None) or random, name)
+
+
+_thread_random = _ThreadRandom()
+_keras_seeds.python_random = _thread_random
 
 
 @contextmanager
 def _default_seeds_from(seed: int) -> Iterator[None]:
-    """Keras layers built inside draw their default seeds from a generator of
-    their own, seeded with ``seed``.
+    """Keras layers built inside, in this thread, draw their default seeds from
+    a generator of their own, seeded with ``seed``.
 
     A Keras initializer or dropout layer made without a seed draws one from
     Python's process-wide ``random`` when it is constructed. Seeding that
@@ -147,17 +159,16 @@ def _default_seeds_from(seed: int) -> Iterator[None]:
     jitter from it in the background, and a model's layers are constructed
     between TensorFlow ops that release the GIL, so the initial weights then
     depended on the timing of those threads. Keras has no public hook for the
-    generator it draws from, so this swaps the module-level one it uses (the
-    only use of Python's ``random`` in Keras' model building, pinned by
-    constraints.txt; a test fails if that changes).
+    generator it draws from, so this module gives the one Keras' seed module
+    uses (its only use of Python's ``random`` when building models; Keras is
+    pinned by constraints.txt and a test fails if that changes) a per-thread
+    override; every other thread still draws from ``random`` itself.
     """
-    with _default_seeds_lock:
-        shared = _keras_seeds.python_random
-        _keras_seeds.python_random = random.Random(seed)
-        try:
-            yield
-        finally:
-            _keras_seeds.python_random = shared
+    _thread_random.local.rng = random.Random(seed)
+    try:
+        yield
+    finally:
+        _thread_random.local.rng = None
 
 
 def initial_weights(spec: ModelSpec, seed: int) -> list[np.ndarray]:

@@ -144,6 +144,20 @@ def test_initial_weights_ignore_other_threads_drawing_from_random() -> None:
         _assert_bitwise_equal(weights, expected)
 
 
+def test_keras_draws_its_default_seeds_where_initial_weights_sets_them() -> None:
+    """The hook the test above relies on: Keras' default seeds come from the
+    generator ``initial_weights`` sets for its thread (fails if a Keras upgrade
+    draws them some other way)."""
+    from keras.src.random.seed_generator import make_default_seed
+
+    from fedpipe.training import _default_seeds_from
+
+    with _default_seeds_from(5):
+        drawn = [make_default_seed() for _ in range(3)]
+    own = random.Random(5)
+    assert drawn == [own.randint(1, int(1e9)) for _ in range(3)]
+
+
 def test_initial_weights_depend_on_seed() -> None:
     assert _differs(initial_weights(_spec(), seed=5), initial_weights(_spec(), seed=6))
 
