@@ -32,6 +32,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _drain_prefect_clients() -> None:
+    """Send what flows run in this process (tests that call a flow directly)
+    still queue for the server while it is up: at exit, Prefect's log and event
+    workers would otherwise post to a stopped server and print "Error logging
+    to API" under the test summary."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (APILogWorker, EventsWorker):
+        worker.drain_all(timeout=30)
+
+
 @pytest.fixture(scope="session")
 def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of a Prefect API started for this test session."""
@@ -64,6 +76,7 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         wait_healthy(url, timeout=120)
         yield url
     finally:
+        _drain_prefect_clients()
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=20)
