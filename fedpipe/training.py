@@ -155,10 +155,11 @@ def _default_seeds_from(seed: int) -> Iterator[None]:
     A Keras initializer or dropout layer made without a seed draws one from
     Python's process-wide ``random`` when it is constructed. Seeding that
     (``keras.utils.set_random_seed``) is not enough in a process where other
-    threads also draw from it: Prefect's API and event clients draw retry
-    jitter from it in the background, and a model's layers are constructed
-    between TensorFlow ops that release the GIL, so the initial weights then
-    depended on the timing of those threads. Keras has no public hook for the
+    threads also draw from it (Prefect draws its retry and backoff jitter from
+    it), and a model's layers are constructed between TensorFlow ops that
+    release the GIL, so the initial weights could depend on the timing of
+    those threads (CI once saw ``fedpipe run`` and ``dvc repro`` of the same
+    params start from other round-0 weights). Keras has no public hook for the
     generator it draws from, so this module gives the one Keras' seed module
     uses (its only use of Python's ``random`` when building models; Keras is
     pinned by constraints.txt and a test fails if that changes) a per-thread

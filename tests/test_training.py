@@ -119,10 +119,10 @@ def test_initial_weights_are_deterministic() -> None:
 
 
 def test_initial_weights_ignore_other_threads_drawing_from_random() -> None:
-    """Prefect's clients draw retry jitter from Python's shared ``random`` in
-    background threads; the initial model must not depend on when they do
-    (it did: the same params gave other weights under ``fedpipe run`` than
-    under ``dvc repro``)."""
+    """Other threads (Prefect's, for retry and backoff jitter) draw from Python's
+    shared ``random``; the initial model must not depend on when they do (it
+    did: CI saw other round-0 weights under ``fedpipe run`` than under
+    ``dvc repro`` of the same params)."""
     expected = initial_weights(_spec("cnn"), seed=5)
     stop = threading.Event()
 
