@@ -209,7 +209,7 @@ def private_prefect_server(home: Path, *, services: bool = False) -> Iterator[st
 
     Yields its API URL; stops it (its whole process group) on exit.
     """
-    from flows.server import server_env, wait_healthy
+    from orchestration.server import server_env, wait_healthy
 
     home.mkdir(parents=True, exist_ok=True)
     port = _free_port()

@@ -35,10 +35,10 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from fedpipe.client import ClientTask, LocalSGD, LocalTraining  # noqa: E402
-from fedpipe.cohort import cohort_engine, train_cohort  # noqa: E402
-from fedpipe.round import ClientJob, run_client  # noqa: E402
-from fedpipe.splits import ClientData  # noqa: E402
-from fedpipe.training import ModelRunner, ModelSpec, initial_weights  # noqa: E402
+from fedpipe.data.splits import ClientData  # noqa: E402
+from fedpipe.federation.round import ClientJob, run_client  # noqa: E402
+from fedpipe.model.cohort import cohort_engine, train_cohort  # noqa: E402
+from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights  # noqa: E402
 
 SHAPES = {"mlp": (32,), "small_cnn": (28, 28, 1)}
 SIZES = ((10, 26), (100, 26), (10, 256))  # (clients, training samples each)

@@ -1,10 +1,10 @@
 """Bytes a federation round sends to Dask: client data by reference against by value.
 
 The default workload (the 5,000 MNIST digits, 10 IID clients, small_cnn, every
-client each round) runs ``--rounds`` rounds of :func:`fedpipe.round.run_round`
+client each round) runs ``--rounds`` rounds of :func:`fedpipe.federation.round.run_round`
 twice on one 2-worker ``LocalCluster`` (single-threaded worker processes, as
 ``runtime.runner: dask`` starts): once with the clients' data as
-:func:`fedpipe.splits.open_federated` gives it (a reference to the prepared
+:func:`fedpipe.data.splits.open_federated` gives it (a reference to the prepared
 files, opened by each worker), once with every client's float32 arrays held in
 its job (what a job carried before). Per round it reports
 
@@ -37,13 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def _project(root: Path) -> Any:
     """The default params, data and partition under ``root`` (cwd moves there)."""
-    from fedpipe import data as fdata
-    from fedpipe import layout
-    from fedpipe.config import load_params
-    from fedpipe.data import prepared_spec
-    from fedpipe.ingest import read_samples
-    from fedpipe.jsonio import write_json
-    from fedpipe.splits import partition_table
+    from fedpipe.config import layout
+    from fedpipe.config.params import load_params
+    from fedpipe.core.jsonio import write_json
+    from fedpipe.data import sources as fdata
+    from fedpipe.data.ingest import read_samples
+    from fedpipe.data.sources import prepared_spec
+    from fedpipe.data.splits import partition_table
 
     repo = Path(__file__).resolve().parents[1]
     (root / "params.yaml").write_text((repo / "params.yaml").read_text())
@@ -69,7 +69,7 @@ def _project(root: Path) -> Any:
 
 def _by_value(data: Any) -> Any:
     """The same data with every client's float32 arrays held (the old jobs)."""
-    from fedpipe.splits import ClientData, FederatedData
+    from fedpipe.data.splits import ClientData, FederatedData
 
     clients = [
         ClientData(c.client, c.x_train, c.y_train, c.x_test, c.y_test)
@@ -80,14 +80,14 @@ def _by_value(data: Any) -> Any:
 
 def _train_on_worker(job: Any) -> Any:
     """One client's job on this worker's compiled model (as train-client does)."""
-    from fedpipe.round import run_client
-    from tasks.runtime import runner_for
+    from fedpipe.federation.round import run_client
+    from orchestration.runtime import runner_for
 
     return run_client(job, runner_for(job.spec))
 
 
 def _opened_here() -> int:
-    from fedpipe import splits
+    from fedpipe.data import splits
 
     return len(splits._opened)
 
@@ -99,17 +99,17 @@ def _scheduler_sent(dask_scheduler: Any) -> int:
 def _rounds(params: Any, data: Any, rounds: int, map_clients: Any) -> list[str]:
     """``rounds`` rounds from the initial model; the sha256 of each round's
     weights."""
-    from fedpipe import layout
-    from fedpipe.data import prepared_spec
-    from fedpipe.experiment import (
+    from fedpipe.config import layout
+    from fedpipe.data.sources import prepared_spec
+    from fedpipe.federation.build import (
         client_algorithm_for,
         local_training,
         model_spec,
         strategy_for,
     )
-    from fedpipe.round import RoundInputs, run_round
-    from fedpipe.training import initial_weights
-    from tasks.runtime import runner_for
+    from fedpipe.federation.round import RoundInputs, run_round
+    from fedpipe.model.training import initial_weights
+    from orchestration.runtime import runner_for
 
     spec = model_spec(params, prepared_spec(layout.PREPARED_DIR))
     strategy = strategy_for(params)
@@ -148,10 +148,10 @@ def main() -> None:
     import cloudpickle
     from distributed import Client, LocalCluster
 
-    from fedpipe import layout
-    from fedpipe.experiment import model_spec
-    from fedpipe.round import run_here
-    from tasks.runtime import data_for, runner_for
+    from fedpipe.config import layout
+    from fedpipe.federation.build import model_spec
+    from fedpipe.federation.round import run_here
+    from orchestration.runtime import data_for, runner_for
 
     root = Path(tempfile.mkdtemp(prefix="bench-dask-bytes-"))
     params = _project(root)

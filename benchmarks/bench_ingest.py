@@ -75,7 +75,7 @@ def _status_kb(field: str) -> int:
 
 def child(data: Path, out: Path, size: int) -> None:
     """The measured process: import, ingest, print one JSON line."""
-    from fedpipe.ingest import ingest_image_folder
+    from fedpipe.data.ingest import ingest_image_folder
 
     rss_before_kb = _status_kb("VmRSS")
     result = ingest_image_folder(

@@ -10,7 +10,7 @@ on the held-out set and every client, the local models' evaluations, the health
 record, the round's versioned outputs, the dvc.lock records, the summary stage, the
 doctor and the HTML report.
 
-A third variant runs fedpipe's own library (:func:`fedpipe.round.run_round`, the
+A third variant runs fedpipe's own library (:func:`fedpipe.federation.round.run_round`, the
 same work as fedpipe's rounds) as a plain loop: fedpipe against it is the cost of
 orchestration and versioning alone.
 
@@ -59,11 +59,11 @@ def hand_loop(project: Path, rounds: int) -> dict[str, float]:
     import keras
     import numpy as np
 
-    from fedpipe import layout
-    from fedpipe.config import load_params
-    from fedpipe.models import build_model
-    from fedpipe.weights import load_weights
-    from tasks.runtime import data_for
+    from fedpipe.config import layout
+    from fedpipe.config.params import load_params
+    from fedpipe.core.weights import load_weights
+    from fedpipe.model.zoo import build_model
+    from orchestration.runtime import data_for
 
     params = load_params()
     data = data_for(layout.PREPARED_DIR, layout.MANIFEST)
@@ -113,7 +113,7 @@ def hand_loop(project: Path, rounds: int) -> dict[str, float]:
 def library_loop(project: Path, rounds: int) -> dict[str, float]:
     """The same computation as fedpipe's rounds, as a plain loop over the library.
 
-    :func:`fedpipe.round.run_round` round after round on the inputs fedpipe's
+    :func:`fedpipe.federation.round.run_round` round after round on the inputs fedpipe's
     ``load-round`` task builds (same training step, sampling, seeds, FedAvg, every
     evaluation and the health record), the clients one after another in this
     process: no Prefect, no files, no DVC. The difference to fedpipe is the cost of
@@ -140,10 +140,10 @@ def _timing(start: float, stamps: list[float]) -> dict[str, float]:
 def fedpipe_rounds(project: Path, rounds: int) -> dict[str, float]:
     """fedpipe's pipeline for the rounds and the summary (data stages already done)."""
     os.chdir(project)
-    from flows.server import ensure_api
+    from orchestration.server import ensure_api
 
     ensure_api()
-    from fedpipe.config import load_params
+    from fedpipe.config.params import load_params
     from flows.pipeline import run_pipeline
 
     params = load_params()

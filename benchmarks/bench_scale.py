@@ -11,7 +11,7 @@ about 26 training samples each, at least 20), trained with the MLP for
   from the times its round metrics files were written (rounds 2..R, so start-up
   and compilation are left out), and the peak
   resident memory of the process (``wait4``; the data stages included);
-- the library loop: :func:`fedpipe.round.run_round` on the same inputs, one round
+- the library loop: :func:`fedpipe.federation.round.run_round` on the same inputs, one round
   after another in a plain process, no Prefect, no files, no DVC (rounds 2..R);
   fedpipe against it is the cost of orchestration and versioning; its peak
   resident memory is that of the rounds alone;
@@ -265,11 +265,11 @@ def round_loop(
     import dataclasses
 
     os.chdir(project)
-    from fedpipe.cohort import cohort_map
-    from fedpipe.config import load_params
-    from fedpipe.round import run_round
+    from fedpipe.config.params import load_params
+    from fedpipe.federation.round import run_round
+    from fedpipe.model.cohort import cohort_map
+    from orchestration.runtime import runner_for
     from tasks.federation import load_round
-    from tasks.runtime import runner_for
 
     params = load_params()
     inputs = load_round(params, 1)

@@ -25,15 +25,15 @@ from typing import Any, Literal
 from prefect import flow, get_run_logger
 from prefect.deployments.runner import EntrypointType, RunnerDeployment
 
-from fedpipe.config import (
+from fedpipe.config.overrides import set_params
+from fedpipe.config.params import (
     PARAMS_FILE,
     STRATEGY_NAMES,
     ParamsError,
     load_params,
     sync_round_chain,
 )
-from fedpipe.overrides import set_params
-from fedpipe.preflight import preflight
+from fedpipe.data.preflight import preflight
 
 FLOW_NAME = "fedpipe-federation"
 

@@ -6,7 +6,7 @@ date are skipped; from the first stage that runs on, every later stage runs too
 (its inputs were just rewritten). Each finished stage is recorded in ``dvc.lock``
 (``dvc commit``) by a task that runs while the next stage computes; records are
 chained so they land in stage order, and spaced so that writing ``dvc.lock`` takes
-at most a fifth of the time (:mod:`tasks.dvclock`). Ctrl-C, SIGTERM or a lost
+at most a fifth of the time (:mod:`orchestration.dvclock`). Ctrl-C, SIGTERM or a lost
 Prefect server during round k record every finished stage first, so the next run
 resumes at round k; a run killed outright resumes after its last landed record.
 
@@ -24,18 +24,18 @@ from prefect import flow, get_run_logger
 from prefect.futures import PrefectFuture
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from fedpipe import layout
-from fedpipe.config import Params
-from fedpipe.jsonio import read_json
-from fedpipe.stopping import raise_if_stopped, stop_requested
-from flows import console
+from fedpipe.config import layout
+from fedpipe.config.params import Params
+from fedpipe.core.jsonio import read_json
+from fedpipe.core.stopping import raise_if_stopped, stop_requested
 from flows.stages import dask_scheduler, run_stage, without_heartbeat
+from orchestration import console
+from orchestration.dvclock import LockRecorder
+from orchestration.repolock import hold
+from orchestration.runtime import DaskScheduler
 from tasks.artifacts import flush_artifacts, publish_run_artifacts
 from tasks.dvc import fresh_prefix, record_stages, restore_stage_outputs
-from tasks.dvclock import LockRecorder
-from tasks.repolock import hold
 from tasks.report import doctor_and_report
-from tasks.runtime import DaskScheduler
 
 # stages whose record waits for the stage named here to pass
 GATED_BY = {"ingest": "validate"}
@@ -73,7 +73,7 @@ def run_pipeline(params: Params, force: bool = False, report: bool = True) -> li
     With ``runtime.runner: dask`` one Dask scheduler (a local cluster unless
     ``runtime.dask_address`` names one) serves every round of the run.
 
-    The run holds the project's DVC repo lock throughout (:mod:`tasks.repolock`;
+    The run holds the project's DVC repo lock throughout (:mod:`orchestration.repolock`;
     ``fedpipe run`` already took it): a second run, or ``dvc repro``, refuses.
     """
     console.run_started(_ui_url())

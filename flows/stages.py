@@ -22,17 +22,17 @@ from prefect.cache_policies import NO_CACHE
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 from prefect.utilities.annotations import quote
 
-from fedpipe import layout
-from fedpipe.config import MNIST5K_PATH, Params
-from fedpipe.data import prepared_spec
-from fedpipe.failures import ClientFailure
-from fedpipe.round import ClientJob, ClientResult, MapClients
-from flows import console
+from fedpipe.config import layout
+from fedpipe.config.params import MNIST5K_PATH, Params
+from fedpipe.data.sources import prepared_spec
+from fedpipe.federation.failures import ClientFailure
+from fedpipe.federation.round import ClientJob, ClientResult, MapClients
+from orchestration import console
+from orchestration.runtime import DaskScheduler
 from tasks import data as data_tasks
 from tasks import federation as fed_tasks
 from tasks.artifacts import flush_artifacts
 from tasks.report import summarize
-from tasks.runtime import DaskScheduler
 
 
 @flow(name="mnist5k", flow_run_name="mnist5k")
@@ -131,7 +131,7 @@ def _map_clients(params: Params, dask: DaskScheduler) -> MapClients:
     console ticking per group.
 
     Within a group, clients train one by one or as vectorized cohorts of
-    ``train.cohort_size`` (:mod:`fedpipe.cohort`): the same cohorts whatever the
+    ``train.cohort_size`` (:mod:`fedpipe.model.cohort`): the same cohorts whatever the
     grouping, so the same bits.
 
     Jobs are passed ``quote``d: Prefect would otherwise walk every array of every

@@ -1,10 +1,10 @@
 """Attacks x defenses: final global accuracy under 20% malicious clients.
 
-Every attack of ``fedpipe.attacks`` against FedAvg, median, trimmed mean, Krum,
+Every attack of ``fedpipe.federation.attacks`` against FedAvg, median, trimmed mean, Krum,
 Multi-Krum, Bulyan and norm clipping, on the default data (the 5,000 built-in
 MNIST digits), IID and Dirichlet(0.5), beside the clean run of each defense. Each
 cell is a whole federation through the library's round
-(:func:`fedpipe.round.run_round`, the function the round stage calls) with a small
+(:func:`fedpipe.federation.round.run_round`, the function the round stage calls) with a small
 model and few rounds; the table gives the final held-out accuracy, mean ± std
 over seeds (the seed also draws the partition, the malicious clients and the
 initial model). Cells run in ``-j`` worker processes. Writes Markdown and CSV.
@@ -66,15 +66,15 @@ def _data(partition: str, seed: int, clients: int):  # type: ignore[no-untyped-d
     if key not in _DATA:
         import numpy as np
 
-        from fedpipe.config import PartitionParams
-        from fedpipe.data import DatasetSpec, load_mnist5k
-        from fedpipe.ingest import (
+        from fedpipe.config.params import PartitionParams
+        from fedpipe.data.ingest import (
             ingest_arrays,
             open_features,
             read_samples,
             read_schema,
         )
-        from fedpipe.splits import federated_data, partition_table
+        from fedpipe.data.sources import DatasetSpec, load_mnist5k
+        from fedpipe.data.splits import federated_data, partition_table
 
         table = load_mnist5k()
         x = table.filter(like="px").to_numpy(dtype=np.uint8).reshape(-1, 28, 28, 1)
@@ -105,12 +105,17 @@ def _data(partition: str, seed: int, clients: int):  # type: ignore[no-untyped-d
 
 def run_cell(cell: Cell, setup: Setup) -> tuple[Cell, float, float]:
     """One federation: (cell, final held-out accuracy, seconds)."""
-    from fedpipe.attacks import AttackPlan, choose_malicious, make_attack
     from fedpipe.client import make_client
     from fedpipe.client.base import LocalTraining
-    from fedpipe.round import ClientEvaluation, RoundInputs, run_here, run_round
+    from fedpipe.federation.attacks import AttackPlan, choose_malicious, make_attack
+    from fedpipe.federation.round import (
+        ClientEvaluation,
+        RoundInputs,
+        run_here,
+        run_round,
+    )
+    from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
     from fedpipe.strategy import make_strategy
-    from fedpipe.training import ModelRunner, ModelSpec, initial_weights
 
     started = time.perf_counter()
     data = _data(cell.partition, cell.seed, setup.clients)

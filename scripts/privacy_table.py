@@ -1,11 +1,11 @@
 """Privacy against utility: the global model's accuracy at epsilon in {1, 2, 4, 8,
 inf} (delta 1e-5) on the default data (the 5,000 built-in MNIST digits), with
 central DP-FedAvg (client-level DP, fixed clipping) through the library's round
-loop (:func:`fedpipe.round.run_round`), in this process.
+loop (:func:`fedpipe.federation.round.run_round`), in this process.
 
 For each target epsilon the noise multiplier sigma is the smallest whose planned
 rounds spend at most that epsilon (the accountant inverted:
-:func:`fedpipe.privacy.accountant.noise_for_epsilon`); inf is the same run
+:func:`fedpipe.federation.privacy.accountant.noise_for_epsilon`); inf is the same run
 without privacy. Each federation (clients, clients per round) gets its own rows:
 sampling more clients per round divides the noise on the mean update and
 amplifies privacy, which is why DP-FedAvg is run with many clients.
@@ -31,16 +31,16 @@ import numpy as np
 
 from fedpipe.client import make_client
 from fedpipe.client.base import LocalTraining
-from fedpipe.cohort import cohort_map
-from fedpipe.config import PartitionParams
-from fedpipe.data import DatasetSpec, load_mnist5k
-from fedpipe.ingest import ingest_arrays, open_features, read_samples, read_schema
-from fedpipe.privacy.accountant import noise_for_epsilon
-from fedpipe.privacy.settings import Privacy
-from fedpipe.round import RoundInputs, run_round
-from fedpipe.splits import FederatedData, federated_data, partition_table
+from fedpipe.config.params import PartitionParams
+from fedpipe.config.privacy import Privacy
+from fedpipe.data.ingest import ingest_arrays, open_features, read_samples, read_schema
+from fedpipe.data.sources import DatasetSpec, load_mnist5k
+from fedpipe.data.splits import FederatedData, federated_data, partition_table
+from fedpipe.federation.privacy.accountant import noise_for_epsilon
+from fedpipe.federation.round import RoundInputs, run_round
+from fedpipe.model.cohort import cohort_map
+from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 from fedpipe.strategy import make_strategy
-from fedpipe.training import ModelRunner, ModelSpec, initial_weights
 
 DELTA = 1e-5
 

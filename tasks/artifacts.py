@@ -34,8 +34,8 @@ from prefect.artifacts import (
 )
 from prefect.context import FlowRunContext, TaskRunContext
 
-from fedpipe.history import final_table, privacy_text
-from fedpipe.records import RoundRecord
+from fedpipe.federation.records import RoundRecord
+from fedpipe.observe.history import final_table, privacy_text
 
 RUN_SUMMARY_KEY = "fedpipe-run-summary"
 DOCTOR_KEY = "fedpipe-doctor"

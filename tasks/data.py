@@ -9,10 +9,10 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from fedpipe import data as fdata
-from fedpipe.config import DataParams, ValidationParams
-from fedpipe.jsonio import read_json, write_json
-from fedpipe.splits import partition_table
+from fedpipe.config.params import DataParams, ValidationParams
+from fedpipe.core.jsonio import read_json, write_json
+from fedpipe.data import sources as fdata
+from fedpipe.data.splits import partition_table
 
 
 class ValidationFailed(RuntimeError):
@@ -50,7 +50,7 @@ def ingest(data: DataParams, out_dir: Path) -> int:
 @task(name="validate", cache_policy=NO_CACHE)
 def validate(prepared: Path, settings: ValidationParams, *, report_dir: Path) -> None:
     """Validate the prepared data with Great Expectations; raise if a check fails."""
-    from fedpipe.validation import validate_prepared_dir
+    from fedpipe.data.validation import validate_prepared_dir
 
     report = validate_prepared_dir(prepared, settings, report_dir=report_dir)
     logger = get_run_logger()
@@ -75,8 +75,8 @@ def partition(
     prepared: Path, out: Path, report_dir: Path, **settings: Any
 ) -> Mapping[str, Any]:
     """Deal the training samples to clients; write the manifest and diagnostics."""
-    from fedpipe.ingest import read_samples, read_schema
-    from fedpipe.partition.diagnostics import (
+    from fedpipe.data.ingest import read_samples, read_schema
+    from fedpipe.data.partition.diagnostics import (
         class_count_table,
         label_heatmap,
         skew_summary,

@@ -4,7 +4,7 @@
 stage; afterwards each stage is recorded in ``dvc.lock`` exactly as ``dvc repro``
 would record it (``dvc commit --force STAGE``), so ``dvc status`` is clean and the
 lock file stays the audit trail. The recording runs in a process of its own
-(:class:`tasks.dvclock.LockRecorder`), several finished stages at a time.
+(:class:`orchestration.dvclock.LockRecorder`), several finished stages at a time.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.dvclock import LockRecorder
-from tasks.repolock import ProjectBusy
+from orchestration.dvclock import LockRecorder
+from orchestration.repolock import ProjectBusy
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
 
 def _repo(root: Path):  # type: ignore[no-untyped-def]
-    from tasks.repolock import open_repo
+    from orchestration.repolock import open_repo
 
     # `import dvc` sets its logger to INFO; every stage would then print "Updating
     # lock file" twice (DVC's handler and Prefect's). Prefect logs the stage already.

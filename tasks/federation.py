@@ -1,5 +1,5 @@
 """Tasks of a federation round: init, the round (its inputs read, the library's
-:func:`fedpipe.round.run_round`, its outputs written), one group of clients'
+:func:`fedpipe.federation.round.run_round`, its outputs written), one group of clients'
 training. These only do I/O, retries and logging.
 
 A round is one task run (``round 3``) with its clients' ``train-clients`` task
@@ -18,12 +18,12 @@ import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from fedpipe import layout
-from fedpipe.clientstate import load_client_states, save_client_states
-from fedpipe.cohort import cohort_map
-from fedpipe.config import Params
-from fedpipe.data import prepared_spec
-from fedpipe.experiment import (
+from fedpipe.config import layout
+from fedpipe.config.params import Params
+from fedpipe.core.jsonio import write_json
+from fedpipe.core.weights import load_state, load_weights, save_state, save_weights
+from fedpipe.data.sources import prepared_spec
+from fedpipe.federation.build import (
     attack_plan_for,
     client_algorithm_for,
     client_evaluation,
@@ -34,11 +34,9 @@ from fedpipe.experiment import (
     privacy_for,
     strategy_for,
 )
-from fedpipe.failures import ClientFailure
-from fedpipe.history import progress_line
-from fedpipe.jsonio import write_json
-from fedpipe.models import describe_model
-from fedpipe.round import (
+from fedpipe.federation.clientstate import load_client_states, save_client_states
+from fedpipe.federation.failures import ClientFailure
+from fedpipe.federation.round import (
     ClientJob,
     ClientResult,
     MapClients,
@@ -47,16 +45,18 @@ from fedpipe.round import (
     RoundOutputs,
     run_round,
 )
-from fedpipe.training import initial_weights, training_device
-from fedpipe.weights import load_state, load_weights, save_state, save_weights
-from tasks.artifacts import publish_round_table
-from tasks.runtime import (
+from fedpipe.model.cohort import cohort_map
+from fedpipe.model.training import initial_weights, training_device
+from fedpipe.model.zoo import describe_model
+from fedpipe.observe.history import progress_line
+from orchestration.runtime import (
     DaskScheduler,
     data_for,
     runner_for,
     training_runner,
     where_am_i,
 )
+from tasks.artifacts import publish_round_table
 
 
 @task(name="init-model", cache_policy=NO_CACHE)

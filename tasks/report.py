@@ -15,9 +15,9 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from fedpipe import layout
-from fedpipe.history import final_table, load_history
-from fedpipe.jsonio import read_json, write_json
+from fedpipe.config import layout
+from fedpipe.core.jsonio import read_json, write_json
+from fedpipe.observe.history import final_table, load_history
 
 
 @task(name="summarize", cache_policy=NO_CACHE)
@@ -50,9 +50,9 @@ def doctor_and_report(root: Path) -> tuple[str, Path]:
     What ``fedpipe doctor`` and ``fedpipe report`` print and write, done at the
     end of every run so the UI shows both; the findings are also logged.
     """
-    from fedpipe.doctor import diagnose, format_markdown, format_text
-    from fedpipe.report import write_report
-    from fedpipe.runfiles import load_run
+    from fedpipe.observe.doctor import diagnose, format_markdown, format_text
+    from fedpipe.observe.report import write_report
+    from fedpipe.observe.runfiles import load_run
 
     logger = get_run_logger()
     run = load_run(root)  # read once, for the doctor and the report

@@ -1,6 +1,6 @@
 """A tiny in-process federation that writes a run's files, for doctor tests.
 
-The library's own round (:func:`fedpipe.round.run_round`) after the same ingest
+The library's own round (:func:`fedpipe.federation.round.run_round`) after the same ingest
 and partition as a real run, without Prefect or DVC, on a few hundred
 of the built-in MNIST digits and a tiny model, so a test can produce a symptom on
 purpose and run the doctor on the files:
@@ -27,8 +27,6 @@ from typing import Any
 import numpy as np
 import yaml
 
-from fedpipe import layout
-from fedpipe.attacks import AttackPlan
 from fedpipe.client import (
     ClientAlgorithm,
     ClientReply,
@@ -37,17 +35,24 @@ from fedpipe.client import (
     LocalTraining,
     make_client,
 )
-from fedpipe.config import Params, round_chain
-from fedpipe.data import DatasetSpec, load_mnist5k
-from fedpipe.experiment import client_algorithm_for, privacy_for
-from fedpipe.failures import FailurePolicy
-from fedpipe.faults import PlantedFaults
-from fedpipe.ingest import ingest_arrays, open_features, read_samples, read_schema
-from fedpipe.jsonio import write_json
-from fedpipe.round import RoundFailed, RoundInputs, run_here, run_round
-from fedpipe.splits import ClientData, FederatedData, federated_data, partition_table
+from fedpipe.config import layout
+from fedpipe.config.params import Params, round_chain
+from fedpipe.core.jsonio import write_json
+from fedpipe.data.ingest import ingest_arrays, open_features, read_samples, read_schema
+from fedpipe.data.sources import DatasetSpec, load_mnist5k
+from fedpipe.data.splits import (
+    ClientData,
+    FederatedData,
+    federated_data,
+    partition_table,
+)
+from fedpipe.federation.attacks import AttackPlan
+from fedpipe.federation.build import client_algorithm_for, privacy_for
+from fedpipe.federation.failures import FailurePolicy
+from fedpipe.federation.faults import PlantedFaults
+from fedpipe.federation.round import RoundFailed, RoundInputs, run_here, run_round
+from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 from fedpipe.strategy import make_strategy
-from fedpipe.training import ModelRunner, ModelSpec, initial_weights
 
 Weights = list[np.ndarray]
 
@@ -102,7 +107,7 @@ def run_federation(
 ) -> list[dict[str, Any]]:
     """Run a small federation through the library's round and write its files.
 
-    Every round is :func:`fedpipe.round.run_round`, as in a real run; the files
+    Every round is :func:`fedpipe.federation.round.run_round`, as in a real run; the files
     are the ones the round stage writes.
 
     Writes ``params.yaml``, ``data/prepared``, ``data/partition/manifest.json`` and

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
-from fedpipe.config import PartitionParams
-from fedpipe.ingest import ingest_arrays, read_samples
-from fedpipe.jsonio import write_json
-from fedpipe.splits import partition_table
+from fedpipe.config.params import PartitionParams
+from fedpipe.core.jsonio import write_json
+from fedpipe.data.ingest import ingest_arrays, read_samples
+from fedpipe.data.splits import partition_table
 
 
 class CountingStore:

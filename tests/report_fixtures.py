@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from fedpipe.doctor import codes
-from fedpipe.jsonio import write_json
-from fedpipe.metrics import METRIC_NAMES
+from fedpipe.core.jsonio import write_json
+from fedpipe.model.metrics import METRIC_NAMES
+from fedpipe.observe.doctor import codes
 
 LAYERS = (("dense", "dense"), ("batch_normalization", "norm"), ("dense_1", "dense"))
 FINDINGS = [
@@ -212,7 +212,7 @@ def write_run(
     """Write a finished synthetic run under ``root``; return ``root``."""
     import pandas as pd
 
-    from fedpipe.partition.diagnostics import class_count_table, skew_summary
+    from fedpipe.data.partition.diagnostics import class_count_table, skew_summary
 
     rng = np.random.default_rng(seed)
     for k in range(1, rounds + 1):
@@ -234,7 +234,7 @@ def write_run(
         root / "reports/partition/class_counts.csv", index=False
     )
     write_json(root / "reports/partition/skew.json", skew_summary(part))
-    from fedpipe.history import flatten
+    from fedpipe.observe.history import flatten
 
     rows = [
         flatten(round_summary(k, clients=[0, 1], rng=rng)) for k in range(1, rounds + 1)

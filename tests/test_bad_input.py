@@ -2,8 +2,8 @@
 
 Every case of the corpus breaks a tiny project the same way the script does, then
 goes through what `fedpipe run` calls before any training, in process and without
-Prefect or DVC: params loading (fedpipe.config), preflight, ingest
-(fedpipe.data.ingest) and validation (fedpipe.validation.validate_prepared, with
+Prefect or DVC: params loading (fedpipe.config.params), preflight, ingest
+(fedpipe.data.sources.ingest) and validation (fedpipe.data.validation.validate_prepared, with
 the validate stage's arguments). The message must name what the case names: the
 file, the row or the param key. The script runs the same cases through the real
 CLI and also checks the exit code, the absence of a traceback and that nothing
@@ -20,11 +20,11 @@ from types import ModuleType
 import pytest
 import yaml
 
-from fedpipe import data as fdata
-from fedpipe.config import ParamsError, load_params, sync_round_chain
-from fedpipe.ingest import IngestError
-from fedpipe.preflight import preflight
-from fedpipe.validation import validate_prepared_dir
+from fedpipe.config.params import ParamsError, load_params, sync_round_chain
+from fedpipe.data import sources as fdata
+from fedpipe.data.ingest import IngestError
+from fedpipe.data.preflight import preflight
+from fedpipe.data.validation import validate_prepared_dir
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 

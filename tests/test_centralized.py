@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedpipe.centralized import pooled, train_centralized
-from fedpipe.data import DatasetSpec
-from fedpipe.splits import ClientData, FederatedData
-from fedpipe.training import ModelRunner, ModelSpec, initial_weights
+from fedpipe.data.sources import DatasetSpec
+from fedpipe.data.splits import ClientData, FederatedData
+from fedpipe.model.centralized import pooled, train_centralized
+from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 
 SPEC = ModelSpec("mlp", (28, 28, 1), 10, "sgd", 0.05)
 

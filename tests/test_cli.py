@@ -70,7 +70,7 @@ def test_init_refuses_to_overwrite(tmp_path: Path) -> None:
 
 
 def test_no_command_prints_where_to_start(capsys: pytest.CaptureFixture) -> None:
-    from fedpipe.cli import main
+    from fedpipe.app.cli import main
 
     assert main([]) == 0
     out = capsys.readouterr().out
@@ -82,7 +82,7 @@ def test_every_command_help_ends_with_examples_that_parse() -> None:
     import argparse
     import shlex
 
-    from fedpipe.cli import EXAMPLES, _with_examples, build_parser
+    from fedpipe.app.cli import EXAMPLES, _with_examples, build_parser
 
     parser = build_parser()
     _with_examples(parser)

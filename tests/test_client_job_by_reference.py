@@ -1,6 +1,6 @@
 """A client job sent to a Dask worker carries the weights, the state and a data
-reference, not the client's features (fedpipe.round.ClientJob over
-fedpipe.splits.open_federated)."""
+reference, not the client's features (fedpipe.federation.round.ClientJob over
+fedpipe.data.splits.open_federated)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import numpy as np
 from helpers_store import prepared_store
 
 from fedpipe.client import ClientTask, LocalTraining, make_client
-from fedpipe.round import ClientJob, run_client
-from fedpipe.splits import ClientData, forget_opened, open_federated
-from fedpipe.training import ModelRunner, ModelSpec, initial_weights
+from fedpipe.data.splits import ClientData, forget_opened, open_federated
+from fedpipe.federation.round import ClientJob, run_client
+from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 
 SHAPE = (12, 12, 3)
 SPEC = ModelSpec(name="mlp", input_shape=SHAPE, n_classes=3, optimizer="sgd", lr=0.05)

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fedpipe.config import RuntimeParams
+from fedpipe.config.params import RuntimeParams
 from flows import stages
 from flows.stages import client_groups
 

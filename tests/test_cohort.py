@@ -1,4 +1,4 @@
-"""Vectorized client cohorts (fedpipe.cohort) against the sequential path.
+"""Vectorized client cohorts (fedpipe.model.cohort) against the sequential path.
 
 Every case trains the same jobs twice: one by one through ``run_client`` and as one
 cohort; the results must agree field by field to rounding. Clients differ in size
@@ -29,10 +29,10 @@ from fedpipe.client import (
     make_client,
     pack,
 )
-from fedpipe.cohort import cohort_engine, cohort_map, in_cohort, train_cohort
-from fedpipe.config import TrainParams
-from fedpipe.data import DatasetSpec
-from fedpipe.round import (
+from fedpipe.config.params import TrainParams
+from fedpipe.data.sources import DatasetSpec
+from fedpipe.data.splits import ClientData, FederatedData
+from fedpipe.federation.round import (
     ClientJob,
     ClientResult,
     KerasTrainer,
@@ -41,9 +41,9 @@ from fedpipe.round import (
     run_here,
     run_round,
 )
-from fedpipe.splits import ClientData, FederatedData
+from fedpipe.model.cohort import cohort_engine, cohort_map, in_cohort, train_cohort
+from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 from fedpipe.strategy import AggregationError, make_strategy
-from fedpipe.training import ModelRunner, ModelSpec, initial_weights
 
 SIZES = (3, 9, 20, 41)  # batch 8: smaller than a batch, 2, 3 and 6 batches
 FEATURES = 6

@@ -1,4 +1,4 @@
-"""Tests for fedpipe.config: parsing, loading, round_chain sync, and preflight."""
+"""Tests for fedpipe.config.params: parsing, loading, round_chain sync, and preflight."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from fedpipe.config import (
+from fedpipe.config.params import (
     ROUND_CHAIN_MARKER,
     DataParams,
     FederationParams,
@@ -26,8 +26,8 @@ from fedpipe.config import (
     round_chain,
     sync_round_chain,
 )
-from fedpipe.partition.manifest import split_heldout
-from fedpipe.preflight import preflight
+from fedpipe.data.partition.manifest import split_heldout
+from fedpipe.data.preflight import preflight
 
 REPO_PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 
@@ -472,9 +472,13 @@ def test_config_names_match_the_registries() -> None:
     import typing
 
     from fedpipe.client import CLIENT_ALGORITHMS
-    from fedpipe.config import CLIENT_ALGORITHM_NAMES, MODEL_NAMES, STRATEGY_NAMES
-    from fedpipe.models import MODELS
-    from fedpipe.partition import PARTITIONERS
+    from fedpipe.config.params import (
+        CLIENT_ALGORITHM_NAMES,
+        MODEL_NAMES,
+        STRATEGY_NAMES,
+    )
+    from fedpipe.data.partition import PARTITIONERS
+    from fedpipe.model.zoo import MODELS
     from fedpipe.strategy import STRATEGIES
 
     assert set(STRATEGY_NAMES) == set(STRATEGIES)

@@ -1,4 +1,4 @@
-"""flows/console.py without a run: which records reach the console, the interrupt
+"""orchestration/console.py without a run: which records reach the console, the interrupt
 line, the log file's name. The displays themselves: tests/e2e/test_console.py."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flows import console
+from orchestration import console
 
 
 def _record(name: str, level: int, msg: str, exc: bool = False) -> logging.LogRecord:

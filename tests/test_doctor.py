@@ -1,4 +1,4 @@
-"""Tests for fedpipe.doctor: each finding, produced on purpose by a real tiny run.
+"""Tests for fedpipe.observe.doctor: each finding, produced on purpose by a real tiny run.
 
 Every scenario is a small federation (tests/helpers_fl.py: the built-in digits,
 ModelRunner, the strategies, round_health) with one thing broken; the test checks
@@ -19,11 +19,11 @@ import pytest
 import yaml
 from helpers_fl import run_federation, scaled_inputs, shuffled_labels
 
-from fedpipe import layout
-from fedpipe.cli import main
-from fedpipe.config import round_chain
-from fedpipe.doctor import SIDES, Finding, codes, diagnose, robust_z
-from fedpipe.jsonio import write_json
+from fedpipe.app.cli import main
+from fedpipe.config import layout
+from fedpipe.config.params import round_chain
+from fedpipe.core.jsonio import write_json
+from fedpipe.observe.doctor import SIDES, Finding, codes, diagnose, robust_z
 
 TINY = {"lr": 0.1, "epochs": 2, "rounds": 4}
 SMALL = dict(TINY, n_samples=500, clients=5)
@@ -370,8 +370,8 @@ def test_a_symptom_names_the_root_cause_not_another_symptom(run_dir) -> None:
 
 
 def test_label_finding_names_the_classes(tmp_path: Path) -> None:
-    from fedpipe.doctor.labels import check_labels
-    from fedpipe.runfiles import RunFiles
+    from fedpipe.observe.doctor.labels import check_labels
+    from fedpipe.observe.runfiles import RunFiles
 
     run = RunFiles(
         root=tmp_path,
@@ -498,8 +498,12 @@ def test_health_records_the_prediction_shares_and_dead_units(run_dir) -> None:
 
 def test_a_healthy_run_learning_keeps_no_collapse(run_dir) -> None:
     # the collapse check on a run whose accuracy rises to the end
-    from fedpipe.doctor import check_collapse, check_dead_units, check_predictions
-    from fedpipe.runfiles import load_run
+    from fedpipe.observe.doctor import (
+        check_collapse,
+        check_dead_units,
+        check_predictions,
+    )
+    from fedpipe.observe.runfiles import load_run
 
     run = load_run(run_dir("healthy"))
     assert check_collapse(run) == check_predictions(run) == check_dead_units(run) == []
@@ -681,7 +685,7 @@ def test_a_client_that_cannot_fit_its_data_is_not_called_an_attacker(
 
 
 def test_a_client_that_moved_nothing_does_not_unbalance_the_weight_sum() -> None:
-    from fedpipe.doctor.aggregation import identifiable_sum
+    from fedpipe.observe.doctor.aggregation import identifiable_sum
 
     def round_(fitted: list[float | None], norms: list[float]) -> dict:
         clients = [
@@ -702,7 +706,7 @@ def test_a_client_that_moved_nothing_does_not_unbalance_the_weight_sum() -> None
 
 
 def test_the_drift_cosine_limit_scales_with_the_number_of_clients() -> None:
-    from fedpipe.doctor.drift import cosine_limit
+    from fedpipe.observe.doctor.drift import cosine_limit
 
     assert cosine_limit(10) == pytest.approx(0.5)
     assert cosine_limit(4) == pytest.approx(0.79, abs=0.01)

@@ -1,6 +1,6 @@
-"""Failures a round survives (fedpipe.failures, fedpipe.faults), through run_round.
+"""Failures a round survives (fedpipe.federation.failures, fedpipe.federation.faults), through run_round.
 
-Every round here is the library's own :func:`fedpipe.round.run_round` on a tiny
+Every round here is the library's own :func:`fedpipe.federation.round.run_round` on a tiny
 MLP and a few hundred random rows (10 clients): clients that drop out, raise,
 send NaN or miss the round's step deadline are left out and named; too few
 usable updates stop the round with one line.
@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 from helpers_fl import run_federation
 
-from fedpipe.cli import _known_failure
+from fedpipe.app.cli import _known_failure
 from fedpipe.client import LocalTraining, make_client
-from fedpipe.cohort import cohort_map
-from fedpipe.config import ParamsError, parse_params, round_chain
-from fedpipe.data import DatasetSpec
-from fedpipe.doctor import codes, diagnose
-from fedpipe.failures import (
+from fedpipe.config.params import ParamsError, parse_params, round_chain
+from fedpipe.data.sources import DatasetSpec
+from fedpipe.data.splits import ClientData, FederatedData
+from fedpipe.federation.failures import (
     FailurePolicy,
     dropped_out,
     excluded_counts,
@@ -28,18 +27,19 @@ from fedpipe.failures import (
     slow_set,
     steps_needed,
 )
-from fedpipe.faults import PlantedFaults
-from fedpipe.history import progress_line
-from fedpipe.round import (
+from fedpipe.federation.faults import PlantedFaults
+from fedpipe.federation.round import (
     ClientsLost,
     RoundInputs,
     RoundOutputs,
     run_here,
     run_round,
 )
-from fedpipe.splits import ClientData, FederatedData
+from fedpipe.model.cohort import cohort_map
+from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
+from fedpipe.observe.doctor import codes, diagnose
+from fedpipe.observe.history import progress_line
 from fedpipe.strategy import make_strategy
-from fedpipe.training import ModelRunner, ModelSpec, initial_weights
 
 FEATURES, CLASSES, CLIENTS = 6, 3, 10
 SPEC = ModelSpec("mlp", (FEATURES,), CLASSES, "sgd", 0.05)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedpipe.faults import misweighted_aggregate
-from fedpipe.health import effective_weights
+from fedpipe.federation.faults import misweighted_aggregate
+from fedpipe.federation.health import effective_weights
 
 
 def test_misweighted_aggregate_scales_every_float_weight() -> None:

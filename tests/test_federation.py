@@ -1,4 +1,4 @@
-"""Client sampling (fedpipe.round), round records (fedpipe.records), seeds."""
+"""Client sampling (fedpipe.federation.round), round records (fedpipe.federation.records), seeds."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from fedpipe.metrics import METRIC_NAMES
-from fedpipe.records import RoundRecord
-from fedpipe.round import sample_clients
-from fedpipe.seeds import PURPOSES, derive_seed, rng_for
+from fedpipe.core.seeds import PURPOSES, derive_seed, rng_for
+from fedpipe.federation.records import RoundRecord
+from fedpipe.federation.round import sample_clients
+from fedpipe.model.metrics import METRIC_NAMES
 
 # ---------------------------------------------------------------- helpers
 
@@ -210,8 +210,8 @@ def test_a_metric_no_client_could_compute_has_no_spread_and_no_warning() -> None
     import math
     import warnings
 
-    from fedpipe.metrics import METRIC_NAMES
-    from fedpipe.records import _std
+    from fedpipe.federation.records import _std
+    from fedpipe.model.metrics import METRIC_NAMES
 
     nan = float("nan")
     rows = [{m: nan for m in METRIC_NAMES} for _ in range(3)]

@@ -1,4 +1,4 @@
-"""Tests for fedpipe.health: each measure against a hand computation."""
+"""Tests for fedpipe.federation.health: each measure against a hand computation."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from fedpipe.health import (
+from fedpipe.core.jsonio import read_json, write_json
+from fedpipe.federation.health import (
     cosine,
     divergence,
     effective_weights,
@@ -16,7 +17,6 @@ from fedpipe.health import (
     loss_top_share,
     round_health,
 )
-from fedpipe.jsonio import read_json, write_json
 
 # ---------------------------------------------------------------- divergence
 
@@ -369,7 +369,7 @@ def test_round_health_when_aggregation_was_refused() -> None:
 
 
 def test_layer_info_gives_kinds_and_trainable_indices() -> None:
-    from fedpipe.models import build_model, layer_info
+    from fedpipe.model.zoo import build_model, layer_info
 
     model = build_model("cnn", (8, 8, 1), 3, depth=2, width=2, batch_norm=True)
     rows = layer_info(model)
@@ -390,7 +390,7 @@ def test_health_and_doctor_do_not_load_tensorflow() -> None:
     import sys
 
     code = (
-        "import sys, fedpipe.health, fedpipe.doctor\n"
+        "import sys, fedpipe.federation.health, fedpipe.observe.doctor\n"
         "loaded = {m.split('.')[0] for m in sys.modules}\n"
         "print(sorted(loaded & {'tensorflow', 'keras'}))"
     )
@@ -401,7 +401,7 @@ def test_health_and_doctor_do_not_load_tensorflow() -> None:
 
 
 def test_rows_are_built_in_place_with_the_bits_of_concatenation() -> None:
-    from fedpipe.health import _flat, _stacked
+    from fedpipe.federation.health import _flat, _stacked
 
     rng = np.random.default_rng(3)
     before = [rng.normal(size=s).astype(np.float32) for s in [(6, 4), (4,), (4, 2)]]

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedpipe import cli
-from fedpipe.lineage import (
+from fedpipe.app import cli
+from fedpipe.app.project import REMOTE_ROOT, default_remote_url, init_project
+from fedpipe.observe.lineage import (
     LineageError,
     audit,
     expected_commands,
@@ -24,7 +25,6 @@ from fedpipe.lineage import (
     format_mermaid,
     format_text,
 )
-from fedpipe.project import REMOTE_ROOT, default_remote_url, init_project
 
 PARAMS = {
     "seed": 7,
@@ -510,7 +510,7 @@ def test_cli_exit_codes(
 
 
 def test_cli_help_documents_targets_and_exit_codes() -> None:
-    from fedpipe.cli import build_parser
+    from fedpipe.app.cli import build_parser
 
     sub = build_parser()._subparsers._group_actions[0].choices["lineage"]  # type: ignore[union-attr]
     text = sub.format_help()

@@ -1,4 +1,4 @@
-"""Tests for fedpipe.metrics: AUC, classification metrics and weighted means."""
+"""Tests for fedpipe.model.metrics: AUC, classification metrics and weighted means."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fedpipe.metrics import (
+from fedpipe.model.metrics import (
     METRIC_NAMES,
     binary_auc,
     classification_metrics,

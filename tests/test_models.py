@@ -1,4 +1,4 @@
-"""Tests for fedpipe.models: builders return uncompiled models of the right shape,
+"""Tests for fedpipe.model.zoo: builders return uncompiled models of the right shape,
 the zoo's dials change the architecture as documented, and the inspection helpers
 map the flat weight list back to layers."""
 
@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import pytest
 
-from fedpipe.models import (
+from fedpipe.model.zoo import (
     MODELS,
     SETTING_NAMES,
     build_model,

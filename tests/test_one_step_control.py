@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 from fedpipe.strategy.base import ClientUpdate
 from fedpipe.strategy.fedavg import FedAvg
-from fedpipe.training import ModelRunner, ModelSpec, initial_weights
 
 CLIENTS, PER_CLIENT = 5, 16
 

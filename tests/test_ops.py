@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedpipe.config import ParamsError, load_params, parse_params, round_chain
-from fedpipe.overrides import set_params, yaml_scalar
-from fedpipe.records import RoundRecord
+from fedpipe.config.overrides import set_params, yaml_scalar
+from fedpipe.config.params import ParamsError, load_params, parse_params, round_chain
+from fedpipe.federation.records import RoundRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 NAN = float("nan")
@@ -64,7 +64,7 @@ def test_runtime_rejects_zero_workers() -> None:
 
 def test_no_stage_depends_on_the_runtime_section() -> None:
     # the runtime section must never change results, so no stage may track it
-    for path in (ROOT / "dvc.yaml", ROOT / "fedpipe/templates/dvc.yaml.in"):
+    for path in (ROOT / "dvc.yaml", ROOT / "fedpipe/app/templates/dvc.yaml.in"):
         stages = yaml.safe_load(path.read_text())["stages"]
         for name, stage in stages.items():
             body = stage.get("do", stage)
@@ -151,7 +151,7 @@ def test_flow_parameters_map_to_params_keys() -> None:
 
 
 def test_cli_has_deploy_and_serve_with_a_schedule() -> None:
-    from fedpipe.cli import build_parser
+    from fedpipe.app.cli import build_parser
 
     parser = build_parser()
     args = parser.parse_args(["deploy", "--pool", "p", "--cron", "0 3 * * *"])
@@ -195,7 +195,7 @@ def test_artifacts_are_not_created_outside_a_run() -> None:
 def test_workers_with_several_threads_are_refused() -> None:
     from distributed import LocalCluster
 
-    from tasks.runtime import check_workers
+    from orchestration.runtime import check_workers
 
     with LocalCluster(
         n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
@@ -207,7 +207,7 @@ def test_workers_with_several_threads_are_refused() -> None:
 def test_single_threaded_workers_are_counted() -> None:
     from distributed import LocalCluster
 
-    from tasks.runtime import check_workers
+    from orchestration.runtime import check_workers
 
     with LocalCluster(
         n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedpipe.config import ParamsError, load_params, round_chain
-from fedpipe.overrides import (
+from fedpipe.config.overrides import (
     apply_overrides,
     check_overrides,
     parse_overrides,
     set_params,
     with_overrides,
 )
+from fedpipe.config.params import ParamsError, load_params, round_chain
 
 ROOT = Path(__file__).resolve().parents[1]
 

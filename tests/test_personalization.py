@@ -7,9 +7,13 @@ import pytest
 
 from fedpipe.client import ClientReply, ClientTask, LocalFit, LocalSGD, LocalTrainer
 from fedpipe.client.personal import Ditto, FedPer
-from fedpipe.clientstate import load_client_states, merged, save_client_states
-from fedpipe.config import ParamsError, parse_params
-from fedpipe.personalization import resolve
+from fedpipe.config.params import ParamsError, parse_params
+from fedpipe.federation.clientstate import (
+    load_client_states,
+    merged,
+    save_client_states,
+)
+from fedpipe.federation.personalization import resolve
 
 # a model of three weight-bearing layers: dense (0, 1), batch norm (2..5), head (6, 7)
 GROUPS = [("dense", [0, 1]), ("bn", [2, 3, 4, 5]), ("head", [6, 7])]
@@ -181,7 +185,7 @@ def test_params_accept_every_method_and_refuse_unknown_ones() -> None:
 
 
 def test_normalization_layers_of_real_models() -> None:
-    from fedpipe.models import build_model, normalization_layers
+    from fedpipe.model.zoo import build_model, normalization_layers
 
     bn = build_model("cnn", (28, 28, 1), 10, depth=2, width=4, batch_norm=True)
     assert normalization_layers(bn) == ["bn_01", "bn_02"]

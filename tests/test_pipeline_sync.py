@@ -1,4 +1,4 @@
-"""dvc.yaml, params.yaml, the packaged templates and fedpipe.layout agree."""
+"""dvc.yaml, params.yaml, the packaged templates and fedpipe.config.layout agree."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fedpipe import layout
-from fedpipe.config import load_params, round_chain
-from fedpipe.project import TEMPLATE_FILES, template_text
+from fedpipe.app.project import TEMPLATE_FILES, template_text
+from fedpipe.config import layout
+from fedpipe.config.params import load_params, round_chain
 
 ROOT = Path(__file__).resolve().parents[1]
 

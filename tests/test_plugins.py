@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from fedpipe.app.project import template_text
 from fedpipe.client.base import ClientAlgorithm
-from fedpipe.config import ParamsError, parse_params
-from fedpipe.plugins import (
+from fedpipe.config.params import ParamsError, parse_params
+from fedpipe.core.plugins import (
     check_code_deps,
     code_files,
     listed_code_deps,
@@ -18,7 +19,6 @@ from fedpipe.plugins import (
     load_subclass,
     sync_code_deps,
 )
-from fedpipe.project import template_text
 
 CLIENT = """
 from fedpipe.client.base import ClientAlgorithm, ClientReply

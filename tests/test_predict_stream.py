@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from helpers_store import CountingStore
 
-from fedpipe.data import DatasetSpec
-from fedpipe.splits import Features
-from fedpipe.training import ModelRunner, ModelSpec, initial_weights
+from fedpipe.data.sources import DatasetSpec
+from fedpipe.data.splits import Features
+from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 
 SPEC = ModelSpec(
     name="mlp", input_shape=(4, 4, 1), n_classes=3, optimizer="sgd", lr=0.1

@@ -1,4 +1,4 @@
-"""Differential privacy (fedpipe.privacy): clipping and noise math, seeded bits,
+"""Differential privacy (fedpipe.federation.privacy): clipping and noise math, seeded bits,
 the accountant against a published figure and a direct dp_accounting call, the
 budget stop, bad input, and the doctor's finding."""
 
@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 from dp_accounting.rdp import RdpAccountant
 
-from fedpipe.config import ParamsError, parse_params, round_chain
-from fedpipe.doctor import codes, diagnose
-from fedpipe.history import final_table, progress_line
-from fedpipe.privacy.accountant import (
+from fedpipe.config.params import ParamsError, parse_params, round_chain
+from fedpipe.config.privacy import Privacy
+from fedpipe.federation.privacy.accountant import (
     NeighborRel,
     PrivacyBudgetExceeded,
     central_epsilon,
@@ -25,10 +24,16 @@ from fedpipe.privacy.accountant import (
     noise_for_epsilon,
     round_event,
 )
-from fedpipe.privacy.mechanism import CLIP_KEY, clip_to_norm, global_norm, privacy_rng
-from fedpipe.privacy.rounds import aggregate_round
-from fedpipe.privacy.settings import Privacy
-from fedpipe.report import build_report
+from fedpipe.federation.privacy.mechanism import (
+    CLIP_KEY,
+    clip_to_norm,
+    global_norm,
+    privacy_rng,
+)
+from fedpipe.federation.privacy.rounds import aggregate_round
+from fedpipe.observe.doctor import codes, diagnose
+from fedpipe.observe.history import final_table, progress_line
+from fedpipe.observe.report import build_report
 from fedpipe.strategy import ClientUpdate, make_strategy
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -1,12 +1,12 @@
-"""Tests for fedpipe.probe: dead ReLU units from one forward pass, no side effects."""
+"""Tests for fedpipe.model.probe: dead ReLU units from one forward pass, no side effects."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from fedpipe.probe import dead_unit_shares, relu_probe
-from fedpipe.training import ModelRunner, ModelSpec, initial_weights
+from fedpipe.model.probe import dead_unit_shares, relu_probe
+from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 
 
 def _spec(name: str) -> ModelSpec:

@@ -1,6 +1,6 @@
 """fedpipe stays a pure library: no Prefect or DVC, and a light config import.
 
-One exception: ``fedpipe.lineage`` is the reader of DVC's record (it audits
+One exception: ``fedpipe.observe.lineage`` is the reader of DVC's record (it audits
 dvc.lock through DVC's own API), so it may import DVC - and only it, and never
 Prefect.
 """
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DVC_READER = "fedpipe.lineage"  # the one package allowed to import DVC
+DVC_READER = "fedpipe.observe.lineage"  # the one package allowed to import DVC
 
 
 def _package_modules() -> list[str]:
@@ -68,9 +68,15 @@ def test_fedpipe_imports_neither_prefect_nor_dvc() -> None:
 
 def test_every_package_is_covered() -> None:
     # a new module or package is checked without being listed here
-    for name in ("fedpipe.runfiles", "fedpipe.doctor.drift", "fedpipe.validation.gx"):
+    for name in (
+        "fedpipe.observe.runfiles",
+        "fedpipe.observe.doctor.drift",
+        "fedpipe.data.validation.gx",
+    ):
         assert name in MODULES
-    assert {"fedpipe.lineage", "fedpipe.lineage.dvcstate"} <= set(LINEAGE)
+    assert {"fedpipe.observe.lineage", "fedpipe.observe.lineage.dvcstate"} <= set(
+        LINEAGE
+    )
 
 
 def test_lineage_reads_dvc_but_not_prefect() -> None:
@@ -80,7 +86,7 @@ def test_lineage_reads_dvc_but_not_prefect() -> None:
 
 def test_only_the_lineage_package_imports_dvc() -> None:
     # every module, not only those listed above: a DVC import outside
-    # fedpipe/lineage/ (even a lazy one inside a function) is caught here
+    # fedpipe/observe/lineage/ (even a lazy one inside a function) is caught here
     pattern = re.compile(r"^\s*(from|import)\s+(dvc|dvc_data|dvc_objects)\b", re.M)
     package = ROOT / "fedpipe"
     reader = package / DVC_READER.split(".")[1]
@@ -94,37 +100,44 @@ def test_only_the_lineage_package_imports_dvc() -> None:
 
 def test_the_check_sees_imports() -> None:
     # guards the helper itself: it must report a package that was imported
-    assert _imported_after(["fedpipe.data"], ["pandas", "prefect"]) == ["pandas"]
+    assert _imported_after(["fedpipe.data.sources"], ["pandas", "prefect"]) == [
+        "pandas"
+    ]
 
 
 def test_config_import_does_not_load_tensorflow() -> None:
-    assert _imported_after(["fedpipe.config"], ["tensorflow", "keras"]) == []
+    assert _imported_after(["fedpipe.config.params"], ["tensorflow", "keras"]) == []
 
 
 def test_cli_import_loads_neither_matplotlib_nor_pandas() -> None:
     # `fedpipe --help` stays instant: `fedpipe report` imports its module lazily
     watched = ["matplotlib", "pandas", "tensorflow"]
-    assert _imported_after(["fedpipe.cli"], watched) == []
+    assert _imported_after(["fedpipe.app.cli"], watched) == []
 
 
 def test_report_import_does_not_load_tensorflow() -> None:
-    assert _imported_after(["fedpipe.report"], ["tensorflow", "keras"]) == []
+    assert _imported_after(["fedpipe.observe.report"], ["tensorflow", "keras"]) == []
 
 
 def test_runfiles_import_stays_light() -> None:
     # the lineage (which must stay light) can share its git and params helpers
     heavy = ["tensorflow", "keras", "pandas", "numpy", "pydantic", "matplotlib"]
-    assert _imported_after(["fedpipe.runfiles"], heavy) == []
+    assert _imported_after(["fedpipe.observe.runfiles"], heavy) == []
 
 
 def test_lineage_path_stays_light() -> None:
     # `fedpipe lineage` loads DVC, but no TensorFlow, pandas, NumPy or GX
     heavy = ["tensorflow", "keras", "pandas", "numpy", "great_expectations"]
-    assert _imported_after(["fedpipe.cli", "fedpipe.lineage"], heavy) == []
+    assert _imported_after(["fedpipe.app.cli", "fedpipe.observe.lineage"], heavy) == []
 
 
 def test_status_path_loads_neither_tensorflow_nor_prefect() -> None:
     # `fedpipe status` reads DVC (lineage) and runs the doctor: nothing heavier
     heavy = ["tensorflow", "keras", "prefect", "great_expectations", "flows"]
-    modules = ["fedpipe.cli", "fedpipe.status", "fedpipe.lineage", "fedpipe.doctor"]
+    modules = [
+        "fedpipe.app.cli",
+        "fedpipe.observe.status",
+        "fedpipe.observe.lineage",
+        "fedpipe.observe.doctor",
+    ]
     assert _imported_after(modules, heavy) == []

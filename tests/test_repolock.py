@@ -1,4 +1,4 @@
-"""One run per project: tasks.repolock holds DVC's own repo lock."""
+"""One run per project: orchestration.repolock holds DVC's own repo lock."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from tasks import repolock
+from orchestration import repolock
 
 ROOT = Path(__file__).resolve().parents[1]
 TRY_HOLD = (
     "import sys\n"
     "from pathlib import Path\n"
-    "from tasks.repolock import ProjectBusy, hold\n"
+    "from orchestration.repolock import ProjectBusy, hold\n"
     "try:\n"
     "    with hold(Path(sys.argv[1]), command='fedpipe run', retry_s=0.2):\n"
     "        print('held')\n"

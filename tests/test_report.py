@@ -1,4 +1,4 @@
-"""fedpipe.report: the run's HTML page from synthetic run files (contract formats)."""
+"""fedpipe.observe.report: the run's HTML page from synthetic run files (contract formats)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from report_fixtures import FINDINGS, write_run
 
-from fedpipe import report
-from fedpipe.doctor import codes
-from fedpipe.jsonio import write_json
-from fedpipe.report import (
+from fedpipe.core.jsonio import write_json
+from fedpipe.observe import report
+from fedpipe.observe.doctor import codes
+from fedpipe.observe.report import (
     SECTION_TITLES,
     build_report,
     labels_svg,
@@ -40,8 +40,8 @@ def _section(page: str, key: str) -> str:
 
 @pytest.fixture
 def no_doctor(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Behave as a fedpipe without fedpipe.doctor, whether or not it exists."""
-    monkeypatch.setitem(sys.modules, "fedpipe.doctor", None)
+    """Behave as a fedpipe without fedpipe.observe.doctor, whether or not it exists."""
+    monkeypatch.setitem(sys.modules, "fedpipe.observe.doctor", None)
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +158,7 @@ def test_empty_directory_gives_a_note_per_section(
     assert notes["norms"] == notes["divergence"]
     assert "run `fedpipe stage partition`" in notes["labels"][0]
     assert notes["doctor"] == [
-        "doctor not available (this fedpipe has no fedpipe.doctor)"
+        "doctor not available (this fedpipe has no fedpipe.observe.doctor)"
     ]
     assert len(notes["lineage"]) == 3  # git, dvc.lock, params.yaml
     assert "<svg" not in page
@@ -261,12 +261,12 @@ def test_no_findings_and_no_doctor_are_told_apart() -> None:
 def test_missing_doctor_module(tmp_path: Path, no_doctor: None) -> None:
     assert run_doctor(tmp_path) == (
         None,
-        "doctor not available (this fedpipe has no fedpipe.doctor)",
+        "doctor not available (this fedpipe has no fedpipe.observe.doctor)",
     )
 
 
 @dataclass(frozen=True)
-class _Finding:  # the contract's Finding, as fedpipe.doctor defines it
+class _Finding:  # the contract's Finding, as fedpipe.observe.doctor defines it
     code: str
     severity: str
     title: str
@@ -279,7 +279,7 @@ class _Finding:  # the contract's Finding, as fedpipe.doctor defines it
 
 
 def _doctor_module(diagnose) -> types.ModuleType:  # type: ignore[no-untyped-def]
-    module = types.ModuleType("fedpipe.doctor")
+    module = types.ModuleType("fedpipe.observe.doctor")
     module.diagnose = diagnose  # type: ignore[attr-defined]
     return module
 
@@ -293,7 +293,7 @@ def test_doctor_findings_are_called_with_root_and_shown(
         seen.append(root)
         return [_Finding(**f) for f in FINDINGS]
 
-    monkeypatch.setitem(sys.modules, "fedpipe.doctor", _doctor_module(diagnose))
+    monkeypatch.setitem(sys.modules, "fedpipe.observe.doctor", _doctor_module(diagnose))
     page = build_report(tmp_path)
     assert seen == [tmp_path]
     assert "Global loss rises while accuracy holds" in _section(page, "doctor")
@@ -305,7 +305,7 @@ def test_failing_doctor_is_reported_not_raised(
     def diagnose(root: Path) -> list:
         raise RuntimeError("no rounds")
 
-    monkeypatch.setitem(sys.modules, "fedpipe.doctor", _doctor_module(diagnose))
+    monkeypatch.setitem(sys.modules, "fedpipe.observe.doctor", _doctor_module(diagnose))
     assert run_doctor(tmp_path) == (None, "doctor failed: RuntimeError: no rounds")
 
 
@@ -335,7 +335,7 @@ def test_cli_report_prints_the_path(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "fedpipe.cli",
+            "fedpipe.app.cli",
             "-C",
             str(tmp_path),
             "report",

@@ -15,7 +15,7 @@ import pytest
 from headless_chromium import Page, chromium_path
 from report_fixtures import FINDINGS, write_run
 
-from fedpipe.report import SECTION_TITLES, write_report
+from fedpipe.observe.report import SECTION_TITLES, write_report
 
 CHROMIUM = chromium_path()
 pytestmark = pytest.mark.skipif(

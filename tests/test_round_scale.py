@@ -11,18 +11,23 @@ from helpers_store import CountingStore
 
 from fedpipe.client import make_client
 from fedpipe.client.base import LocalTraining
-from fedpipe.clientstate import (
+from fedpipe.config.params import ParamsError, parse_params
+from fedpipe.data.sources import DatasetSpec
+from fedpipe.data.splits import ClientData, Features, FederatedData
+from fedpipe.federation.clientstate import (
     client_file,
     load_client_states,
     merged,
     save_client_states,
 )
-from fedpipe.config import ParamsError, parse_params
-from fedpipe.data import DatasetSpec
-from fedpipe.round import ClientEvaluation, RoundInputs, run_here, run_round
-from fedpipe.splits import ClientData, Features, FederatedData
+from fedpipe.federation.round import ClientEvaluation, RoundInputs, run_here, run_round
+from fedpipe.model.training import (
+    ModelRunner,
+    ModelSpec,
+    initial_weights,
+    predict_batch,
+)
 from fedpipe.strategy import make_strategy
-from fedpipe.training import ModelRunner, ModelSpec, initial_weights, predict_batch
 
 # ---------------------------------------------------------------- which clients
 

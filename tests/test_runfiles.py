@@ -1,4 +1,4 @@
-"""fedpipe.runfiles: a run's recorded files read once, and the shared text helpers."""
+"""fedpipe.observe.runfiles: a run's recorded files read once, and the shared text helpers."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from report_fixtures import write_run
 
-from fedpipe import layout
-from fedpipe.runfiles import (
+from fedpipe.config import layout
+from fedpipe.observe.runfiles import (
     Commit,
     flat_params,
     fmt,

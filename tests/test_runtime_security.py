@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from fedpipe.config import ParamsError, dask_address_parts, parse_params, round_chain
+from fedpipe.config.params import (
+    ParamsError,
+    dask_address_parts,
+    parse_params,
+    round_chain,
+)
 
 
 def _runtime(**values: object):
@@ -92,7 +97,7 @@ def test_address_parts() -> None:
 
 
 def test_a_missing_certificate_file_names_the_key_and_path(tmp_path: Path) -> None:
-    from tasks.runtime import DaskScheduler
+    from orchestration.runtime import DaskScheduler
 
     files = _tls_files(tmp_path)
     (tmp_path / "me.pem").unlink()
@@ -102,7 +107,7 @@ def test_a_missing_certificate_file_names_the_key_and_path(tmp_path: Path) -> No
 
 
 def test_the_security_requires_encryption(tmp_path: Path) -> None:
-    from tasks.runtime import dask_security
+    from orchestration.runtime import dask_security
 
     runtime = _runtime(dask_address="tls://10.0.0.5:8786", **_tls_files(tmp_path))
     security = dask_security(runtime)
@@ -119,7 +124,7 @@ def test_a_job_runs_on_a_tls_cluster_through_the_scheduler_connection(
     from distributed import Client, LocalCluster
     from distributed.security import Security
 
-    from tasks.runtime import DaskScheduler
+    from orchestration.runtime import DaskScheduler
 
     cluster_security = Security.temporary()  # one self-signed pair for every role
     files = {}

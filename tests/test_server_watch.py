@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows.server import ServerWatch, probe, server_lost_message
-from tasks.dvclock import LockRecorder, freeze
+from orchestration.dvclock import LockRecorder, freeze
+from orchestration.server import ServerWatch, probe, server_lost_message
 
 
 class _Health(http.server.BaseHTTPRequestHandler):
@@ -129,7 +129,7 @@ def test_lock_recorder_rests_so_it_is_busy_at_most_its_share(
 ) -> None:
     """After a record that took t seconds the recorder is not rested until
     t * (1 / BUSY_SHARE - 1) seconds later (a fake clock: no timing)."""
-    from tasks import dvclock
+    from orchestration import dvclock
 
     clock = [100.0]
     monkeypatch.setattr(dvclock.time, "monotonic", lambda: clock[0])

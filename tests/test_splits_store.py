@@ -1,5 +1,5 @@
 """Client data by reference: memory-mapped features converted per split, pickled
-as a reference to the prepared files (fedpipe.splits)."""
+as a reference to the prepared files (fedpipe.data.splits)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from helpers_store import CountingStore, prepared_store
 
-from fedpipe.data import DatasetSpec, to_arrays, to_features
-from fedpipe.ingest import open_features, read_samples, read_schema
-from fedpipe.splits import (
+from fedpipe.data.ingest import open_features, read_samples, read_schema
+from fedpipe.data.sources import DatasetSpec, to_arrays, to_features
+from fedpipe.data.splits import (
     ClientData,
     Features,
     FederatedData,
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _old_arrays(prepared: Path, manifest: Path) -> dict:
     """What federated_data held before: every split through to_arrays."""
-    from fedpipe.jsonio import read_json
+    from fedpipe.core.jsonio import read_json
 
     samples = read_samples(prepared)
     spec = DatasetSpec.from_schema(read_schema(prepared))
@@ -224,7 +224,7 @@ def test_arrays_pickle_by_value(store: tuple) -> None:
     assert back.ref is None and _same(back.x_train, x) and _same(back.y_test, y[:2])
     # store-backed data without a reference (built from a manifest dict) too
     prepared, manifest = store
-    from fedpipe.jsonio import read_json
+    from fedpipe.core.jsonio import read_json
 
     data = federated_data(
         open_features(prepared),
@@ -239,7 +239,7 @@ def test_arrays_pickle_by_value(store: tuple) -> None:
 
 
 def test_the_tasks_share_the_library_cache(store: tuple) -> None:
-    from tasks.runtime import data_for
+    from orchestration.runtime import data_for
 
     prepared, manifest = store
     assert data_for(prepared, manifest) is open_federated(prepared, manifest)

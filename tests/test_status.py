@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fedpipe.status import (
+from fedpipe.observe.status import (
     Reason,
     Status,
     _param_reasons,

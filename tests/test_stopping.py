@@ -1,4 +1,4 @@
-"""fedpipe.stopping: the signal latch, without Prefect."""
+"""fedpipe.core.stopping: the signal latch, without Prefect."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fedpipe import stopping
+from fedpipe.core import stopping
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Tests for fedpipe.training: deterministic, history-free local training."""
+"""Tests for fedpipe.model.training: deterministic, history-free local training."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import threading
 import numpy as np
 import pytest
 
-from fedpipe.metrics import METRIC_NAMES
-from fedpipe.training import ModelRunner, ModelSpec, initial_weights
+from fedpipe.model.metrics import METRIC_NAMES
+from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 
 Weights = list[np.ndarray]
 
@@ -150,7 +150,7 @@ def test_keras_draws_its_default_seeds_where_initial_weights_sets_them() -> None
     draws them some other way)."""
     from keras.src.random.seed_generator import make_default_seed
 
-    from fedpipe.training import _default_seeds_from
+    from fedpipe.model.training import _default_seeds_from
 
     with _default_seeds_from(5):
         drawn = [make_default_seed() for _ in range(3)]
@@ -238,7 +238,7 @@ def test_proximal_anchor_pulls_towards_the_given_weights(
 def test_the_training_device_is_named_for_the_log(monkeypatch) -> None:
     import tensorflow as tf
 
-    from fedpipe.training import training_device
+    from fedpipe.model.training import training_device
 
     if not tf.config.list_physical_devices("GPU"):  # this machine as it is
         assert training_device() == "CPU"

@@ -1,4 +1,4 @@
-"""Tests for fedpipe.validation (Great Expectations 1.x data validation)."""
+"""Tests for fedpipe.data.validation (Great Expectations 1.x data validation)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedpipe.validation import ExpectationFailure, ValidationReport, validate_table
+from fedpipe.data.validation import ExpectationFailure, ValidationReport, validate_table
 
 N_ROWS = 40
 FEATURES = [f"f{i}" for i in range(6)]
@@ -333,7 +333,7 @@ def test_summary_json_is_deterministic(
 
 
 def test_import_does_not_load_great_expectations() -> None:
-    code = "import sys, fedpipe.validation; print('great_expectations' in sys.modules)"
+    code = "import sys, fedpipe.data.validation; print('great_expectations' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )

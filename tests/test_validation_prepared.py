@@ -1,12 +1,12 @@
-"""Tests for fedpipe.validation.validate_prepared on tiny prepared tables: what a
+"""Tests for fedpipe.data.validation.validate_prepared on tiny prepared tables: what a
 failed label check says about the value the file holds."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fedpipe.ingest import ingest_table, read_schema, row_summaries
-from fedpipe.validation import ValidationReport, validate_prepared
+from fedpipe.data.ingest import ingest_table, read_schema, row_summaries
+from fedpipe.data.validation import ValidationReport, validate_prepared
 
 
 def _validate(

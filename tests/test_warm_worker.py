@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flows import warm
+from fedpipe.app import warm
 
 
 def _worker(tmp_path: Path) -> warm.Worker:

@@ -1,4 +1,4 @@
-"""Tests for fedpipe.weights: deterministic .npz save and load."""
+"""Tests for fedpipe.core.weights: deterministic .npz save and load."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedpipe.weights import load_weights, save_weights
+from fedpipe.core.weights import load_weights, save_weights
 
 # ---------------------------------------------------------------- helpers
 

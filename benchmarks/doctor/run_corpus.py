@@ -372,7 +372,7 @@ def prefect_api(work: Path) -> Iterator[str]:
     if os.environ.get("PREFECT_API_URL"):
         yield os.environ["PREFECT_API_URL"]
         return
-    from flows.server import server_env, wait_healthy
+    from orchestration.server import server_env, wait_healthy
 
     home = work / "prefect-home"
     home.mkdir(parents=True, exist_ok=True)

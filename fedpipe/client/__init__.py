@@ -26,8 +26,8 @@ from fedpipe.client.fedprox import FedProxClient
 from fedpipe.client.personal import Ditto, FedBN, FedPer, FineTune, KeptLayers
 from fedpipe.client.scaffold import ScaffoldClient
 from fedpipe.client.sgd import LocalSGD
-from fedpipe.config import ParamsError
-from fedpipe.plugins import resolve_class
+from fedpipe.config.params import ParamsError
+from fedpipe.core.plugins import resolve_class
 
 CLIENT_ALGORITHMS: dict[str, type[ClientAlgorithm]] = {
     cls.name: cls for cls in (LocalSGD, FedProxClient, ScaffoldClient)

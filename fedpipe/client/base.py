@@ -2,7 +2,7 @@
 
 The server side of an algorithm is a :class:`~fedpipe.strategy.base.Strategy`; the
 client side is a :class:`ClientAlgorithm`. In every round, for each selected client,
-the round (:func:`fedpipe.round.run_round`) builds a :class:`ClientTask` and calls
+the round (:func:`fedpipe.federation.round.run_round`) builds a :class:`ClientTask` and calls
 :meth:`ClientAlgorithm.train` with a :class:`LocalTrainer` bound to that client's
 data::
 
@@ -16,7 +16,7 @@ control variate ``"c"``), and what this client kept from its previous rounds
 (``state``, namespaced by algorithm: ``state["scaffold"]["c_i/003"]``; empty the
 first time). What it **may keep** between rounds: named arrays in
 :attr:`ClientReply.state` under its own :attr:`ClientAlgorithm.name`; the round stores
-them per client (:mod:`fedpipe.clientstate`) and hands them back next time the client
+them per client (:mod:`fedpipe.federation.clientstate`) and hands them back next time the client
 is selected. What it **sends back** (:class:`ClientReply`): its weights (the full
 list, laid out like the global weights), ``extras`` for the strategy (laid out like
 the weights, e.g. ``"control_delta"``), and optionally the model to report as its
@@ -39,7 +39,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from fedpipe.seeds import derive_seed
+from fedpipe.core.seeds import derive_seed
 
 Weights = list[np.ndarray]
 ClientState = Mapping[str, Mapping[str, np.ndarray]]
@@ -145,10 +145,10 @@ class ClientReply:
 class LocalTrainer(abc.ABC):
     """Local training and evaluation on one client's data, for an algorithm.
 
-    Implemented by the round with a compiled Keras model (:mod:`fedpipe.round`);
+    Implemented by the round with a compiled Keras model (:mod:`fedpipe.federation.round`);
     algorithms only call it. :meth:`fit` minimizes the local objective
     ``L(w) + mu/2 ||w - anchor||^2 + <offset, w>`` (see
-    :meth:`fedpipe.training.ModelRunner.fit`) with the optimizer of ``train.*``.
+    :meth:`fedpipe.model.training.ModelRunner.fit`) with the optimizer of ``train.*``.
     """
 
     training: LocalTraining

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from fedpipe.config import ParamsError, parse_params, round_chain
-from fedpipe.experiment import attack_plan_for, strategy_for
+from fedpipe.config.params import ParamsError, parse_params, round_chain
+from fedpipe.federation.build import attack_plan_for, strategy_for
 
 
 def _raw(**sections: Any) -> dict[str, Any]:

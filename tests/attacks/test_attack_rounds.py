@@ -1,4 +1,4 @@
-"""Every attack and defense end to end through fedpipe.round.run_round (tiny MLP,
+"""Every attack and defense end to end through fedpipe.federation.round.run_round (tiny MLP,
 2 rounds), label flipping through a real Keras client, and the doctor naming the
 sign-flip attackers of a planted run from its health records alone."""
 
@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 from helpers_fl import run_federation, runner_for
 
-from fedpipe import layout
-from fedpipe.attacks import ATTACKS, AttackPlan, flipped, make_attack
 from fedpipe.client import make_client
 from fedpipe.client.base import LocalTraining
-from fedpipe.doctor import codes, diagnose
-from fedpipe.jsonio import read_json
-from fedpipe.round import RoundInputs, client_jobs, run_client
-from fedpipe.splits import ClientData, FederatedData
+from fedpipe.config import layout
+from fedpipe.core.jsonio import read_json
+from fedpipe.data.splits import ClientData, FederatedData
+from fedpipe.federation.attacks import ATTACKS, AttackPlan, flipped, make_attack
+from fedpipe.federation.round import RoundInputs, client_jobs, run_client
+from fedpipe.model.training import ModelSpec, initial_weights
+from fedpipe.observe.doctor import codes, diagnose
 from fedpipe.strategy import make_strategy
-from fedpipe.training import ModelSpec, initial_weights
 
 TINY = {"n_samples": 400, "clients": 8, "rounds": 2, "lr": 0.1, "seed": 0}
 MALICIOUS = (2, 5)
@@ -160,8 +160,8 @@ def test_doctor_names_no_attacker_in_the_clean_run(run) -> None:
 
 
 def test_lineage_names_the_malicious_clients_of_a_round(run) -> None:
-    from fedpipe.lineage.formats import _info_lines
-    from fedpipe.lineage.records import stage_info
+    from fedpipe.observe.lineage.formats import _info_lines
+    from fedpipe.observe.lineage.records import stage_info
 
     info = stage_info(run("sign_flip"), "round@2", lambda path: None)
     assert info["malicious"] == list(MALICIOUS)

@@ -7,7 +7,8 @@ import pickle
 import numpy as np
 import pytest
 
-from fedpipe.attacks import (
+from fedpipe.data.splits import ClientData
+from fedpipe.federation.attacks import (
     ATTACKS,
     AttackPlan,
     FlippedLabels,
@@ -16,7 +17,6 @@ from fedpipe.attacks import (
     make_attack,
     malicious_count,
 )
-from fedpipe.splits import ClientData
 from fedpipe.strategy import ClientUpdate
 
 SHAPES = [(3, 2), (4,)]

@@ -21,9 +21,9 @@ from fedpipe.client import (
     ScaffoldClient,
 )
 from fedpipe.client.personal import Ditto
-from fedpipe.round import KerasTrainer
-from fedpipe.splits import ClientData
-from fedpipe.training import ModelRunner, ModelSpec
+from fedpipe.data.splits import ClientData
+from fedpipe.federation.round import KerasTrainer
+from fedpipe.model.training import ModelRunner, ModelSpec
 
 LR = 0.1
 N, D = 8, 3

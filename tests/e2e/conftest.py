@@ -47,7 +47,7 @@ def _drain_prefect_clients() -> None:
 @pytest.fixture(scope="session")
 def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of a Prefect API started for this test session."""
-    from flows.server import server_env, wait_healthy
+    from orchestration.server import server_env, wait_healthy
 
     home = tmp_path_factory.mktemp("prefect-home")
     port = _free_port()
@@ -88,7 +88,7 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def warm_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The session's folder of warm-worker sockets; its workers stop at the end."""
-    from fedpipe.stageclient import stop_workers
+    from fedpipe.app.stageclient import stop_workers
 
     path = tmp_path_factory.mktemp("fedpipe-warm")
     path.chmod(0o700)

@@ -17,8 +17,8 @@ import pytest
 import yaml
 from e2e_helpers import BIN, file_hashes, make_project, run_cli
 
-from fedpipe.clientstate import load_client_states
-from fedpipe.config import STRATEGY_NAMES
+from fedpipe.config.params import STRATEGY_NAMES
+from fedpipe.federation.clientstate import load_client_states
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -50,7 +50,7 @@ def _run_in_process(
 ) -> dict:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from fedpipe.config import load_params, sync_round_chain
+    from fedpipe.config.params import load_params, sync_round_chain
     from flows.pipeline import run_pipeline
 
     monkeypatch.chdir(project)

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from e2e_helpers import BIN, file_hashes, make_project, run_cli
 
-from fedpipe.overrides import set_params
+from fedpipe.config.overrides import set_params
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")

@@ -81,7 +81,7 @@ def recording_env(
     tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]
 ) -> Iterator[dict[str, str]]:
     """CLI environment pointing at a server that records task runs."""
-    from flows.server import server_env, wait_healthy
+    from orchestration.server import server_env, wait_healthy
 
     home = tmp_path_factory.mktemp("prefect-recording-home")
     port = _free_port()

@@ -34,14 +34,14 @@ import pytest
 import yaml
 from e2e_helpers import BIN, file_hashes, run_cli
 
-from fedpipe.overrides import set_params
+from fedpipe.config.overrides import set_params
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
 DVC = str(BIN / "dvc")
 RUN = [FEDPIPE, "run", "--no-server-start", "--no-report"]
 MODELS = "models/round-*/weights.npz"
-ENSURE_API = "from flows.server import ensure_api; print(ensure_api())"
+ENSURE_API = "from orchestration.server import ensure_api; print(ensure_api())"
 
 
 def _free_port() -> int:
@@ -57,7 +57,7 @@ def _dead_pid() -> int:
 
 
 def _ensure_api(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """``flows.server.ensure_api()`` in a fresh process (what ``fedpipe run`` calls
+    """``orchestration.server.ensure_api()`` in a fresh process (what ``fedpipe run`` calls
     before Prefect is imported); its last line is the URL."""
     return subprocess.run(
         [sys.executable, "-c", ENSURE_API],

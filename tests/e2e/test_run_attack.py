@@ -14,8 +14,8 @@ import shutil
 import pytest
 from e2e_helpers import BIN, run_cli
 
-from fedpipe.doctor import codes
-from fedpipe.overrides import set_params
+from fedpipe.config.overrides import set_params
+from fedpipe.observe.doctor import codes
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")

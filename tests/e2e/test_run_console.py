@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from e2e_helpers import BIN, run_cli
 
-from fedpipe.overrides import set_params
+from fedpipe.config.overrides import set_params
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from e2e_helpers import BIN, make_project, run_cli
 
-from fedpipe.doctor import codes
+from fedpipe.observe.doctor import codes
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")

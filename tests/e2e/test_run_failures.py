@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 from e2e_helpers import BIN, run_cli
 
-from fedpipe.doctor import codes
-from fedpipe.failures import dropped_out
-from fedpipe.overrides import set_params
+from fedpipe.config.overrides import set_params
+from fedpipe.federation.failures import dropped_out
+from fedpipe.observe.doctor import codes
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")

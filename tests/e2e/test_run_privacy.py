@@ -13,8 +13,8 @@ import pytest
 import yaml
 from e2e_helpers import BIN, SCRIPTS, TINY, run_cli
 
-from fedpipe.privacy.accountant import central_epsilon
-from fedpipe.privacy.settings import Privacy
+from fedpipe.config.privacy import Privacy
+from fedpipe.federation.privacy.accountant import central_epsilon
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")

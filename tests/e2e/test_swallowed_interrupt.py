@@ -1,4 +1,4 @@
-"""A Ctrl-C that Prefect's flow engine swallows is not lost (fedpipe.stopping)."""
+"""A Ctrl-C that Prefect's flow engine swallows is not lost (fedpipe.core.stopping)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e
 SCRIPT = """
 import os, signal
 from prefect import flow
-from fedpipe import stopping
+from fedpipe.core import stopping
 
 def late(flow, flow_run, state):
     os.kill(os.getpid(), signal.SIGINT)

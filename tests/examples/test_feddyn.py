@@ -1,5 +1,5 @@
 """examples/feddyn: FedDyn written only as a user's plugin file, checked against a
-hand computation through the real round (:func:`fedpipe.round.run_round`).
+hand computation through the real round (:func:`fedpipe.federation.round.run_round`).
 
 The model is a logistic regression (``Dense(1, sigmoid)`` on 2 features, 3
 parameters) from a builder file of the test's own; each client has 4 samples and
@@ -17,20 +17,26 @@ import pytest
 
 from fedpipe.client import CLIENT_ALGORITHMS
 from fedpipe.client.base import ClientAlgorithm
-from fedpipe.config import Params, ParamsError, parse_params, round_chain
-from fedpipe.data import DatasetSpec
-from fedpipe.experiment import (
+from fedpipe.config.params import Params, ParamsError, parse_params, round_chain
+from fedpipe.core.plugins import load_subclass
+from fedpipe.data.sources import DatasetSpec
+from fedpipe.data.splits import ClientData, FederatedData
+from fedpipe.federation.build import (
     client_algorithm_for,
     local_training,
     model_spec,
     strategy_for,
 )
-from fedpipe.models import build_model
-from fedpipe.plugins import load_subclass
-from fedpipe.round import ClientResult, RoundInputs, RoundOutputs, run_here, run_round
-from fedpipe.splits import ClientData, FederatedData
+from fedpipe.federation.round import (
+    ClientResult,
+    RoundInputs,
+    RoundOutputs,
+    run_here,
+    run_round,
+)
+from fedpipe.model.training import ModelRunner
+from fedpipe.model.zoo import build_model
 from fedpipe.strategy import STRATEGIES, Strategy
-from fedpipe.training import ModelRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 FEDDYN = "examples/feddyn/feddyn.py"

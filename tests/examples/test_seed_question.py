@@ -7,8 +7,8 @@ from pathlib import Path
 import keras
 import pytest
 
-from fedpipe.config import ParamsError
-from fedpipe.models import build_model
+from fedpipe.config.params import ParamsError
+from fedpipe.model.zoo import build_model
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "examples/seed_question/model.py:createModel"

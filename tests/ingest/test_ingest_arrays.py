@@ -1,4 +1,4 @@
-"""Tests for fedpipe.ingest.ingest_arrays: in-memory data sets such as MNIST."""
+"""Tests for fedpipe.data.ingest.ingest_arrays: in-memory data sets such as MNIST."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedpipe.ingest import (
+from fedpipe.data.ingest import (
     IngestError,
     ingest_arrays,
     open_features,

@@ -1,4 +1,4 @@
-"""Tests for fedpipe.ingest.ingest_image_folder: good folders and the bad-input
+"""Tests for fedpipe.data.ingest.ingest_image_folder: good folders and the bad-input
 corpus (truncated, non-image, empty class, empty folder, missing path, ...)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fedpipe.ingest import (
+from fedpipe.data.ingest import (
     IngestError,
     ingest_image_folder,
     open_features,

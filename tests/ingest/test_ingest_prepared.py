@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-import fedpipe.ingest.images as images_module
-from fedpipe.ingest import (
+import fedpipe.data.ingest.images as images_module
+from fedpipe.data.ingest import (
     IngestError,
     ingest_arrays,
     ingest_image_folder,
@@ -23,7 +23,7 @@ from fedpipe.ingest import (
     read_schema,
     row_summaries,
 )
-from fedpipe.ingest.prepared import _PreparedWriter
+from fedpipe.data.ingest.prepared import _PreparedWriter
 
 # ---------------------------------------------------------------- helpers
 

@@ -1,4 +1,4 @@
-"""Tests for fedpipe.ingest.ingest_table: CSV and Parquet, and the bad-input corpus
+"""Tests for fedpipe.data.ingest.ingest_table: CSV and Parquet, and the bad-input corpus
 (missing columns, NaN, strings in numbers, bad labels, unsupported files, ...)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import fedpipe.ingest.table as table_module
-from fedpipe.ingest import (
+import fedpipe.data.ingest.table as table_module
+from fedpipe.data.ingest import (
     IngestError,
     ingest_table,
     open_features,

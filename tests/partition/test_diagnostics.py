@@ -1,4 +1,4 @@
-"""Tests for fedpipe.partition.diagnostics: count table, heatmap, skew summary."""
+"""Tests for fedpipe.data.partition.diagnostics: count table, heatmap, skew summary."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedpipe.partition import (
+from fedpipe.data.partition import (
     PartitionError,
     build_manifest,
     class_count_table,
@@ -198,7 +198,7 @@ def test_skew_summary_without_clients_is_zero() -> None:
 def test_importing_partition_loads_neither_pandas_nor_matplotlib() -> None:
     # the diagnostics import them on call, keeping the partitioners numpy-only
     code = (
-        "import sys, fedpipe.partition\n"
+        "import sys, fedpipe.data.partition\n"
         "print(sorted({'pandas', 'matplotlib'} & set(sys.modules)))"
     )
     out = subprocess.run(

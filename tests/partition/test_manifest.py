@@ -1,4 +1,4 @@
-"""Tests for fedpipe.partition.manifest: checks, held-out split, manifest, skew."""
+"""Tests for fedpipe.data.partition.manifest: checks, held-out split, manifest, skew."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from fedpipe.partition import (
+from fedpipe.data.partition import (
     DirichletPartitioner,
     PartitionError,
     build_manifest,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedpipe.partition import NaturalIdPartitioner, PartitionError
+from fedpipe.data.partition import NaturalIdPartitioner, PartitionError
 
 
 def _rng(seed: int = 0) -> np.random.Generator:

@@ -11,7 +11,7 @@ import inspect
 import numpy as np
 import pytest
 
-from fedpipe.partition import (
+from fedpipe.data.partition import (
     PARTITIONERS,
     DirichletPartitioner,
     IidPartitioner,

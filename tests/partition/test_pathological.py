@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedpipe.partition import PartitionError, PathologicalPartitioner
+from fedpipe.data.partition import PartitionError, PathologicalPartitioner
 
 
 def _labels(n: int = 2000, n_classes: int = 10) -> np.ndarray:

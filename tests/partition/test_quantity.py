@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from fedpipe.partition import PartitionError, QuantitySkewPartitioner
-from fedpipe.partition.quantity import client_sizes
+from fedpipe.data.partition import PartitionError, QuantitySkewPartitioner
+from fedpipe.data.partition.quantity import client_sizes
 
 
 def _labels(n: int = 2000, n_classes: int = 10) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedpipe.partition import IidPartitioner, PartitionError, ShardsPartitioner
+from fedpipe.data.partition import IidPartitioner, PartitionError, ShardsPartitioner
 
 
 def _labels(n: int = 2000, n_classes: int = 10) -> np.ndarray:

@@ -22,8 +22,8 @@ from strategy_helpers import (
     weights,
 )
 
+from fedpipe.core.weights import load_state, save_state
 from fedpipe.strategy import STRATEGIES, AggregationError, ClientUpdate, make_strategy
-from fedpipe.weights import load_state, save_state
 
 # identical client updates in -> that update out
 AVERAGING = {

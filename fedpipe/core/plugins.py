@@ -1,0 +1,280 @@
+"""Your own code, named in ``params.yaml``: ``path/to/file.py:Name`` or ``module:Name``.
+
+``model.name``, ``strategy.name`` and ``client.algorithm`` take either a built-in
+name or a reference to an object in the user's project. A file path is relative to
+the project root (the folder of ``params.yaml``); ``fedpipe sync`` makes such files
+dependencies of the DVC stages that use them, so editing one reruns exactly those
+stages and ``dvc.lock`` records its hash.
+
+Every problem is a :class:`~fedpipe.config.params.ParamsError` naming the key and what was
+found, raised when the pipeline starts (the ``init`` stage at the latest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from fedpipe.config.params import ParamsError
+
+SEPARATOR = ":"
+
+
+def is_reference(name: str) -> bool:
+    """Whether a ``*.name`` value names user code rather than a built-in."""
+    return SEPARATOR in name
+
+
+def reference_file(name: str) -> Path | None:
+    """The project file a reference names (``plugins/m.py:f`` -> ``plugins/m.py``);
+    None for a built-in name or a ``module:Name`` reference."""
+    if not is_reference(name):
+        return None
+    target = name.rpartition(SEPARATOR)[0]
+    return Path(target) if target.endswith(".py") else None
+
+
+def load_object(name: str, *, key: str) -> Any:
+    """The object a reference names, importing its file or module.
+
+    Parameters
+    ----------
+    name : str
+        ``path/to/file.py:Name`` (relative to the working directory, which is the
+        project root) or ``package.module:Name``; ``Name`` may be dotted
+        (``Class.method``).
+    key : str
+        The dotted param key, for messages (``model.name``).
+
+    Raises
+    ------
+    ParamsError
+        The file or module does not exist or fails to import, or has no ``Name``.
+    """
+    target, _, attr = name.rpartition(SEPARATOR)
+    if not target or not attr:
+        raise ParamsError(
+            f"params.yaml: {key}={name!r} is not a reference; allowed: "
+            "path/to/file.py:Name or package.module:Name"
+        )
+    module = _module(target, key=key, name=name)
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            found = sorted(n for n in vars(module) if not n.startswith("_"))
+            raise ParamsError(
+                f"params.yaml: {key}={name!r}: {target} has no {attr!r}; it defines "
+                f"{', '.join(found) or 'nothing public'}"
+            )
+        obj = getattr(obj, part)
+    return obj
+
+
+def _module(target: str, *, key: str, name: str) -> ModuleType:
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise ParamsError(
+                f"params.yaml: {key}={name!r}: file {target} not found (paths are "
+                f"relative to the project root, {Path.cwd()})"
+            )
+        return _import_file(path.resolve(), key=key, name=name)
+    try:
+        return importlib.import_module(target)
+    except ImportError as exc:
+        raise ParamsError(
+            f"params.yaml: {key}={name!r}: cannot import module {target!r} ({exc})"
+        ) from None
+
+
+def _import_file(path: Path, *, key: str, name: str) -> ModuleType:
+    """Import a file as a module of its own, once per path and content."""
+    content = path.read_bytes()
+    digest = hashlib.md5(content + str(path).encode()).hexdigest()[:12]
+    module_name = f"fedpipe_user_{path.stem}_{digest}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise ParamsError(
+            f"params.yaml: {key}={name!r}: importing {path.name} failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+    _pickle_by_value(module)
+    return module
+
+
+def _pickle_by_value(module: ModuleType) -> None:
+    """Ship the module's code with objects sent to Dask workers, which cannot
+    import a module that exists only under a generated name in this process."""
+    try:
+        import cloudpickle
+    except ImportError:  # pragma: no cover - cloudpickle comes with Prefect
+        return
+    cloudpickle.register_pickle_by_value(module)
+
+
+def resolve_class(
+    name: str, registry: dict[str, type], base: type, *, key: str
+) -> type:
+    """The class a ``*.name`` value stands for: a built-in from ``registry`` or a
+    reference to a subclass of ``base`` in the user's code.
+
+    Raises
+    ------
+    ParamsError
+        An unknown name (listing the built-ins) or a reference that does not fit.
+    """
+    if is_reference(name):
+        return load_subclass(name, base, key=key)
+    try:
+        return registry[name]
+    except KeyError:
+        allowed = ", ".join(sorted(registry))
+        raise ParamsError(
+            f"params.yaml: {key}: unknown {name!r}; allowed: {allowed} or "
+            "path/to/file.py:ClassName"
+        ) from None
+
+
+def load_subclass(name: str, base: type, *, key: str) -> type:
+    """A class named by a reference that subclasses ``base``."""
+    obj = load_object(name, key=key)
+    if not (isinstance(obj, type) and issubclass(obj, base)):
+        what = (
+            f"class {obj.__name__} (bases: "
+            f"{', '.join(b.__name__ for b in obj.__mro__[1:-1]) or 'object'})"
+            if isinstance(obj, type)
+            else f"a {type(obj).__name__}"
+        )
+        raise ParamsError(
+            f"params.yaml: {key}={name!r} is {what}; allowed: a subclass of "
+            f"{base.__module__}.{base.__name__}"
+        )
+    if getattr(obj, "__abstractmethods__", None):
+        missing = ", ".join(sorted(obj.__abstractmethods__))
+        raise ParamsError(
+            f"params.yaml: {key}={name!r}: class {obj.__name__} does not implement "
+            f"{missing}"
+        )
+    return obj
+
+
+# ---------------------------------------------------------------- DVC dependencies
+
+PIPELINE_FILE = "dvc.yaml"
+CODE_STAGES = ("init", "round")
+"""The stages whose ``deps`` ``fedpipe sync`` keeps in step with the user's code."""
+
+
+def code_files(params: Any) -> dict[str, list[str]]:
+    """The user's code files each stage depends on, from a :class:`Params`.
+
+    The model's file and the strategy's file feed ``init`` (the initial weights and
+    server state) and every round; the client algorithm's file (``client.algorithm``,
+    or the one a user's strategy names) feeds the rounds only.
+    """
+    model = reference_file(params.model.name)
+    strategy = reference_file(params.strategy.name)
+    client_ref = params.client.algorithm
+    if client_ref is None and is_reference(params.strategy.name):
+        from fedpipe.federation.build import strategy_class  # imports TensorFlow
+
+        client_ref = strategy_class(params.strategy.name).client_algorithm
+    # a class object lives in the strategy's own file, which is tracked already
+    client = reference_file(client_ref) if isinstance(client_ref, str) else None
+    both = [_dep_path(p) for p in (model, strategy) if p is not None]
+    rounds = both + [_dep_path(client)] if client is not None else list(both)
+    return {"init": sorted(set(both)), "round": sorted(set(rounds))}
+
+
+def _dep_path(path: Path) -> str:
+    """A dependency path as ``dvc.yaml`` lists it: relative to the project root."""
+    resolved = path.resolve()
+    try:
+        return resolved.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return resolved.as_posix()
+
+
+def _is_code(dep: Any) -> bool:
+    return isinstance(dep, str) and dep.endswith(".py")
+
+
+def _stage_body(stages: Any, name: str) -> Any:
+    stage = stages.get(name) if hasattr(stages, "get") else None
+    if stage is None:
+        return None
+    return stage.get("do", stage)  # foreach stages keep their body under "do"
+
+
+def listed_code_deps(path: Path = Path(PIPELINE_FILE)) -> dict[str, list[str]]:
+    """The ``.py`` dependencies ``dvc.yaml`` lists for each of :data:`CODE_STAGES`."""
+    import yaml
+
+    stages = (yaml.safe_load(path.read_text()) or {}).get("stages", {})
+    out = {}
+    for name in CODE_STAGES:
+        body = _stage_body(stages, name) or {}
+        out[name] = sorted(d for d in body.get("deps", []) or [] if _is_code(d))
+    return out
+
+
+def sync_code_deps(
+    files: dict[str, list[str]], path: Path = Path(PIPELINE_FILE)
+) -> bool:
+    """Make the ``.py`` deps of ``dvc.yaml``'s code stages exactly ``files``.
+
+    Every ``.py`` dependency of those stages is managed here (a user's own script
+    dependency belongs in a stage of its own). Comments and layout survive
+    (round-trip YAML). Returns True when the file changed.
+    """
+    if listed_code_deps(path) == {k: sorted(v) for k, v in files.items()}:
+        return False
+    from ruamel.yaml import YAML
+
+    yaml_rt = YAML()
+    yaml_rt.preserve_quotes = True
+    yaml_rt.width = 4096
+    yaml_rt.indent(mapping=2, sequence=4, offset=2)
+    doc = yaml_rt.load(path.read_text())
+    for name in CODE_STAGES:
+        body = _stage_body(doc.get("stages", {}), name)
+        if body is None:
+            continue
+        deps = body.get("deps")
+        if deps is None:
+            body["deps"] = deps = []
+        for dep in [d for d in deps if _is_code(d)]:
+            deps.remove(dep)
+        deps.extend(files.get(name, []))
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w") as handle:
+        yaml_rt.dump(doc, handle)
+    tmp.replace(path)
+    return True
+
+
+def check_code_deps(params: Any, path: Path = Path(PIPELINE_FILE)) -> None:
+    """Stop when ``dvc.yaml`` does not track the user code ``params`` names (a
+    stage would run code whose edits DVC cannot see)."""
+    if not path.is_file():
+        return
+    wanted = code_files(params)
+    if listed_code_deps(path) != wanted:
+        files = sorted({f for fs in wanted.values() for f in fs})
+        raise ParamsError(
+            f"{path}: the stages' code dependencies do not match params.yaml "
+            f"(your code: {', '.join(files) or 'none'}); run `fedpipe sync`"
+        )

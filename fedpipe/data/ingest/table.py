@@ -1,0 +1,599 @@
+"""Ingest a CSV or Parquet table (one row per sample) into the prepared format."""
+
+from __future__ import annotations
+
+import numbers
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from fedpipe.data.ingest.base import IngestError, IngestResult
+from fedpipe.data.ingest.prepared import STATUS_OK, _PreparedWriter
+
+__all__ = ["CSV_SUFFIXES", "PARQUET_SUFFIXES", "ingest_table"]
+
+CSV_SUFFIXES = (".csv", ".csv.gz")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+_CHUNK_CELLS = 2**20  # cells per chunk read from the file (bounds memory)
+_MAX_SHOWN_COLUMNS = 20
+_MAX_SHOWN_VALUE = 40
+_EXACT_INT = 2**53  # labels beyond this are not exact in float64
+
+
+def ingest_table(
+    path: Path,
+    *,
+    out_dir: Path,
+    label_column: str,
+    feature_columns: Sequence[str] | None = None,
+    id_column: str | None = None,
+    client_column: str | None = None,
+    num_classes: int | None = None,
+    classes: Sequence[str] | None = None,
+) -> IngestResult:
+    """Convert a table with one sample per row into ``out_dir``.
+
+    The file is read twice in chunks (once to count rows, once to convert), so
+    memory stays bounded however long the table. CSV cells are read as text: empty
+    cells and pandas' default NA markers (``NA``, ``NaN``, ``null``, ...) are
+    missing values; Parquet cells keep their stored types.
+
+    Features are converted per column with ``pd.to_numeric(errors="coerce")`` and
+    stored as float32. A value that is present but not numeric becomes NaN and sets
+    the row's status to ``"non-numeric value '<v>' in column '<c>'"`` (first such
+    column); a value missing in the file is NaN with status ``"ok"`` (validation
+    counts NaN separately).
+
+    Labels are class indices or class names. With ``classes`` given, every
+    present label must be one of those names (its text, surrounding spaces
+    removed; ``3.0`` in a Parquet float column reads as ``3``) and becomes its
+    position in the list. Without, a column whose present labels are all numbers
+    holds class indices: an integral number (``3`` or ``3.0``) is kept as is, even
+    outside ``0 .. K-1`` (validation reports it), a fractional or infinite one
+    becomes ``-1`` with status ``"label '<v>' is not an integer class index"``;
+    a column with any non-numeric label (``cat``) holds class names, numbered in
+    sorted order (Unicode code points, as image sub-folder names are). A missing
+    label is ``-1`` with status ``"label is missing"``. A row keeps its first
+    problem in this order: features, label, client key (a bad label stays
+    visible as ``-1`` anyway).
+
+    Parameters
+    ----------
+    path : Path
+        ``data.path``: a ``.csv``, ``.csv.gz``, ``.parquet`` or ``.pq`` file.
+    out_dir : Path
+        Prepared directory to write (replaced atomically).
+    label_column : str
+        ``data.label_column``: column of class indices or class names.
+    feature_columns : sequence of str, optional
+        ``data.feature_columns``, in the order to store them. Default: every
+        column except the label, id and client columns (and a Parquet file's
+        stored pandas index), in file order.
+    id_column : str, optional
+        ``data.id_column``: values become ``sample_id`` and must be present and
+        unique. Default: ``"row-<n>"`` with ``n`` the 1-based data row number.
+    client_column : str, optional
+        ``data.client_column``: values are kept as ``client_key`` (str; ``""`` with
+        a non-ok status when missing). Default: no client column.
+    num_classes : int, optional
+        ``data.num_classes`` (K). Default: largest integer label + 1, or the
+        number of class names.
+    classes : sequence of str, optional
+        ``data.classes``: the class names in index order. Default: see above.
+
+    Returns
+    -------
+    IngestResult
+        ``input_shape`` is ``(n_features,)``; ``class_names`` are the names
+        (``"0" .. "K-1"`` for integer labels).
+
+    Raises
+    ------
+    IngestError
+        If the suffix is not accepted or the file cannot be parsed; if a named
+        column does not exist; if there are no feature columns or no data rows; if
+        ids are missing or duplicated; if ``num_classes`` is not a positive integer,
+        or it is unset and no row has an integer label >= 0; if ``classes`` is not
+        a list of distinct names, a label is not one of them, or ``num_classes``
+        differs from the number of names.
+
+    Notes
+    -----
+    ``schema.json`` has ``source`` ``"table"``, dtype float32, ``value_range`` the
+    observed finite minimum and maximum of the stored features (``[0.0, 0.0]`` if
+    there are none), ``scale`` 1.0 and ``feature_names``. ``samples.parquet``
+    ``source`` is ``"<file>:<n>"``, with ``n`` the 1-based data row number (the
+    header is not counted).
+    """
+    started = time.perf_counter()
+    path, out_dir = Path(path), Path(out_dir)
+    reader = _open_table(path)
+    columns = reader.columns()
+    roles = _check_roles(label_column, id_column, client_column)
+    for key, column in roles.items():
+        _require_column(column, key=key, columns=columns, path=path)
+    features = _feature_columns(feature_columns, columns, roles, path)
+    _check_num_classes(num_classes)
+    names = _check_classes(classes, num_classes)
+    n_rows = reader.count_rows()
+    if n_rows == 0:
+        raise IngestError(
+            f"data.path: {path}: no data rows (only a header); expected one row per "
+            "sample"
+        )
+
+    rows = _Rows(path=path, features=features, roles=roles)
+    chunk_rows = max(1, _CHUNK_CELLS // len(columns))
+    with _PreparedWriter(
+        out_dir, n_samples=n_rows, input_shape=(len(features),), dtype=np.float32
+    ) as writer:
+        for chunk in reader.chunks([*roles.values(), *features], chunk_rows):
+            writer.append(rows.convert(chunk))
+        if rows.n_rows != n_rows:
+            raise IngestError(f"data.path: {path} changed while it was being read")
+        labels, class_names = rows.finish_labels(names, num_classes)
+        samples: dict[str, Any] = {
+            "sample_id": rows.sample_ids,
+            "label": labels,
+            "status": rows.statuses(),
+            "source": [f"{path}:{n}" for n in range(1, n_rows + 1)],
+        }
+        if client_column is not None:
+            samples["client_key"] = rows.client_keys
+        return writer.commit(
+            samples=samples,
+            source="table",
+            class_names=class_names,
+            value_range=rows.value_range(),
+            scale=1.0,
+            started=started,
+            feature_names=features,
+        )
+
+
+# ---------------------------------------------------------------- parameters
+
+
+def _check_roles(
+    label_column: str, id_column: str | None, client_column: str | None
+) -> dict[str, str]:
+    """The special columns by parameter key; they must be distinct."""
+    roles = {"data.label_column": label_column}
+    if id_column is not None:
+        roles["data.id_column"] = id_column
+    if client_column is not None:
+        roles["data.client_column"] = client_column
+    seen: dict[str, str] = {}
+    for key, column in roles.items():
+        if not isinstance(column, str):
+            raise IngestError(f"{key}: expected a column name, got {column!r}")
+        if column in seen:
+            raise IngestError(
+                f"{key}: {column!r} is also {seen[column]}; each role needs its own "
+                "column"
+            )
+        seen[column] = key
+    return roles
+
+
+def _shown(columns: Sequence[str]) -> str:
+    shown = ", ".join(repr(c) for c in columns[:_MAX_SHOWN_COLUMNS])
+    more = len(columns) - _MAX_SHOWN_COLUMNS
+    return shown + (f", ... ({more} more)" if more > 0 else "")
+
+
+def _require_column(column: str, *, key: str, columns: list[str], path: Path) -> None:
+    if column not in columns:
+        raise IngestError(
+            f"{key}: column {column!r} not found in {path}; columns there: "
+            f"{_shown(columns)}"
+        )
+
+
+def _feature_columns(
+    feature_columns: Sequence[str] | None,
+    columns: list[str],
+    roles: dict[str, str],
+    path: Path,
+) -> list[str]:
+    key = "data.feature_columns"
+    reserved = set(roles.values())
+    if feature_columns is None:
+        chosen = [c for c in columns if c not in reserved]
+        if not chosen:
+            raise IngestError(
+                f"{key}: {path} has no columns besides {_shown(sorted(reserved))}; "
+                "a table needs at least one feature column"
+            )
+        return chosen
+    if isinstance(feature_columns, str):
+        raise IngestError(
+            f"{key}: expected a list of column names, got the string "
+            f"{feature_columns!r} (write [{feature_columns!r}] for one column)"
+        )
+    chosen = list(feature_columns)
+    if not chosen:
+        raise IngestError(f"{key}: empty; list at least one column of {path}")
+    missing = [c for c in chosen if c not in columns]
+    if missing:
+        raise IngestError(
+            f"{key}: {_shown(missing)} not found in {path}; columns there: "
+            f"{_shown(columns)}"
+        )
+    clash = [c for c in chosen if c in reserved]
+    if clash:
+        raise IngestError(
+            f"{key}: {_shown(clash)} is the label, id or client column; list only "
+            "feature columns"
+        )
+    repeated = sorted({c for c in chosen if chosen.count(c) > 1})
+    if repeated:
+        raise IngestError(f"{key}: {_shown(repeated)} listed more than once")
+    return chosen
+
+
+def _check_num_classes(num_classes: object) -> None:
+    if num_classes is None:
+        return
+    if (
+        isinstance(num_classes, bool)
+        or not isinstance(num_classes, numbers.Integral)
+        or num_classes < 1
+    ):
+        raise IngestError(
+            f"data.num_classes: got {num_classes!r}; expected a positive integer "
+            "(or unset to use the largest label + 1)"
+        )
+
+
+def _check_classes(
+    classes: Sequence[str] | None, num_classes: int | None
+) -> list[str] | None:
+    key = "data.classes"
+    if classes is None:
+        return None
+    if isinstance(classes, str) or not all(isinstance(c, str) for c in classes):
+        raise IngestError(
+            f"{key}: got {classes!r}; expected a list of class names, e.g. "
+            "[cat, dog] (or null to take the labels' names in sorted order)"
+        )
+    names = [c.strip() for c in classes]
+    if len(names) < 2 or not all(names) or len(set(names)) < len(names):
+        raise IngestError(
+            f"{key}: got {list(classes)!r}; expected at least 2 distinct, non-empty "
+            "names"
+        )
+    if num_classes is not None and num_classes != len(names):
+        raise IngestError(
+            f"data.num_classes: {num_classes} but {key} lists {len(names)} names; "
+            "set data.num_classes to null"
+        )
+    return names
+
+
+# ---------------------------------------------------------------- reading
+
+
+class _CsvTable:
+    """A CSV file read as text in chunks."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _read(self, **kwargs: Any) -> Any:
+        try:
+            return pd.read_csv(self.path, dtype=str, **kwargs)
+        except pd.errors.EmptyDataError:
+            raise IngestError(
+                f"data.path: {self.path}: no data rows (the file is empty); expected "
+                "a header line and one line per sample"
+            ) from None
+        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+            raise IngestError(
+                f"data.path: {self.path}: not a readable CSV file ({exc}); expected "
+                "UTF-8 text with a header line and the same number of fields per line"
+            ) from None
+
+    def columns(self) -> list[str]:
+        return [str(c) for c in self._read(nrows=0).columns]
+
+    def count_rows(self) -> int:
+        first = self.columns()[:1]
+        return sum(len(c) for c in self._read(usecols=first, chunksize=2**16))
+
+    def chunks(self, columns: list[str], chunk_rows: int) -> Iterator[pd.DataFrame]:
+        # every column is parsed (no usecols): with usecols pandas silently accepts
+        # lines with extra fields, i.e. shifted columns
+        reader = self._read(chunksize=chunk_rows)
+        with reader:
+            while True:
+                try:
+                    chunk = next(reader)
+                except StopIteration:
+                    return
+                except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+                    raise IngestError(
+                        f"data.path: {self.path}: not a readable CSV file ({exc})"
+                    ) from None
+                yield chunk[columns]
+
+
+class _ParquetTable:
+    """A Parquet file read in record batches."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._file = pq.ParquetFile(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise IngestError(
+                f"data.path: {path}: not a readable Parquet file ({exc})"
+            ) from None
+
+    def columns(self) -> list[str]:
+        schema = self._file.schema_arrow
+        index = set((schema.pandas_metadata or {}).get("index_columns", []))
+        return [c for c in schema.names if c not in index]
+
+    def count_rows(self) -> int:
+        return int(self._file.metadata.num_rows)
+
+    def chunks(self, columns: list[str], chunk_rows: int) -> Iterator[pd.DataFrame]:
+        for batch in self._file.iter_batches(batch_size=chunk_rows, columns=columns):
+            yield batch.to_pandas()[columns]
+
+
+def _open_table(path: Path) -> _CsvTable | _ParquetTable:
+    name = path.name.lower()
+    if not name.endswith(CSV_SUFFIXES + PARQUET_SUFFIXES):
+        accepted = ", ".join(CSV_SUFFIXES + PARQUET_SUFFIXES)
+        raise IngestError(
+            f"data.path: {path}: unsupported file type; accepted suffixes: {accepted}"
+        )
+    if not path.exists():
+        raise IngestError(f"data.path: {path} does not exist")
+    if not path.is_file():
+        raise IngestError(f"data.path: {path} is not a file")
+    if name.endswith(CSV_SUFFIXES):
+        return _CsvTable(path)
+    return _ParquetTable(path)
+
+
+# ---------------------------------------------------------------- converting
+
+
+def _show(value: object) -> str:
+    text = str(value)
+    if len(text) > _MAX_SHOWN_VALUE:
+        text = text[: _MAX_SHOWN_VALUE - 3] + "..."
+    return repr(text)
+
+
+def _key(value: object) -> str:
+    """A cell as a text key: integral numbers without a trailing ``.0``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | np.bool_):
+        return str(bool(value))
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real) and float(value).is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _numeric(raw: pd.Series, *, key: str, path: Path) -> np.ndarray:
+    """A column as float64, non-numeric values as NaN."""
+    try:
+        converted = pd.to_numeric(raw, errors="coerce")
+    except (TypeError, ValueError) as exc:
+        raise IngestError(
+            f"{key}: column {raw.name!r} in {path} does not hold single values "
+            f"({exc}); use a column of numbers"
+        ) from None
+    return converted.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+@dataclass
+class _Rows:
+    """Converts chunks in order and accumulates the per-sample columns."""
+
+    path: Path
+    features: list[str]
+    roles: dict[str, str]
+    n_rows: int = field(default=0, init=False)
+    sample_ids: list[str] = field(default_factory=list, init=False)
+    client_keys: list[str] = field(default_factory=list, init=False)
+    # per row: the first problem of each kind (None when there is none)
+    _feature_problems: list[str | None] = field(default_factory=list, init=False)
+    _index_problems: list[str | None] = field(default_factory=list, init=False)
+    _client_problems: list[str | None] = field(default_factory=list, init=False)
+    # per row: the label as a class index (-1 if not one) and as a name (None: missing)
+    _indices: list[int] = field(default_factory=list, init=False)
+    _names: list[str | None] = field(default_factory=list, init=False)
+    _any_text_label: bool = field(default=False, init=False)
+    _label_problems: list[str | None] = field(default_factory=list, init=False)
+    _first_row_of_id: dict[str, int] = field(default_factory=dict, init=False)
+    _max_label: int = field(default=-1, init=False)
+    _low: float = field(default=np.inf, init=False)
+    _high: float = field(default=-np.inf, init=False)
+
+    def convert(self, chunk: pd.DataFrame) -> np.ndarray:
+        """Features of one chunk as float32; records its sample columns."""
+        first = self.n_rows + 1
+        n = len(chunk)
+        status = np.full(n, None, dtype=object)
+        x = self._features(chunk, status)
+        self._feature_problems.extend(status.tolist())
+        self._labels(chunk[self.roles["data.label_column"]])
+        client = np.full(n, None, dtype=object)
+        if "data.client_column" in self.roles:
+            self._clients(chunk[self.roles["data.client_column"]], client)
+        self._client_problems.extend(client.tolist())
+        if "data.id_column" in self.roles:
+            self._ids(chunk[self.roles["data.id_column"]], first)
+        else:
+            self.sample_ids.extend(f"row-{r}" for r in range(first, first + n))
+        self.n_rows += n
+        return x
+
+    def statuses(self) -> list[str]:
+        """Each row's first problem (features, label, client key) or ``"ok"``."""
+        out = []
+        for problems in zip(
+            self._feature_problems,
+            self._label_problems,
+            self._client_problems,
+            strict=True,
+        ):
+            out.append(next((p for p in problems if p is not None), STATUS_OK))
+        return out
+
+    def _features(self, chunk: pd.DataFrame, status: np.ndarray) -> np.ndarray:
+        x = np.empty((len(chunk), len(self.features)), np.float32)
+        for j, column in enumerate(self.features):
+            raw = chunk[column]
+            values = _numeric(raw, key="data.feature_columns", path=self.path)
+            x[:, j] = values
+            bad = raw.notna().to_numpy() & np.isnan(values) & pd.isna(status)
+            for i in np.flatnonzero(bad):
+                status[i] = (
+                    f"non-numeric value {_show(raw.iloc[i])} in column {column!r}"
+                )
+        finite = x[np.isfinite(x)]
+        if finite.size:
+            self._low = min(self._low, float(finite.min()))
+            self._high = max(self._high, float(finite.max()))
+        return x
+
+    def _labels(self, raw: pd.Series) -> None:
+        """Record each label both as a class index and as a class name."""
+        values = _numeric(raw, key="data.label_column", path=self.path)
+        present = raw.notna().to_numpy()
+        self._any_text_label |= bool((present & np.isnan(values)).any())
+        self._names.extend(
+            _key(v).strip() if p else None
+            for v, p in zip(raw.tolist(), present, strict=True)
+        )
+        status = np.full(len(raw), None, dtype=object)
+        with np.errstate(invalid="ignore"):
+            integral = (
+                np.isfinite(values)
+                & (np.floor(values) == values)
+                & (np.abs(values) <= _EXACT_INT)
+            )
+        labels = np.where(integral, values, -1).astype(np.int64)
+        for i in np.flatnonzero(~integral & pd.isna(status)):
+            status[i] = (
+                f"label {_show(raw.iloc[i])} is not an integer class index"
+                if present[i]
+                else "label is missing"
+            )
+        if integral.any():
+            self._max_label = max(self._max_label, int(labels[integral].max()))
+        self._indices.extend(labels.tolist())
+        self._index_problems.extend(status.tolist())
+
+    def _clients(self, raw: pd.Series, status: np.ndarray) -> None:
+        column = self.roles["data.client_column"]
+        for i, value in enumerate(raw.tolist()):
+            if pd.isna(value):
+                self.client_keys.append("")
+                if status[i] is None:
+                    status[i] = f"client key missing in column {column!r}"
+            else:
+                self.client_keys.append(_key(value))
+
+    def _ids(self, raw: pd.Series, first: int) -> None:
+        column = self.roles["data.id_column"]
+        hint = "or leave data.id_column unset to number the rows"
+        for offset, value in enumerate(raw.tolist()):
+            row = first + offset
+            if pd.isna(value):
+                raise IngestError(
+                    f"data.id_column: {column!r} is empty in {self.path} at data row "
+                    f"{row}; every row needs an id ({hint})"
+                )
+            sample_id = _key(value)
+            earlier = self._first_row_of_id.setdefault(sample_id, row)
+            if earlier != row:
+                raise IngestError(
+                    f"data.id_column: {column!r} in {self.path} has {sample_id!r} at "
+                    f"data rows {earlier} and {row}; ids must be unique ({hint})"
+                )
+            self.sample_ids.append(sample_id)
+
+    def finish_labels(
+        self, classes: list[str] | None, num_classes: int | None
+    ) -> tuple[list[int], list[str]]:
+        """The class index of every row and the class names, once all rows are read.
+
+        Names are used when ``classes`` is given or any label is not a number;
+        otherwise the labels are class indices.
+        """
+        if classes is None and not self._any_text_label:
+            self._label_problems = self._index_problems
+            k = num_classes if num_classes is not None else self._inferred_classes()
+            return self._indices, [str(c) for c in range(k)]
+        if classes is None:
+            classes = sorted({n for n in self._names if n is not None})
+            if num_classes is not None and num_classes != len(classes):
+                raise IngestError(
+                    f"data.num_classes: {num_classes} but data.label_column "
+                    f"{self.roles['data.label_column']!r} in {self.path} holds "
+                    f"{len(classes)} class names ({_shown(classes)}); set "
+                    "data.num_classes to null"
+                )
+        index = {name: i for i, name in enumerate(classes)}
+        self._check_names(index)
+        labels = [-1 if n is None else index[n] for n in self._names]
+        self._label_problems = [
+            "label is missing" if n is None else None for n in self._names
+        ]
+        return labels, list(classes)
+
+    def _check_names(self, index: dict[str, int]) -> None:
+        """Every present label is a declared class name."""
+        unknown: dict[str, str] = {}
+        for name, sample_id in zip(self._names, self.sample_ids, strict=True):
+            if name is not None and name not in index:
+                unknown.setdefault(name, sample_id)
+        if not unknown:
+            return
+        where = "id" if "data.id_column" in self.roles else "at"
+        shown = ", ".join(
+            f"{_show(name)} ({where} {sample_id})"
+            for name, sample_id in list(unknown.items())[:_MAX_SHOWN_COLUMNS]
+        )
+        more = len(unknown) - _MAX_SHOWN_COLUMNS
+        raise IngestError(
+            f"data.classes: data.label_column {self.roles['data.label_column']!r} "
+            f"in {self.path} holds {shown}{f' and {more} more' if more > 0 else ''}"
+            f", not in data.classes; allowed: {_shown(list(index))} (add the name "
+            "to data.classes, fix the rows, or set data.classes to null to take "
+            "every name)"
+        )
+
+    def _inferred_classes(self) -> int:
+        """K from the labels: largest integer label + 1."""
+        if self._max_label < 0:
+            raise IngestError(
+                f"data.label_column: {self.roles['data.label_column']!r} in "
+                f"{self.path} has no integer label >= 0, so the classes cannot be "
+                "inferred; fix the labels or set data.num_classes"
+            )
+        return self._max_label + 1
+
+    def value_range(self) -> tuple[float, float]:
+        """Observed finite (min, max) of the stored features; (0, 0) if none."""
+        if self._low > self._high:
+            return (0.0, 0.0)
+        return (self._low, self._high)

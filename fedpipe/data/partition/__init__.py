@@ -1,0 +1,106 @@
+"""Client partitioning of a labelled sample pool (numpy only at import time).
+
+Public API:
+
+- the :class:`Partitioner` implementations, one per file: ``iid``
+  (:class:`IidPartitioner`), ``dirichlet`` (:class:`DirichletPartitioner`),
+  ``pathological`` (:class:`PathologicalPartitioner`), ``shards``
+  (:class:`ShardsPartitioner`), ``quantity`` (:class:`QuantitySkewPartitioner`)
+  and ``natural`` (:class:`NaturalIdPartitioner`);
+- the ``PARTITIONERS`` registry with :func:`make_partitioner`;
+- the manifest helpers (:func:`split_heldout`, :func:`check_partition`,
+  :func:`build_manifest`, :func:`label_skew`);
+- the diagnostics (:func:`class_count_table`, :func:`label_heatmap`,
+  :func:`skew_summary`), which import pandas / matplotlib when called.
+"""
+
+from __future__ import annotations
+
+from fedpipe.data.partition.base import Partitioner, PartitionError
+from fedpipe.data.partition.diagnostics import (
+    class_count_table,
+    label_heatmap,
+    skew_summary,
+)
+from fedpipe.data.partition.dirichlet import DirichletPartitioner
+from fedpipe.data.partition.iid import IidPartitioner
+from fedpipe.data.partition.manifest import (
+    build_manifest,
+    check_partition,
+    label_skew,
+    split_heldout,
+)
+from fedpipe.data.partition.natural import NaturalIdPartitioner
+from fedpipe.data.partition.pathological import PathologicalPartitioner
+from fedpipe.data.partition.quantity import QuantitySkewPartitioner
+from fedpipe.data.partition.shards import ShardsPartitioner
+
+__all__ = [
+    "PARTITIONERS",
+    "DirichletPartitioner",
+    "IidPartitioner",
+    "NaturalIdPartitioner",
+    "PartitionError",
+    "Partitioner",
+    "PathologicalPartitioner",
+    "QuantitySkewPartitioner",
+    "ShardsPartitioner",
+    "build_manifest",
+    "check_partition",
+    "class_count_table",
+    "label_heatmap",
+    "label_skew",
+    "make_partitioner",
+    "skew_summary",
+    "split_heldout",
+]
+
+PARTITIONERS: dict[str, type[Partitioner]] = {
+    cls.name: cls
+    for cls in (
+        DirichletPartitioner,
+        IidPartitioner,
+        NaturalIdPartitioner,
+        PathologicalPartitioner,
+        QuantitySkewPartitioner,
+        ShardsPartitioner,
+    )
+}
+"""Registry of partitioner classes keyed by their ``name`` (``partition.method``)."""
+
+
+def make_partitioner(method: str, **settings: object) -> Partitioner:
+    """Instantiate the registered partitioner for ``partition.method``.
+
+    Parameters
+    ----------
+    method : str
+        Registry key (``partition.method``), e.g. ``"iid"`` or ``"shards"``;
+        matched exactly.
+    **settings : object
+        The ``partition.*`` values as keywords: ``alpha``, ``min_samples``,
+        ``classes_per_client``, ``shards_per_client``, ``quantity_sigma``,
+        ``min_classes`` and any added later. Each partitioner takes the keys
+        in its ``settings`` attribute and ignores the rest (see
+        :meth:`Partitioner.from_params`).
+
+    Returns
+    -------
+    Partitioner
+        The configured partitioner.
+
+    Raises
+    ------
+    PartitionError
+        If ``method`` is not registered (names ``partition.method`` and lists
+        the allowed names), a setting the method requires is missing, or a
+        setting is invalid for it.
+    """
+    try:
+        cls = PARTITIONERS[method]
+    except (KeyError, TypeError):
+        allowed = ", ".join(sorted(PARTITIONERS))
+        raise PartitionError(
+            f"partition.method: unknown {method!r}; allowed: {allowed}"
+        ) from None
+    return cls.from_params(**settings)

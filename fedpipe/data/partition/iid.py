@@ -1,0 +1,58 @@
+"""IID partitioner: uniform random assignment with near-equal client sizes."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from fedpipe.data.partition.base import (
+    Partitioner,
+    check_min_samples_feasible,
+    validate_inputs,
+    validate_min_samples,
+)
+
+
+class IidPartitioner(Partitioner):
+    """Shuffle all positions, then cut them into ``n_clients`` near-equal parts.
+
+    Client sizes differ by at most one (the first ``n % n_clients`` clients
+    get the extra sample, as with ``np.array_split``). Labels are ignored
+    apart from their count, so each client's label mix matches the pool's up
+    to sampling noise.
+
+    Parameters
+    ----------
+    min_samples : int, optional
+        Minimum samples per client (``partition.min_samples``). Default ``0``.
+        Checked up front: it fails only when ``len(labels) // n_clients`` is
+        smaller.
+    """
+
+    name: ClassVar[str] = "iid"
+    settings: ClassVar[tuple[str, ...]] = ("min_samples",)
+
+    def __init__(self, *, min_samples: int = 0) -> None:
+        self.min_samples = validate_min_samples(min_samples)
+
+    def __repr__(self) -> str:
+        return f"IidPartitioner(min_samples={self.min_samples})"
+
+    def partition(
+        self,
+        labels: np.ndarray,
+        n_clients: int,
+        rng: np.random.Generator,
+        *,
+        groups: np.ndarray | None = None,
+    ) -> list[np.ndarray]:
+        """Partition uniformly at random; see :meth:`Partitioner.partition`.
+
+        ``groups`` is ignored.
+        """
+        labels = validate_inputs(labels, n_clients)
+        n = labels.shape[0]
+        check_min_samples_feasible(n, n_clients, self.min_samples)
+        order = rng.permutation(n).astype(np.int64)
+        return [np.sort(part) for part in np.array_split(order, n_clients)]

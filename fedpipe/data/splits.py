@@ -1,0 +1,558 @@
+"""Each client's data: the held-out split, the partition table and the arrays.
+
+:func:`partition_table` deals the prepared samples to clients (the ``partition``
+stage's manifest); :func:`federated_data` turns a manifest into each client's data.
+
+Client data is held by reference: a :class:`FederatedData` keeps the prepared
+``features.npy`` memory-mapped as it is on disk (uint8 pixels, float32 tables), the
+labels and each split's row positions. ``x_train``, ``x_test`` convert one split to
+float32 when read (and keep nothing), so memory holds one client's arrays at a
+time however large the data set; a :class:`Features` view converts a few rows at a
+time (evaluation streams through it). Data opened from files by
+:func:`open_federated` pickles as a reference to them: a client's data sent to
+another process (a Dask worker) is a path and the files' identity, and that
+process opens the files itself, once (:func:`open_federated` caches per process).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedpipe.core.jsonio import read_json
+from fedpipe.core.seeds import rng_for
+from fedpipe.data.ingest import (
+    FEATURES_FILE,
+    SAMPLES_FILE,
+    SCHEMA_FILE,
+    open_features,
+    read_samples,
+)
+from fedpipe.data.partition import PartitionError, make_partitioner
+from fedpipe.data.partition.manifest import (
+    build_manifest,
+    check_partition,
+    split_heldout,
+)
+from fedpipe.data.sources import DatasetSpec, prepared_spec, to_features
+
+# ---------------------------------------------------------------- the data
+
+
+class Features:
+    """Some samples' float32 features, converted from the store when indexed.
+
+    A lazy, read-only stand-in for the ``(n, *input_shape)`` float32 array
+    :func:`fedpipe.data.sources.to_arrays` would build: ``len(view)``, ``view.shape``,
+    ``view[a:b]`` (or ``view[index_array]``) converts just those rows, and
+    ``np.asarray(view)`` all of them; nothing converted is kept. Rows convert
+    elementwise, so any chunking gives the same bits. Pickles as the converted
+    array.
+
+    Parameters
+    ----------
+    store : numpy.ndarray
+        Every sample's raw features (the memory-mapped ``features.npy``).
+    positions : numpy.ndarray
+        Rows of ``store`` in this view, in order.
+    spec : DatasetSpec
+        Its ``scale`` and ``input_shape``.
+    """
+
+    __slots__ = ("_positions", "_spec", "_store")
+
+    dtype = np.dtype(np.float32)
+
+    def __init__(
+        self, store: np.ndarray, positions: np.ndarray, spec: DatasetSpec
+    ) -> None:
+        self._store = store
+        self._positions = np.asarray(positions, dtype=np.int64)
+        self._spec = spec
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """``(n, *input_shape)``, as the converted array's."""
+        return (len(self._positions), *self._spec.input_shape)
+
+    def __getitem__(self, key: slice | np.ndarray | Sequence[int]) -> np.ndarray:
+        if isinstance(key, int | np.integer):
+            raise TypeError("index a Features view with a slice or an index array")
+        return to_features(self._store, self._positions[key], self._spec)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        x = self[:]
+        return x if dtype is None else x.astype(dtype, copy=False)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (np.asarray, (self[:],))
+
+    def __repr__(self) -> str:
+        return f"Features(shape={self.shape}, stored as {self._store.dtype})"
+
+
+XLike = np.ndarray | Features
+
+
+def _materialized(x: XLike) -> np.ndarray:
+    return x[:] if isinstance(x, Features) else x
+
+
+@dataclass(frozen=True)
+class StoreRef:
+    """Which files a :class:`FederatedData` was opened from, and their identity.
+
+    Attributes
+    ----------
+    prepared, manifest : str
+        Absolute paths of the prepared directory and of the partition manifest.
+    identity : tuple
+        ``(mtime_ns, size)`` of ``features.npy``, ``samples.parquet``,
+        ``schema.json`` and the manifest, in that order.
+    """
+
+    prepared: str
+    manifest: str
+    identity: tuple[tuple[int, int], ...]
+
+    def files(self) -> list[Path]:
+        """The files :attr:`identity` describes, in its order."""
+        return _store_files(Path(self.prepared), Path(self.manifest))
+
+
+class ClientData:
+    """One client's local train and local test split.
+
+    ``x_train`` and ``x_test`` are float32 arrays (features divided by the data's
+    ``scale``); held by a store, each read converts the split again, and nothing
+    is cached, so keep the array while you use it rather than reading the
+    attribute in a loop. ``y_train`` and ``y_test`` (int32) are held.
+
+    Built from arrays (``ClientData(3, x_tr, y_tr, x_te, y_te)``), it holds them
+    and pickles by value; built by :func:`open_federated`, it pickles as a
+    reference to the files (see the module docstring).
+    """
+
+    __slots__ = ("_client", "_ref", "_x_test", "_x_train", "_y_test", "_y_train")
+
+    def __init__(
+        self,
+        client: int,
+        x_train: XLike,
+        y_train: np.ndarray,
+        x_test: XLike,
+        y_test: np.ndarray,
+    ) -> None:
+        self._client = int(client)
+        self._x_train, self._y_train = x_train, y_train
+        self._x_test, self._y_test = x_test, y_test
+        self._ref: tuple[StoreRef, int] | None = None
+
+    @property
+    def client(self) -> int:
+        """The client's id (its index in the manifest)."""
+        return self._client
+
+    @property
+    def x_train(self) -> np.ndarray:
+        """Training features, float32 (converted now when held by a store)."""
+        return _materialized(self._x_train)
+
+    @property
+    def y_train(self) -> np.ndarray:
+        """Training labels, int32."""
+        return self._y_train
+
+    @property
+    def x_test(self) -> np.ndarray:
+        """Local test features, float32 (converted now when held by a store)."""
+        return _materialized(self._x_test)
+
+    @property
+    def y_test(self) -> np.ndarray:
+        """Local test labels, int32."""
+        return self._y_test
+
+    @property
+    def x_train_lazy(self) -> XLike:
+        """Training features as held: a :class:`Features` view or the array."""
+        return self._x_train
+
+    @property
+    def x_test_lazy(self) -> XLike:
+        """Local test features as held: a :class:`Features` view or the array."""
+        return self._x_test
+
+    @property
+    def ref(self) -> StoreRef | None:
+        """The files this client's data is read from (None: held arrays)."""
+        return None if self._ref is None else self._ref[0]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self._ref is not None:
+            return (_client_by_ref, self._ref)
+        return (
+            ClientData,
+            (self.client, self.x_train, self.y_train, self.x_test, self.y_test),
+        )
+
+    def __repr__(self) -> str:
+        where = "arrays" if self._ref is None else self._ref[0].prepared
+        return (
+            f"ClientData(client={self.client}, n_train={len(self._y_train)}, "
+            f"n_test={len(self._y_test)}, from {where})"
+        )
+
+
+class FederatedData:
+    """The held-out global test set and every client's data, in client order.
+
+    ``x_test`` converts the held-out features when read, like
+    :attr:`ClientData.x_test`; :meth:`evaluation_splits` gives every test split as
+    lazy views, for a pass over all of them that holds one batch at a time.
+    """
+
+    __slots__ = ("_clients", "_ref", "_spec", "_x_test", "_y_test")
+
+    def __init__(
+        self,
+        spec: DatasetSpec,
+        x_test: XLike,
+        y_test: np.ndarray,
+        clients: Sequence[ClientData],
+        *,
+        ref: StoreRef | None = None,
+    ) -> None:
+        self._spec = spec
+        self._x_test, self._y_test = x_test, y_test
+        self._clients = tuple(clients)
+        self._ref = ref
+
+    @property
+    def spec(self) -> DatasetSpec:
+        """What the data set promises (shape, classes, scale)."""
+        return self._spec
+
+    @property
+    def x_test(self) -> np.ndarray:
+        """Held-out features, float32 (converted now when held by a store)."""
+        return _materialized(self._x_test)
+
+    @property
+    def y_test(self) -> np.ndarray:
+        """Held-out labels, int32."""
+        return self._y_test
+
+    @property
+    def x_test_lazy(self) -> XLike:
+        """Held-out features as held: a :class:`Features` view or the array."""
+        return self._x_test
+
+    @property
+    def clients(self) -> tuple[ClientData, ...]:
+        """Every client's data, in client order."""
+        return self._clients
+
+    @property
+    def ref(self) -> StoreRef | None:
+        """The files this data is read from (None: held arrays)."""
+        return self._ref
+
+    def evaluation_splits(
+        self, clients: Sequence[int] | None = None
+    ) -> list[tuple[XLike, np.ndarray]]:
+        """``(features, labels)`` of the held-out set, then of each client's local
+        test split (of ``clients``, by id; default every client), features as lazy
+        views (for :meth:`fedpipe.model.training.ModelRunner.predict_splits`)."""
+        chosen = (
+            self._clients if clients is None else [self._clients[c] for c in clients]
+        )
+        return [(self._x_test, self._y_test)] + [
+            (c.x_test_lazy, c.y_test) for c in chosen
+        ]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self._ref is not None:
+            return (_federated_by_ref, (self._ref,))
+        return (FederatedData, (self.spec, self.x_test, self.y_test, self.clients))
+
+    def __repr__(self) -> str:
+        where = "arrays" if self._ref is None else self._ref.prepared
+        return (
+            f"FederatedData({self.spec.name}, {len(self._clients)} clients, "
+            f"{len(self._y_test)} held out, from {where})"
+        )
+
+
+def partition_table(
+    samples: pd.DataFrame,
+    *,
+    classes: Sequence[int],
+    seed: int,
+    test_fraction: float,
+    method: str,
+    n_clients: int,
+    local_test_fraction: float,
+    dedupe: bool,
+    settings: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Hold out a global test split, deal the rest to clients, split each locally.
+
+    Parameters
+    ----------
+    samples : DataFrame
+        ``samples.parquet`` of the prepared data (``sample_id``, ``label``,
+        ``content_hash``, optional ``client_key``).
+    dedupe : bool
+        Drop samples whose content repeats an earlier sample's (``data.dedupe``);
+        otherwise a duplicate on both sides of the held-out split is an error.
+    settings : mapping
+        The ``partition.*`` values (alpha, min_samples, min_classes, ...).
+
+    Returns
+    -------
+    dict
+        The manifest of :func:`fedpipe.data.partition.manifest.build_manifest`, plus
+        ``dropped_duplicates`` (ids) and, for natural partitions, ``client_keys``.
+    """
+    dropped: list[str] = []
+    if dedupe and "content_hash" in samples:
+        repeated = samples["content_hash"].duplicated(keep="first")
+        dropped = samples.loc[repeated, "sample_id"].astype(str).tolist()
+        samples = samples.loc[~repeated].reset_index(drop=True)
+    ids = samples["sample_id"].to_numpy(dtype=str)
+    labels = samples["label"].to_numpy(dtype=np.int64)
+    train_pos, test_pos = split_heldout(
+        len(samples),
+        test_fraction=test_fraction,
+        rng=rng_for(seed, "heldout"),
+        labels=labels,
+    )
+    if not dedupe and "content_hash" in samples:
+        _check_no_leakage(samples, train_pos, test_pos)
+    if n_clients > len(train_pos):
+        raise PartitionError(
+            f"federation.clients={n_clients} exceeds the {len(train_pos)} training "
+            f"samples; allowed: 1..{len(train_pos)}"
+        )
+    groups = None
+    if method == "natural" and "client_key" in samples:
+        groups = samples["client_key"].to_numpy(dtype=str)[train_pos]
+    partitioner = make_partitioner(method, **settings)
+    parts = partitioner.partition(
+        labels[train_pos], n_clients, rng_for(seed, "partition"), groups=groups
+    )
+    check_partition(
+        parts,
+        len(train_pos),
+        min_samples=int(settings["min_samples"]),
+        labels=labels[train_pos],
+        min_classes=int(settings["min_classes"]),
+    )
+    recorded = {k: settings[k] for k in type(partitioner).settings if k in settings}
+    recorded.update(
+        seed=seed,
+        test_fraction=test_fraction,
+        local_test_fraction=local_test_fraction,
+        min_classes=settings["min_classes"],
+    )
+    manifest = build_manifest(
+        sample_ids=ids[train_pos],
+        labels=labels[train_pos],
+        client_indices=parts,
+        heldout_ids=ids[test_pos],
+        local_test_fraction=local_test_fraction,
+        rng=rng_for(seed, "local_split"),
+        classes=list(classes),
+        method=method,
+        params=recorded,
+    )
+    manifest["dropped_duplicates"] = sorted(dropped)
+    if groups is not None:
+        manifest["client_keys"] = sorted({str(g) for g in groups})
+    return manifest
+
+
+def _check_no_leakage(
+    samples: pd.DataFrame, train_pos: np.ndarray, test_pos: np.ndarray
+) -> None:
+    """Refuse a split with the same content on both sides (held-out leakage)."""
+    hashes = samples["content_hash"].to_numpy(dtype=str)
+    shared = set(hashes[train_pos]) & set(hashes[test_pos])
+    if shared:
+        leaked = samples.loc[samples["content_hash"].isin(shared), "sample_id"]
+        examples = ", ".join(leaked.astype(str).head(6))
+        raise PartitionError(
+            f"{len(shared)} sample contents appear in both the held-out test split and "
+            f"the training data (e.g. {examples}): the test would measure memory, not "
+            "generalisation; set data.dedupe: true to drop repeated contents"
+        )
+
+
+def federated_data(
+    features: np.ndarray,
+    samples: pd.DataFrame,
+    manifest: Mapping[str, Any],
+    spec: DatasetSpec,
+    *,
+    ref: StoreRef | None = None,
+) -> FederatedData:
+    """The held-out test set and each client's splits, as the manifest assigns.
+
+    Features stay in ``features`` (e.g. the memory-mapped ``features.npy``) and
+    are converted per split when read (:class:`Features`); labels and positions
+    are held. ``ref`` names the files they came from (:func:`open_federated`
+    passes it): with it, the data pickles as a reference to them.
+    """
+    position = {sid: i for i, sid in enumerate(samples["sample_id"].astype(str))}
+    labels = samples["label"].to_numpy(dtype=np.int64)
+
+    def split(ids: Sequence[str]) -> tuple[Features, np.ndarray]:
+        idx = np.fromiter((position[i] for i in ids), dtype=np.int64, count=len(ids))
+        return Features(features, idx, spec), labels[idx].astype(np.int32)
+
+    x_test, y_test = split(manifest["heldout"])
+    clients = []
+    for index, entry in enumerate(manifest["clients"]):
+        x_tr, y_tr = split(entry["train"])
+        x_te, y_te = split(entry["test"])
+        client = ClientData(entry["client"], x_tr, y_tr, x_te, y_te)
+        if ref is not None:
+            client._ref = (ref, index)
+        clients.append(client)
+    return FederatedData(spec, x_test, y_test, tuple(clients), ref=ref)
+
+
+# ---------------------------------------------------------------- by reference
+
+_OPEN_LIMIT = 4  # distinct (prepared, manifest) pairs a process keeps open
+_opened: OrderedDict[tuple[str, str], FederatedData] = OrderedDict()
+_opened_lock = threading.Lock()
+
+
+def _store_files(prepared: Path, manifest: Path) -> list[Path]:
+    return [
+        prepared / FEATURES_FILE,
+        prepared / SAMPLES_FILE,
+        prepared / SCHEMA_FILE,
+        manifest,
+    ]
+
+
+def _absolute(path: Path | str) -> Path:
+    # not resolve(): keep the user's path (symlinks included), which is what
+    # another machine mounting the same storage at the same path sees
+    return Path(os.path.abspath(path))
+
+
+def _identity(files: Sequence[Path]) -> tuple[tuple[int, int], ...]:
+    out = []
+    for path in files:
+        st = path.stat()
+        out.append((st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+def _local_identity(files: Sequence[Path]) -> tuple[tuple[int, int], ...]:
+    return tuple((st.st_ino, st.st_ctime_ns) for st in (p.stat() for p in files))
+
+
+def open_federated(prepared: Path | str, manifest: Path | str) -> FederatedData:
+    """The federated data of a prepared directory and a partition manifest.
+
+    Opened once per process and kept (the last few pairs of paths), re-opened
+    when any file's size or modification time changes, so a change on disk is
+    never served stale. Features stay memory-mapped; the result and its clients
+    pickle as references to these files (:class:`StoreRef`).
+
+    Parameters
+    ----------
+    prepared : Path
+        A prepared directory (``features.npy``, ``samples.parquet``,
+        ``schema.json``).
+    manifest : Path
+        The partition stage's ``manifest.json``.
+    """
+    prepared, manifest = _absolute(prepared), _absolute(manifest)
+    files = _store_files(prepared, manifest)
+    with _opened_lock:
+        identity = _identity(files)
+        # inode and ctime too, for this process's cache only: a long-lived process
+        # (the warm worker of `dvc repro`) outlives checkouts, and DVC may put a
+        # file back with its recorded mtime and size
+        key = (str(prepared), str(manifest), _local_identity(files))
+        cached = _opened.get(key)
+        if cached is not None and cached.ref is not None:
+            if cached.ref.identity == identity:
+                _opened.move_to_end(key)
+                return cached
+        ref = StoreRef(str(prepared), str(manifest), identity)
+        data = federated_data(
+            open_features(prepared),
+            read_samples(prepared),
+            read_json(manifest),
+            prepared_spec(prepared),
+            ref=ref,
+        )
+        _opened[key] = data
+        _opened.move_to_end(key)
+        while len(_opened) > _OPEN_LIMIT:
+            _opened.popitem(last=False)
+        return data
+
+
+def forget_opened() -> None:
+    """Drop every data set :func:`open_federated` keeps (as a new process would
+    start); later calls open the files again."""
+    with _opened_lock:
+        _opened.clear()
+
+
+class StoreChanged(RuntimeError):
+    """A data reference names files this process cannot open as they were."""
+
+
+def _federated_by_ref(ref: StoreRef) -> FederatedData:
+    """Unpickle a :class:`FederatedData`: open the files it names, here."""
+    missing = [f for f in ref.files() if not f.is_file()]
+    if missing:
+        raise StoreChanged(
+            f"{missing[0]}: not found in this process ({os.uname().nodename}): "
+            "client data travels by reference, so every Dask worker opens the "
+            "run's prepared data itself and needs the project directory at the "
+            "same path (shared storage); see docs/scaling.md"
+        )
+    data = open_federated(ref.prepared, ref.manifest)
+    if data.ref != ref:
+        assert data.ref is not None
+        changed = next(
+            f
+            for f, a, b in zip(
+                ref.files(), ref.identity, data.ref.identity, strict=True
+            )
+            if a != b
+        )
+        raise StoreChanged(
+            f"{changed}: not the file the run opened (size or modification time "
+            f"differs on {os.uname().nodename}): it changed during the run, or "
+            "this worker sees a copy; workers need the run's project on shared "
+            "storage at the same path"
+        )
+    return data
+
+
+def _client_by_ref(ref: StoreRef, index: int) -> ClientData:
+    """Unpickle a :class:`ClientData`: client ``index`` of the files ``ref``
+    names, opened in this process (once: :func:`open_federated` keeps them)."""
+    return _federated_by_ref(ref).clients[index]

@@ -1,0 +1,256 @@
+"""Prepared data sets (``fedpipe.data.ingest``), validated from their per-sample summary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedpipe.data.validation.describe import (
+    describe_missing_named,
+    extreme,
+    format_classes,
+    have,
+    unexpected_values,
+)
+from fedpipe.data.validation.files import prepare_report_dir, write_reports
+from fedpipe.data.validation.gx import GxRunner
+from fedpipe.data.validation.ranges import value_range_checks
+from fedpipe.data.validation.results import (
+    ExpectationFailure,
+    ValidationReport,
+    make_report,
+)
+from fedpipe.data.validation.spec import ROW_NUMBER, Check, Spec
+
+
+def validate_prepared_dir(
+    prepared: Path, settings: Any, *, report_dir: Path | None = None
+) -> ValidationReport:
+    """:func:`validate_prepared` on a prepared directory: its row summaries and
+    ``schema.json``, with ``validation.*`` (``settings``, a
+    :class:`fedpipe.config.params.ValidationParams`)."""
+    from fedpipe.data.ingest import read_schema, row_summaries
+
+    schema = read_schema(prepared)
+    return validate_prepared(
+        row_summaries(prepared),
+        classes=schema["classes"],
+        class_names=schema["class_names"],
+        value_range=tuple(schema["value_range"]),
+        min_rows=settings.min_rows,
+        imbalance_ratio=settings.imbalance_ratio,
+        imbalance=settings.imbalance,
+        duplicates=settings.duplicates,
+        mixed_sizes=settings.mixed_sizes,
+        skipped=schema.get("skipped", ()),
+        report_dir=report_dir,
+    )
+
+
+def validate_prepared(
+    summary: pd.DataFrame,
+    *,
+    classes: Sequence[int],
+    class_names: Sequence[str],
+    value_range: tuple[float, float],
+    min_rows: int,
+    imbalance_ratio: float = 10.0,
+    imbalance: str = "warn",
+    duplicates: str = "warn",
+    mixed_sizes: str = "warn",
+    skipped: Sequence[str] = (),
+    report_dir: Path | None = None,
+) -> ValidationReport:
+    """Validate a prepared data set from its per-sample summary.
+
+    ``summary`` is :func:`fedpipe.data.ingest.row_summaries` (one row per sample with
+    ``sample_id``, ``label``, ``status``, ``content_hash``, feature min/max/NaN
+    count and, for images, the original height/width/channels).
+
+    Always fatal: fewer than ``min_rows`` samples, null or repeated ids, samples
+    that could not be read (listed by id: the file path for images, the row for
+    tables), labels outside ``classes``, a declared class without samples, NaN
+    features, values outside ``value_range``. Fatal or a warning, as the
+    ``imbalance``, ``duplicates`` and ``mixed_sizes`` arguments say ("fail" or
+    "warn"): the largest class above ``imbalance_ratio`` times the smallest;
+    repeated content (same pixels or feature values); images of different sizes or
+    channel counts before resizing. ``skipped`` (``schema.json`` ``skipped``: the
+    operating-system files the ingest left out) is carried into the report and
+    counted in its summary.
+    """
+    spec = Spec.build(
+        id_column="sample_id",
+        label_column="label",
+        feature_columns=(),
+        classes=classes,
+        value_range=value_range,
+        min_rows=min_rows,
+    )
+    frame = _prepared_frame(summary)
+    docs_dir = prepare_report_dir(Path(report_dir)) if report_dir is not None else None
+    runner = GxRunner(spec, docs_dir)
+    gxe = runner.gxe
+    names = {int(c): str(n) for c, n in zip(classes, class_names, strict=False)}
+    strict = _prepared_checks(gxe, spec, names)
+    soft: list[tuple[str, Check]] = [(duplicates, _duplicate_check(gxe))]
+    if "orig_size" in frame:
+        soft.append((mixed_sizes, _size_check(gxe)))
+    strict += [check for action, check in soft if action == "fail"]
+    warn = [check for action, check in soft if action != "fail"]
+    outcomes = [runner.run("data", frame, strict)]
+    if warn:
+        outcomes.append(runner.run("warnings", frame, warn))
+    failures = list(make_report(len(frame), outcomes[:1], spec).failures)
+    warnings = list(make_report(len(frame), outcomes[1:], spec).failures)
+    skew = _imbalance_finding(frame, names, imbalance_ratio)
+    if skew is not None:
+        (failures if imbalance == "fail" else warnings).append(skew)
+    report = ValidationReport(
+        success=not failures,
+        n_rows=len(frame),
+        n_expectations=len(strict) + len(warn) + 1,
+        failures=tuple(failures),
+        warnings=tuple(warnings),
+        skipped=tuple(str(s) for s in skipped),
+    )
+    if report_dir is not None:
+        write_reports(Path(report_dir), report, outcomes)
+    return report
+
+
+def _prepared_frame(summary: pd.DataFrame) -> pd.DataFrame:
+    """Add the derived columns the prepared checks run on."""
+    frame = summary.reset_index(drop=True).copy()
+    frame[ROW_NUMBER] = np.arange(len(frame), dtype=np.int64)
+    ok = frame["status"] == "ok"
+    # unreadable samples all have zero features: do not count them as duplicates
+    frame["content_key"] = frame["content_hash"].where(
+        ok, "unreadable:" + frame["sample_id"]
+    )
+    # a label the ingest could not read is stored as -1 and its status names the
+    # value the file holds: the status check reports it, not the label check
+    unread = (frame["label"] == -1) & ~ok
+    frame["label"] = frame["label"].astype(object).where(~unread, None)
+    if {"orig_height", "orig_width", "orig_channels"} <= set(frame.columns):
+        size = (
+            frame["orig_height"].astype(str)
+            + "x"
+            + frame["orig_width"].astype(str)
+            + "x"
+            + frame["orig_channels"].astype(str)
+        )
+        frame["orig_size"] = size.where(ok, None)
+    return frame
+
+
+def _prepared_checks(gxe: Any, spec: Spec, names: Mapping[int, str]) -> list[Check]:
+    """The always-fatal expectations on a prepared data set."""
+    classes = format_classes(spec.classes)
+    binary = (
+        " (exactly 0/1 for a two-class sigmoid model)" if len(spec.classes) == 2 else ""
+    )
+    return [
+        Check(
+            gxe.ExpectTableRowCountToBeBetween(min_value=spec.min_rows),
+            lambda r: (
+                f"need at least {spec.min_rows} samples (validation.min_rows); "
+                f"observed {r.get('observed_value')}"
+            ),
+        ),
+        Check(
+            gxe.ExpectColumnValuesToNotBeNull(column="sample_id"),
+            lambda r: f"sample ids must not be null; {have(r, 'a null id')}",
+        ),
+        Check(
+            gxe.ExpectColumnValuesToBeUnique(column="sample_id"),
+            lambda r: f"sample ids must be unique; {have(r, 'a repeated id')}",
+        ),
+        Check(
+            gxe.ExpectColumnValuesToBeInSet(column="status", value_set=["ok"]),
+            lambda r: (
+                f"every sample must be read without a problem; "
+                f"{have(r, 'a problem')} "
+                f"(e.g. {unexpected_values(r)})"
+            ),
+        ),
+        Check(
+            gxe.ExpectColumnValuesToBeInSet(
+                column="label", value_set=list(spec.classes)
+            ),
+            lambda r: (
+                f"labels must be class indices in {classes}{binary}; "
+                f"{have(r, 'other values')} (e.g. {unexpected_values(r)})"
+            ),
+        ),
+        Check(
+            gxe.ExpectColumnDistinctValuesToContainSet(
+                column="label", value_set=list(spec.classes)
+            ),
+            lambda r: describe_missing_named(r, names),
+        ),
+        Check(
+            gxe.ExpectColumnUniqueValueCountToBeBetween(column="label", min_value=2),
+            lambda r: (
+                "a classifier needs samples of at least 2 classes; found "
+                f"{r.get('observed_value')}"
+            ),
+        ),
+        Check(
+            gxe.ExpectColumnValuesToBeInSet(column="feature_nan_count", value_set=[0]),
+            lambda r: (
+                "feature values must not be NaN or empty; "
+                f"{have(r, 'NaN features')} (up to {extreme(r, max)} per row)"
+            ),
+        ),
+    ] + value_range_checks(gxe, spec, name_range=False)
+
+
+def _duplicate_check(gxe: Any) -> Check:
+    return Check(
+        gxe.ExpectColumnValuesToBeUnique(column="content_key"),
+        lambda r: (
+            f"samples should not repeat another sample's content; "
+            f"{have(r, 'repeated content')} (validation.duplicates; data.dedupe "
+            "drops repeats before the held-out split)"
+        ),
+    )
+
+
+def _size_check(gxe: Any) -> Check:
+    return Check(
+        gxe.ExpectColumnUniqueValueCountToBeBetween(column="orig_size", max_value=1),
+        lambda r: (
+            "images differ in size or channel count before resizing (height x width "
+            f"x channels): {r.get('observed_value')} distinct shapes; they are "
+            "resized to data.image_size (validation.mixed_sizes)"
+        ),
+    )
+
+
+def _imbalance_finding(
+    frame: pd.DataFrame, names: Mapping[int, str], ratio: float
+) -> ExpectationFailure | None:
+    """Largest class more than ``ratio`` times the smallest (present) class."""
+    labels = frame.loc[frame["status"] == "ok", "label"]
+    counts = labels[labels.isin(list(names))].value_counts()
+    if len(counts) < 2:
+        return None
+    big, small = counts.idxmax(), counts.idxmin()
+    observed = counts[big] / counts[small]
+    if observed <= ratio:
+        return None
+    return ExpectationFailure(
+        expectation="fedpipe_class_imbalance",
+        column="label",
+        unexpected_count=0,
+        examples=(),
+        detail=(
+            f"class {names.get(int(big), big)!s} has {int(counts[big])} samples, "
+            f"{observed:.1f}x class {names.get(int(small), small)!s} "
+            f"({int(counts[small])}); validation.imbalance_ratio={ratio:g}"
+        ),
+    )

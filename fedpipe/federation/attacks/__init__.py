@@ -1,0 +1,187 @@
+"""Attacks a federation can be put under, one per file, behind
+:class:`~fedpipe.federation.attacks.base.Attack` (``attack.*`` in params).
+
+Pure NumPy. Which clients are malicious is drawn once per run
+(:func:`choose_malicious`, seeded by ``rng_for(seed, "attack")``) and held, with
+the attack and its first round, by an :class:`AttackPlan`. The round calls two
+hooks: :meth:`AttackPlan.poisoned` when it builds a client's job (data
+poisoning, trained inside the job, so also on Dask) and
+:func:`tampered_results` after the clients' results are in and before the
+strategy aggregates them (model poisoning, omniscient attacks included). The
+strategy never learns who is malicious; the round's record does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import numpy as np
+
+from fedpipe.core.seeds import rng_for
+from fedpipe.data.splits import ClientData
+from fedpipe.federation.attacks.alie import Alie, alie_z
+from fedpipe.federation.attacks.base import Attack, Weights
+from fedpipe.federation.attacks.gaussian import Gaussian
+from fedpipe.federation.attacks.ipm import Ipm
+from fedpipe.federation.attacks.label_flip import FlippedLabels, LabelFlip, flipped
+from fedpipe.federation.attacks.scaling import Scaling
+from fedpipe.federation.attacks.sign_flip import SignFlip
+from fedpipe.strategy.base import ClientUpdate
+
+ATTACKS: dict[str, type[Attack]] = {
+    cls.name: cls for cls in (LabelFlip, SignFlip, Scaling, Gaussian, Alie, Ipm)
+}
+
+
+def make_attack(name: str, **settings: Any) -> Attack:
+    """The attack registered under ``attack.name``, built from its settings.
+
+    Raises
+    ------
+    ValueError
+        Unknown name (listing the accepted ones) or a bad setting (naming
+        ``attack.<key>``).
+    """
+    try:
+        cls = ATTACKS[name]
+    except KeyError:
+        allowed = ", ".join(sorted(ATTACKS))
+        raise ValueError(f"attack.name: unknown {name!r}; allowed: {allowed}") from None
+    return cls.from_params(**settings)
+
+
+def malicious_count(share: float, n_clients: int) -> int:
+    """Clients a share stands for: ``round(share * n)``, at least 1 if share > 0."""
+    if share <= 0:
+        return 0
+    return min(n_clients, max(1, math.floor(share * n_clients + 0.5 + 1e-9)))
+
+
+def choose_malicious(
+    *,
+    n_clients: int,
+    seed: int,
+    share: float | None = None,
+    clients: Sequence[int] | None = None,
+) -> tuple[int, ...]:
+    """The run's malicious clients, sorted: ``clients`` as given, or a seeded
+    draw of :func:`malicious_count` of them (``rng_for(seed, "attack")``), fixed
+    for the whole run."""
+    if clients is not None:
+        return tuple(sorted({int(c) for c in clients}))
+    k = malicious_count(share or 0.0, n_clients)
+    drawn = rng_for(seed, "attack").choice(n_clients, size=k, replace=False)
+    return tuple(sorted(int(c) for c in drawn))
+
+
+D = TypeVar("D")
+
+
+@dataclass(frozen=True)
+class AttackPlan:
+    """Who attacks, how, and from which round (the run's ``attack.*``).
+
+    Attributes
+    ----------
+    attack : Attack
+        What the malicious clients do.
+    malicious : tuple of int
+        The malicious clients, sorted (fixed for the run).
+    from_round : int
+        First round they attack in (1-based).
+    seed : int
+        The run's seed (noise of the Gaussian attack).
+    """
+
+    attack: Attack
+    malicious: tuple[int, ...]
+    from_round: int = 1
+    seed: int = 0
+
+    def attackers(self, round_: int, selected: Sequence[int]) -> list[int]:
+        """The selected clients that attack in ``round_``, sorted."""
+        if round_ < self.from_round:
+            return []
+        chosen = set(self.malicious)
+        return sorted(c for c in selected if c in chosen)
+
+    def poisoned(self, round_: int, data: ClientData, n_classes: int) -> ClientData:
+        """What client ``data.client`` trains on in ``round_``."""
+        if round_ < self.from_round or data.client not in self.malicious:
+            return data
+        return self.attack.poison(data, n_classes)
+
+    def tampered(
+        self, round_: int, global_weights: Weights, updates: Sequence[ClientUpdate]
+    ) -> list[ClientUpdate]:
+        """The updates the server receives: the attackers' replaced by
+        :meth:`Attack.forge` (``w = w_global + forged delta``, cast to each
+        layer's dtype), every other update the very same object."""
+        bad = set(self.attackers(round_, [u.client for u in updates]))
+        if not bad:
+            return list(updates)
+        base = [np.asarray(w, dtype=np.float64) for w in global_weights]
+
+        def delta(u: ClientUpdate) -> Weights:
+            return [
+                np.asarray(w, dtype=np.float64) - b
+                for w, b in zip(u.weights, base, strict=True)
+            ]
+
+        ordered = sorted(updates, key=lambda u: u.client)
+        own = [delta(u) for u in ordered if u.client in bad]
+        benign = [delta(u) for u in ordered if u.client not in bad]
+        deltas = self.attack.forge(
+            own,
+            benign or own,  # no benign update: the attackers' own estimate
+            n_updates=len(updates),
+            rngs=[rng_for(self.seed, "attack", round_, c) for c in sorted(bad)],
+        )
+        forged = dict(zip(sorted(bad), deltas, strict=True))
+        out = []
+        for u in updates:
+            if u.client in bad:
+                weights = [
+                    (b + x).astype(np.asarray(w).dtype)
+                    for b, x, w in zip(base, forged[u.client], u.weights, strict=True)
+                ]
+                u = replace(u, weights=weights)
+            out.append(u)
+        return out
+
+
+def tampered_results(
+    plan: AttackPlan | None, round_: int, global_weights: Weights, results: Sequence[D]
+) -> list[D]:
+    """A round's client results (objects with an ``update``) with the attackers'
+    updates replaced (:meth:`AttackPlan.tampered`); unchanged without a plan."""
+    if plan is None:
+        return list(results)
+    updates = plan.tampered(round_, global_weights, [r.update for r in results])  # type: ignore[attr-defined]
+    return [
+        r if u is r.update else replace(r, update=u)  # type: ignore[attr-defined, type-var]
+        for r, u in zip(results, updates, strict=True)
+    ]
+
+
+__all__ = [
+    "ATTACKS",
+    "Alie",
+    "Attack",
+    "AttackPlan",
+    "FlippedLabels",
+    "Gaussian",
+    "Ipm",
+    "LabelFlip",
+    "Scaling",
+    "SignFlip",
+    "alie_z",
+    "choose_malicious",
+    "flipped",
+    "make_attack",
+    "malicious_count",
+    "tampered_results",
+]

@@ -1,0 +1,75 @@
+"""ALIE, "a little is enough": small shifts within the benign spread."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+import numpy as np
+
+from fedpipe.federation.attacks.base import Attack, Weights
+
+
+def alie_z(n: int, f: int) -> float:
+    """Baruch et al.'s ``z_max`` for ``n`` updates of which ``f`` are malicious.
+
+    .. math:: s = \\lfloor n/2 + 1 \\rfloor - f, \\qquad
+        z_{max} = \\Phi^{-1}\\left(\\frac{n - s}{n}\\right)
+
+    ``s`` benign clients must sit farther from the mean than the attackers for a
+    majority-based defense to prefer the attackers. ``s`` is kept >= 1 (with a
+    malicious majority nothing needs hiding) and ``z`` >= 0. (blades and
+    others use ``(n - f - s) / (n - f)`` instead; we follow the paper.)
+
+    Examples
+    --------
+    >>> round(alie_z(10, 2), 4), round(alie_z(20, 4), 4)
+    (0.2533, 0.2533)
+    """
+    s = max(math.floor(n / 2 + 1) - f, 1)
+    cdf = (n - s) / n
+    if cdf <= 0.5:
+        return 0.0
+    return max(statistics.NormalDist().inv_cdf(cdf), 0.0)
+
+
+class Alie(Attack):
+    """Every malicious client sends ``μ - z σ`` (omniscient).
+
+    ``μ`` and ``σ`` are the coordinate-wise mean and (population) standard
+    deviation of the round's benign updates. Baruch, Baruch and Goldberg
+    (NeurIPS 2019), "A Little Is Enough: Circumventing Defenses For Distributed
+    Learning", https://arxiv.org/abs/1902.06156; the attack of Flower's FLANDERS
+    baseline.
+
+    Parameters
+    ----------
+    z : float or None, default None
+        ``attack.z``; None computes :func:`alie_z` from the round's ``n`` updates
+        and ``f`` malicious ones.
+    """
+
+    name = "alie"
+    settings = ("z",)
+    omniscient = True
+
+    def __init__(self, *, z: float | None = None) -> None:
+        if z is not None and not math.isfinite(float(z)):
+            raise ValueError(f"attack.z: {z!r} is not finite; allowed: a number")
+        self.z = None if z is None else float(z)
+
+    def forge(
+        self,
+        own: Sequence[Weights],
+        benign: Sequence[Weights],
+        *,
+        n_updates: int,
+        rngs: Sequence[np.random.Generator],
+    ) -> list[Weights]:
+        z = alie_z(n_updates, len(own)) if self.z is None else self.z
+        forged = []
+        for layer in range(len(benign[0])):
+            stacked = np.stack([b[layer] for b in benign])
+            forged.append(stacked.mean(axis=0) - z * stacked.std(axis=0))
+        return [[f.copy() for f in forged] for _ in own]

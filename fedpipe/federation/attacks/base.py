@@ -1,0 +1,103 @@
+"""The attack contract: what a malicious client does to its data or its update.
+
+An attack is a small, stateless object built from its ``attack.*`` settings.
+Data poisoning (:meth:`Attack.poison`) changes what the client trains on, inside
+its own job (so it runs wherever the job runs, Dask included); model poisoning
+(:meth:`Attack.forge`) replaces the update the client sends, after the round's
+results are collected and before the strategy aggregates them. Updates are
+handled as deltas ``Δ_i = w_i - w_global`` in float64.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any, ClassVar, Self
+
+import numpy as np
+
+from fedpipe.data.splits import ClientData
+
+Weights = list[np.ndarray]
+
+
+def check_positive(key: str, value: Any, *, allow_zero: bool = False) -> float:
+    """``value`` as a finite float > 0 (>= 0 with ``allow_zero``), or ValueError
+    naming ``attack.<key>``."""
+    bound = ">= 0" if allow_zero else "> 0"
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    x = float(value) if ok else math.nan
+    ok = ok and math.isfinite(x) and (x >= 0 if allow_zero else x > 0)
+    if not ok:
+        raise ValueError(f"attack.{key}: {value!r} is out of range; allowed: {bound}")
+    return x
+
+
+class Attack(abc.ABC):
+    """A malicious client's behaviour.
+
+    Subclasses set :attr:`name` (the ``attack.name`` value) and list the
+    ``attack.*`` keys they read in :attr:`settings` (each a keyword-only
+    constructor argument and an attribute of the same name). The server never
+    learns who is malicious; :class:`~fedpipe.federation.attacks.AttackPlan` does.
+
+    Attributes
+    ----------
+    name : str
+        The ``attack.name`` this class is registered under.
+    settings : tuple of str
+        The ``attack.*`` keys it reads.
+    omniscient : bool
+        Whether :meth:`forge` reads the benign clients' updates of the round.
+    """
+
+    name: ClassVar[str]
+    settings: ClassVar[tuple[str, ...]] = ()
+    omniscient: ClassVar[bool] = False
+
+    @classmethod
+    def from_params(cls, **settings: Any) -> Self:
+        """Build from ``attack.*`` settings: the keys in :attr:`settings` that are
+        not None; the rest are ignored."""
+        chosen = {k: settings[k] for k in cls.settings if settings.get(k) is not None}
+        return cls(**chosen)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.settings)
+        return f"{type(self).__name__}({args})"
+
+    def poison(self, data: ClientData, n_classes: int) -> ClientData:
+        """What a malicious client trains on (default: its own data)."""
+        return data
+
+    def forge(
+        self,
+        own: Sequence[Weights],
+        benign: Sequence[Weights],
+        *,
+        n_updates: int,
+        rngs: Sequence[np.random.Generator],
+    ) -> list[Weights]:
+        """The deltas the malicious clients send (default: their honest ones).
+
+        Parameters
+        ----------
+        own : sequence of Weights
+            Each malicious client's honest delta (float64, read-only), in client
+            order.
+        benign : sequence of Weights
+            The benign clients' deltas of the round (float64, read-only).
+        n_updates : int
+            Updates the server receives this round (benign and malicious).
+        rngs : sequence of Generator
+            One seeded generator per malicious client (``rng_for(seed,
+            "attack", round, client)``).
+
+        Returns
+        -------
+        list of Weights
+            One delta per malicious client, laid out like ``own``.
+        """
+        return [list(d) for d in own]

@@ -1,0 +1,42 @@
+"""Gaussian noise: the client sends random noise as its update."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from fedpipe.federation.attacks.base import Attack, Weights, check_positive
+
+
+class Gaussian(Attack):
+    """Send ``Δ_i ~ N(0, σ² I)``, independent of any training.
+
+    The "Gaussian" Byzantine attack of Blanchard et al. (2017) and Flower's
+    FLANDERS baseline; FedML's "random" attack. Noise is drawn per client and
+    round from ``rng_for(seed, "attack", round, client)``, layer by layer.
+
+    Parameters
+    ----------
+    noise_std : float, default 1.0
+        ``σ > 0`` (``attack.noise_std``), per coordinate.
+    """
+
+    name = "gaussian"
+    settings = ("noise_std",)
+
+    def __init__(self, *, noise_std: float = 1.0) -> None:
+        self.noise_std = check_positive("noise_std", noise_std)
+
+    def forge(
+        self,
+        own: Sequence[Weights],
+        benign: Sequence[Weights],
+        *,
+        n_updates: int,
+        rngs: Sequence[np.random.Generator],
+    ) -> list[Weights]:
+        return [
+            [rng.normal(0.0, self.noise_std, size=np.shape(d)) for d in delta]
+            for delta, rng in zip(own, rngs, strict=True)
+        ]

@@ -1,0 +1,38 @@
+"""Sign flipping: the client sends its update reversed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from fedpipe.federation.attacks.base import Attack, Weights, check_positive
+
+
+class SignFlip(Attack):
+    """Send ``-s Δ_i`` instead of the honest update ``Δ_i``.
+
+    The Byzantine "sign flip" of FedML and of Damaskinos et al. / Li et al.
+    (RSA, https://arxiv.org/abs/1811.03761): a gradient-ascent direction.
+
+    Parameters
+    ----------
+    scale : float, default 1.0
+        ``s > 0`` (``attack.scale``).
+    """
+
+    name = "sign_flip"
+    settings = ("scale",)
+
+    def __init__(self, *, scale: float = 1.0) -> None:
+        self.scale = check_positive("scale", scale)
+
+    def forge(
+        self,
+        own: Sequence[Weights],
+        benign: Sequence[Weights],
+        *,
+        n_updates: int,
+        rngs: Sequence[np.random.Generator],
+    ) -> list[Weights]:
+        return [[-self.scale * d for d in delta] for delta in own]

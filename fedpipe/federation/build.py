@@ -1,0 +1,207 @@
+"""From typed settings to the objects a run is made of: the one road from
+:class:`~fedpipe.config.params.Params` to the model spec, the strategy, the client
+algorithm and local training. Everything below receives these as arguments."""
+
+from __future__ import annotations
+
+import functools
+
+from fedpipe.client import ClientAlgorithm, client_class, make_client
+from fedpipe.client.base import LocalTraining
+from fedpipe.config.params import Params, ParamsError
+from fedpipe.config.privacy import Privacy
+from fedpipe.core.plugins import is_reference, resolve_class
+from fedpipe.data.sources import DatasetSpec
+from fedpipe.federation.attacks import AttackPlan, choose_malicious, make_attack
+from fedpipe.federation.failures import FailurePolicy
+from fedpipe.federation.faults import PlantedFaults
+from fedpipe.federation.personalization import Personalization, resolve
+from fedpipe.federation.round import ClientEvaluation
+from fedpipe.model.training import ModelSpec, model_spec_for
+from fedpipe.model.zoo import layer_groups, normalization_layers
+from fedpipe.strategy import STRATEGIES, Strategy
+
+
+def model_spec(params: Params, dataset: DatasetSpec) -> ModelSpec:
+    """The model the experiment trains, from ``model.*``, ``train.*`` and the data."""
+    return model_spec_for(params, dataset)
+
+
+def strategy_class(name: str) -> type[Strategy]:
+    """The strategy class ``strategy.name`` stands for (built in or the user's)."""
+    return resolve_class(name, STRATEGIES, Strategy, key="strategy.name")
+
+
+def strategy_for(params: Params) -> Strategy:
+    """The server strategy from ``strategy.name`` and its ``strategy.*`` settings."""
+    cls = strategy_class(params.strategy.name)
+    _check_options("strategy.options", params.strategy.options, cls)
+    settings = {"total_clients": params.federation.clients}
+    settings.update(params.strategy.settings())
+    try:
+        return cls.from_params(**settings)
+    except (TypeError, ValueError) as exc:
+        raise ParamsError(f"params.yaml: {exc}") from None
+
+
+def personalization_for(params: Params, spec: ModelSpec) -> Personalization:
+    """``personalization.*`` resolved against the model's layers (raises
+    ParamsError naming the key when they do not fit the model)."""
+    p = params.personalization
+    groups, norms = _layer_table(spec)
+    return resolve(
+        p.method,
+        groups,
+        norms,
+        layers=p.layers,
+        last_k=p.last_k,
+        finetune_epochs=p.finetune_epochs,
+        ditto_lambda=p.ditto_lambda,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _layer_table(spec: ModelSpec) -> tuple[list, list[str]]:
+    """The model's weight-bearing layers and its normalization layers, from an
+    uncompiled build (no training step is compiled for this)."""
+    model = spec.build()
+    return layer_groups(model), normalization_layers(model)
+
+
+def client_algorithm_for(
+    params: Params, spec: ModelSpec, strategy: Strategy
+) -> ClientAlgorithm:
+    """The client algorithm of a run: ``client.algorithm`` (null: the one the
+    strategy names) with the strategy's client settings and ``client.options``,
+    wrapped by ``personalization.*``."""
+    name = params.client.algorithm or strategy.client_algorithm
+    key = "client.algorithm" if params.client.algorithm else "strategy.name"
+    settings = dict(strategy.client_settings())
+    settings.update(params.client.options or {})
+    _check_options("client.options", params.client.options, client_class(name, key=key))
+    inner = make_client(name, key=key, **settings)
+    return personalization_for(params, spec).wrap(inner)
+
+
+def _check_options(key: str, options: dict | None, cls: type) -> None:
+    """Every key of ``options`` must be one of ``cls.settings``."""
+    unknown = sorted(set(options or {}) - set(cls.settings))
+    if unknown:
+        allowed = ", ".join(cls.settings) or "none"
+        raise ParamsError(
+            f"params.yaml: {key}.{unknown[0]}: not a setting of {cls.__name__}; "
+            f"its settings: {allowed}"
+        )
+
+
+def local_training(params: Params) -> LocalTraining:
+    """How each client trains (``train.*``)."""
+    t = params.train
+    return LocalTraining(
+        epochs=t.epochs, batch_size=t.batch_size, lr=t.lr, max_steps=t.local_steps
+    )
+
+
+def failure_policy(params: Params) -> FailurePolicy:
+    """How rounds treat unreliable clients (``federation.*``)."""
+    f = params.federation
+    return FailurePolicy(
+        dropout=f.dropout,
+        min_clients=f.min_clients,
+        round_deadline_steps=f.round_deadline_steps,
+        stragglers=f.stragglers,
+        slow_clients=f.slow_clients,
+        slow_speed=f.slow_speed,
+    )
+
+
+def planted_faults(params: Params) -> PlantedFaults:
+    """Clients that fail on purpose (``faults.failing_clients``, ...)."""
+    f = params.faults
+    return PlantedFaults(
+        failing=frozenset(f.failing_clients),
+        nonfinite=frozenset(f.nonfinite_clients),
+        from_round=f.from_round,
+    )
+
+
+def privacy_for(params: Params) -> Privacy | None:
+    """The run's differential privacy (``privacy.*``), None when it has none."""
+    p = params.privacy
+    if p.mechanism is None:
+        return None
+    return Privacy(
+        mechanism=p.mechanism,
+        clip_norm=p.clip_norm,
+        noise_multiplier=p.noise_multiplier,
+        delta=p.delta,
+        n_clients=params.federation.clients,
+        per_round=params.federation.clients_per_round(),
+        target_epsilon=p.target_epsilon,
+        adaptive_clip=p.adaptive_clip,
+        target_quantile=p.target_quantile,
+        clip_lr=p.clip_lr,
+        count_noise_multiplier=p.count_noise_multiplier,
+    )
+
+
+def client_evaluation(params: Params) -> ClientEvaluation:
+    """Which clients each round scores the global model on (``evaluation.*``)."""
+    e = params.evaluation
+    return ClientEvaluation(
+        clients=e.clients,
+        sample_size=e.sample_size,
+        full_every=e.full_every,
+        rounds=params.federation.rounds,
+    )
+
+
+def attack_plan_for(params: Params) -> AttackPlan | None:
+    """The run's planted attack from ``attack.*`` (None: ``attack.name`` null).
+
+    Raises
+    ------
+    ParamsError
+        A setting the attack refuses, naming ``attack.<key>``.
+    """
+    a = params.attack
+    if a.name is None:
+        return None
+    settings = a.model_dump(exclude={"name", "share", "clients", "from_round"})
+    try:
+        attack = make_attack(a.name, **settings)
+    except ValueError as exc:
+        raise ParamsError(f"params.yaml: {exc}") from None
+    malicious = choose_malicious(
+        n_clients=params.federation.clients,
+        seed=params.seed,
+        share=a.share,
+        clients=a.clients,
+    )
+    return AttackPlan(attack, malicious, from_round=a.from_round, seed=params.seed)
+
+
+def check_code(params: Params) -> None:
+    """Resolve the user's code named in ``params`` before anything runs: the
+    strategy and client-algorithm classes (and their options) and the model
+    builder. (Whether the builder returns a Keras model is checked by the ``init``
+    stage, which knows the data's shape.)
+
+    Raises
+    ------
+    ParamsError
+        Naming the key and what was found.
+    """
+    strategy = strategy_for(params)
+    name = params.client.algorithm or strategy.client_algorithm
+    key = "client.algorithm" if params.client.algorithm else "strategy.name"
+    _check_options("client.options", params.client.options, client_class(name, key=key))
+    if is_reference(params.model.name):
+        from fedpipe.core.plugins import load_object
+
+        builder = load_object(params.model.name, key="model.name")
+        if not callable(builder):
+            raise ParamsError(
+                f"params.yaml: model.name={params.model.name!r} is a "
+                f"{type(builder).__name__}, not a function returning a keras.Model"
+            )

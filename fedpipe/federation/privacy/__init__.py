@@ -1,0 +1,12 @@
+"""Differential privacy for the federation (``privacy.*``): central DP-FedAvg,
+local DP, fixed or adaptive clipping, and an RDP accountant.
+
+- :mod:`~fedpipe.config.privacy`: :class:`~fedpipe.config.privacy.Privacy`
+  and the checks of ``privacy.*`` against the federation and strategy;
+- :mod:`~fedpipe.federation.privacy.mechanism`: clipping, noise, the adaptive clip;
+- :mod:`~fedpipe.federation.privacy.accountant`: epsilon per round (dp_accounting, RDP);
+- :mod:`~fedpipe.federation.privacy.rounds`: what :func:`fedpipe.federation.round.run_round` calls.
+
+This package's own import is light (``fedpipe.config.params`` reads the settings
+checks); dp_accounting is imported with the accountant. See docs/privacy.md.
+"""

@@ -1,0 +1,176 @@
+"""The privacy accountant: epsilon at ``privacy.delta`` after each round.
+
+Google's ``dp_accounting`` (Rényi DP, Mironov 2017) does the arithmetic; this
+module says which mechanism a round is:
+
+* **central** -- the round samples m of the n clients uniformly *without
+  replacement* (what :func:`fedpipe.federation.round.sample_clients` does), then releases
+  the sum of clipped updates plus Gaussian noise. That is dp_accounting's
+  ``SampledWithoutReplacementDpEvent`` (Wang, Balle and Kasiviswanathan, 2019,
+  Theorem 27), which holds for the *replace-one* relation: one client's data
+  replaced by another's. Replacing a client moves the clipped sum by up to 2C, so
+  the Gaussian event's multiplier (noise std over sensitivity) is sigma / 2. With
+  adaptive clipping the round also releases the noised clipped count, whose
+  sensitivity under replacement is 1 (a bit of 1/2 becomes -1/2): the round is the
+  composition of both Gaussians, as Andrew et al. (2021) account it.
+* **local** -- each client releases its own noised update to the server, which
+  knows who was sampled: no amplification by sampling. A client's epsilon is the
+  Gaussian mechanism (multiplier sigma / 2, again replace-one) composed over the
+  rounds it took part in; the run reports the worst client's.
+
+Rounds compose: epsilon after round K is that of K rounds' events.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+
+import dp_accounting
+import numpy as np
+from dp_accounting import dp_event
+from dp_accounting.rdp import RdpAccountant
+from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon as rdp_epsilon
+
+from fedpipe.config.privacy import Privacy
+
+NeighborRel = dp_accounting.privacy_accountant.NeighboringRelation
+
+#: replace-one doubles a clipped sum's L2 sensitivity (C -> 2C)
+REPLACE_ONE_SENSITIVITY = 2.0
+
+
+class PrivacyBudgetExceeded(ValueError):
+    """Running the next round would spend more than ``privacy.target_epsilon``."""
+
+
+def round_event(privacy: Privacy) -> dp_event.DpEvent:
+    """The DP event of one central round (sampling, then the Gaussian release)."""
+    release: dp_event.DpEvent = dp_event.GaussianDpEvent(
+        privacy.update_multiplier / REPLACE_ONE_SENSITIVITY
+    )
+    if privacy.adaptive_clip:
+        count = dp_event.GaussianDpEvent(
+            privacy.count_multiplier / REPLACE_ONE_SENSITIVITY
+        )
+        release = dp_event.ComposedDpEvent([release, count])
+    return dp_event.SampledWithoutReplacementDpEvent(
+        source_dataset_size=privacy.n_clients,
+        sample_size=privacy.per_round,
+        event=release,
+    )
+
+
+def composed_epsilon(
+    event: dp_event.DpEvent,
+    count: int,
+    delta: float,
+    *,
+    relation: NeighborRel = NeighborRel.REPLACE_ONE,
+) -> float:
+    """Epsilon at ``delta`` of ``event`` composed ``count`` times (RDP)."""
+    if count == 0:
+        return 0.0
+    accountant = RdpAccountant(neighboring_relation=relation)
+    accountant.compose(event, count)
+    return float(accountant.get_epsilon(delta))
+
+
+def central_epsilon(privacy: Privacy, rounds: int) -> float:
+    """Epsilon after ``rounds`` central rounds (inf without noise).
+
+    The same number as :func:`composed_epsilon` of :func:`round_event` (RDP
+    composes by adding): one round's RDP curve is computed once per setting and
+    scaled by the rounds, so checking the budget every round costs nothing.
+    """
+    if privacy.noise_multiplier == 0.0:
+        return math.inf if rounds else 0.0
+    if rounds == 0:
+        return 0.0
+    orders, curve = _round_rdp(privacy)
+    epsilon, _ = rdp_epsilon(orders, rounds * curve, privacy.delta)
+    return float(epsilon)
+
+
+@functools.lru_cache(maxsize=32)
+def _round_rdp(privacy: Privacy) -> tuple[np.ndarray, np.ndarray]:
+    accountant = RdpAccountant(neighboring_relation=NeighborRel.REPLACE_ONE)
+    accountant.compose(round_event(privacy))
+    return accountant.orders, accountant.rdp
+
+
+def local_epsilon(privacy: Privacy, participations: int) -> float:
+    """Epsilon of a client that sent ``participations`` locally noised updates."""
+    if privacy.noise_multiplier == 0.0:
+        return math.inf if participations else 0.0
+    release = dp_event.GaussianDpEvent(
+        privacy.noise_multiplier / REPLACE_ONE_SENSITIVITY
+    )
+    return composed_epsilon(release, participations, privacy.delta)
+
+
+Sampler = Callable[[int], Sequence[int]]
+"""The clients sampled in round k (for local DP's participation counts)."""
+
+
+def epsilon_after(privacy: Privacy, round_: int, sampled: Sampler) -> float:
+    """Epsilon at ``privacy.delta`` once rounds 1..``round_`` have run."""
+    if privacy.mechanism == "central":
+        return central_epsilon(privacy, round_)
+    counts = [0] * privacy.n_clients
+    for k in range(1, round_ + 1):
+        for c in sampled(k):
+            counts[c] += 1
+    return local_epsilon(privacy, max(counts, default=0))
+
+
+def check_budget(privacy: Privacy, round_: int, sampled: Sampler) -> float:
+    """Epsilon after ``round_``, or :class:`PrivacyBudgetExceeded` if running it
+    would pass ``privacy.target_epsilon`` (one line: the round, the budget, the
+    rounds kept)."""
+    spent = epsilon_after(privacy, round_, sampled)
+    target = privacy.target_epsilon
+    if target is None or spent <= target:
+        return spent
+    if round_ == 1:
+        kept = "no round kept. Raise privacy.noise_multiplier or privacy.target_epsilon"
+    else:
+        before = epsilon_after(privacy, round_ - 1, sampled)
+        kept = (
+            f"rounds 1..{round_ - 1} kept (ε {before:.3g}). Set federation.rounds: "
+            f"{round_ - 1} to finish with a summary, or raise "
+            "privacy.noise_multiplier / privacy.target_epsilon"
+        )
+    raise PrivacyBudgetExceeded(
+        f"privacy.target_epsilon={target:g} reached: round {round_} would spend "
+        f"ε {spent:.3g} at δ {privacy.delta:g}, so the federation stopped before "
+        f"it; {kept}"
+    )
+
+
+def noise_for_epsilon(
+    target: float,
+    *,
+    rounds: int,
+    delta: float,
+    n_clients: int,
+    per_round: int,
+) -> float:
+    """The smallest sigma whose central rounds spend at most ``target`` after
+    ``rounds`` rounds (fixed clipping; dp_accounting's calibration)."""
+
+    def event(sigma: float) -> dp_event.DpEvent:
+        p = Privacy("central", 1.0, sigma, delta, n_clients, per_round)
+        return dp_event.SelfComposedDpEvent(round_event(p), rounds)
+
+    return float(
+        dp_accounting.calibrate_dp_mechanism(
+            lambda: RdpAccountant(neighboring_relation=NeighborRel.REPLACE_ONE),
+            event,
+            target,
+            delta,
+            bracket_interval=dp_accounting.LowerEndpointAndGuess(1e-2, 1.0),
+            tol=1e-4,
+        )
+    )

@@ -1,0 +1,143 @@
+"""The privacy mechanisms on a round's updates: clipping, noise, adaptive clip.
+
+Central DP-FedAvg (McMahan et al., 2018, "Learning differentially private
+recurrent language models"): each client's update delta ``w_k - w_global`` is
+clipped to L2 norm C over all layers; the clipped deltas are summed *unweighted*,
+Gaussian noise ``N(0, (sigma C)^2)`` is added to every coordinate of the sum, and
+the sum is divided by the expected number of clients per round m (a fixed
+denominator, so the sensitivity is C / m whoever was sampled). The strategy's
+server step then takes that one mean delta as its only update: FedAvg applies
+it, FedAvgM / FedAdam / FedYogi / FedAdagrad use it as their pseudo-gradient.
+
+Local DP: each client clips its delta to C and adds its own ``N(0, (sigma C)^2)``
+before sending; the strategy aggregates the noised updates as usual. (Here the
+noise is added where the result enters the round, with a seed of the client's
+own: the same bits as adding it on the client.)
+
+Adaptive clipping (Andrew et al., 2021, "Differentially private learning with
+adaptive clipping"): each client also reports whether its delta was inside the
+clip; the server adds ``N(0, (z_b / 2)^2)`` to the count and moves the clip
+geometrically, ``C <- C exp(-eta (b - gamma))`` with b the noised share inside and
+gamma ``privacy.target_quantile``. The clip lives in the server state
+(``privacy/clip``), so a round computed in a fresh process uses the same one.
+
+All arithmetic is float64 in client order; noise is drawn from
+``rng_for(seed, "privacy", round)`` (and the client, for local DP): same params,
+same bits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedpipe.config.privacy import Privacy
+from fedpipe.core.seeds import rng_for
+from fedpipe.strategy.aggregate import Weights
+
+#: server-state key of the adaptive clip norm (a float64 scalar)
+CLIP_KEY = "privacy/clip"
+
+
+@dataclass(frozen=True)
+class Clipped:
+    """Client deltas after clipping, with what the doctor reads of them.
+
+    Attributes
+    ----------
+    deltas : list of Weights
+        Each client's clipped delta (float64), in client order.
+    norms : list of float
+        Each client's delta norm before clipping.
+    clip : float
+        The clip norm C used.
+    """
+
+    deltas: list[Weights]
+    norms: list[float]
+    clip: float
+
+    @property
+    def inside(self) -> int:
+        """Clients whose delta was not scaled down (norm <= C)."""
+        return sum(n <= self.clip for n in self.norms)
+
+
+def global_norm(layers: Sequence[np.ndarray]) -> float:
+    """L2 norm over every layer together (float64)."""
+    return math.sqrt(sum(float(np.sum(np.square(a, dtype=np.float64))) for a in layers))
+
+
+def clip_to_norm(delta: Sequence[np.ndarray], clip: float) -> tuple[Weights, float]:
+    """``delta`` scaled to L2 norm at most ``clip`` (over all layers), and its
+    norm before: ``delta * min(1, clip / ||delta||)``."""
+    norm = global_norm(delta)
+    scale = 1.0 if norm <= clip else clip / norm
+    return [np.asarray(d, dtype=np.float64) * scale for d in delta], norm
+
+
+def clipped_deltas(before: Weights, updates: Sequence[Weights], clip: float) -> Clipped:
+    """Every client's ``w_k - w_global``, clipped to ``clip``."""
+    deltas, norms = [], []
+    for weights in updates:
+        delta = [
+            np.asarray(w, dtype=np.float64) - np.asarray(g, dtype=np.float64)
+            for w, g in zip(weights, before, strict=True)
+        ]
+        clipped, norm = clip_to_norm(delta, clip)
+        deltas.append(clipped)
+        norms.append(norm)
+    return Clipped(deltas, norms, clip)
+
+
+def gaussian_like(
+    rng: np.random.Generator, layers: Sequence[np.ndarray], std: float
+) -> Weights:
+    """``N(0, std^2)`` noise shaped like ``layers`` (float64), layer by layer."""
+    return [rng.normal(0.0, std, size=np.shape(a)) for a in layers]
+
+
+def noised_mean(
+    clipped: Clipped, privacy: Privacy, rng: np.random.Generator
+) -> Weights:
+    """``(sum_k clipped_k + N(0, (sigma_Delta C)^2)) / m``: central DP-FedAvg's
+    mean delta, over the expected (fixed) number of clients per round m."""
+    total = [np.zeros_like(d) for d in clipped.deltas[0]]
+    for delta in clipped.deltas:
+        total = [t + d for t, d in zip(total, delta, strict=True)]
+    std = privacy.update_multiplier * clipped.clip
+    noise = gaussian_like(rng, total, std)
+    return [(t + z) / privacy.per_round for t, z in zip(total, noise, strict=True)]
+
+
+def next_clip(clipped: Clipped, privacy: Privacy, rng: np.random.Generator) -> float:
+    """Andrew et al.'s geometric step: the clip for the next round, from the
+    noised share of clients inside this round's clip."""
+    noise = rng.normal(0.0, privacy.count_multiplier / 2.0)
+    share = (clipped.inside + noise) / privacy.per_round
+    return clipped.clip * math.exp(-privacy.clip_lr * (share - privacy.target_quantile))
+
+
+def locally_noised(
+    before: Weights,
+    weights: Weights,
+    privacy: Privacy,
+    rng: np.random.Generator,
+) -> tuple[Weights, float]:
+    """A client's weights after local DP: ``w_global + clip(delta) + noise``
+    (float64), and its delta norm before clipping."""
+    clipped = clipped_deltas(before, [weights], privacy.clip_norm)
+    noise = gaussian_like(rng, before, privacy.noise_multiplier * privacy.clip_norm)
+    sent = [
+        np.asarray(g, dtype=np.float64) + d + z
+        for g, d, z in zip(before, clipped.deltas[0], noise, strict=True)
+    ]
+    return sent, clipped.norms[0]
+
+
+def privacy_rng(seed: int, round_: int, *client: int) -> np.random.Generator:
+    """The round's (or a client's) noise generator."""
+    return rng_for(seed, "privacy", round_, *client)

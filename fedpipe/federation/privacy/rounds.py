@@ -1,0 +1,197 @@
+"""What a round does with ``privacy.*``: :func:`spend` and :func:`aggregate_round`.
+
+:func:`fedpipe.federation.round.run_round` calls :func:`spend` before any client trains
+(it stops the federation with :class:`PrivacyBudgetExceeded` if the round would
+pass ``privacy.target_epsilon``) and :func:`aggregate_round` in place of the
+strategy's, which returns what the round's record keeps (epsilon, the clip, the
+noise against the signal). With ``privacy`` None both are the strategy's own
+path, bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fedpipe.config.privacy import Privacy, finite_or_inf
+from fedpipe.federation.privacy.accountant import (
+    PrivacyBudgetExceeded,
+    Sampler,
+    check_budget,
+)
+from fedpipe.federation.privacy.mechanism import (
+    CLIP_KEY,
+    Clipped,
+    clipped_deltas,
+    global_norm,
+    locally_noised,
+    next_clip,
+    noised_mean,
+    privacy_rng,
+)
+from fedpipe.strategy import AggregationError, ClientUpdate, State, Strategy
+from fedpipe.strategy.aggregate import Weights, first_non_finite, normalized
+
+__all__ = [
+    "Privacy",
+    "PrivacyBudgetExceeded",
+    "aggregate_round",
+    "spend",
+    "with_epsilon",
+]
+
+
+def spend(privacy: Privacy | None, round_: int, sampled: Sampler) -> float | None:
+    """Epsilon once round ``round_`` has run (None without privacy).
+
+    Raises
+    ------
+    PrivacyBudgetExceeded
+        Round ``round_`` would pass ``privacy.target_epsilon``.
+    """
+    if privacy is None:
+        return None
+    return check_budget(privacy, round_, sampled)
+
+
+def aggregate_round(
+    privacy: Privacy | None,
+    strategy: Strategy,
+    before: Weights,
+    updates: Sequence[ClientUpdate],
+    state: State,
+    *,
+    seed: int,
+    round_: int,
+) -> tuple[Weights, State, dict[str, Any] | None]:
+    """The round's new weights and server state, through ``privacy``'s mechanism,
+    and its privacy record (None without privacy).
+
+    Raises
+    ------
+    AggregationError
+        As the strategy's ``aggregate_round`` (a client's non-finite update is
+        refused before it could be clipped into the sum).
+    """
+    if privacy is None:
+        weights, new_state = strategy.aggregate_round(before, updates, state)
+        return weights, new_state, None
+    ordered = sorted(updates, key=lambda u: u.client)
+    _refuse_non_finite(ordered)
+    inner_state = {k: v for k, v in state.items() if k != CLIP_KEY}
+    if privacy.mechanism == "central":
+        return _central(
+            privacy, strategy, before, ordered, state, inner_state, seed, round_
+        )
+    return _local(privacy, strategy, before, ordered, inner_state, seed, round_)
+
+
+def _central(
+    privacy: Privacy,
+    strategy: Strategy,
+    before: Weights,
+    updates: Sequence[ClientUpdate],
+    state: State,
+    inner_state: State,
+    seed: int,
+    round_: int,
+) -> tuple[Weights, State, dict[str, Any]]:
+    clip = float(state[CLIP_KEY]) if CLIP_KEY in state else privacy.clip_norm
+    clipped = clipped_deltas(before, [u.weights for u in updates], clip)
+    rng = privacy_rng(seed, round_)
+    mean_delta = noised_mean(clipped, privacy, rng)
+    synthetic = [
+        np.asarray(g, dtype=np.float64) + d
+        for g, d in zip(before, mean_delta, strict=True)
+    ]
+    # the strategy's server step on one update: the noised mean delta
+    one = ClientUpdate(updates[0].client, synthetic, 1)
+    weights, new_state = strategy.aggregate_round(before, [one], inner_state)
+    report = _report(privacy, clipped, [1.0 / privacy.per_round] * len(updates))
+    report["noise_norm"] = _noise_norm(
+        privacy.update_multiplier * clip, before, [1.0 / privacy.per_round]
+    )
+    if privacy.adaptive_clip:
+        new_clip = next_clip(clipped, privacy, rng)
+        new_state = {**new_state, CLIP_KEY: np.asarray(new_clip, dtype=np.float64)}
+        report["next_clip_norm"] = round(new_clip, 6)
+    return weights, new_state, report
+
+
+def _local(
+    privacy: Privacy,
+    strategy: Strategy,
+    before: Weights,
+    updates: Sequence[ClientUpdate],
+    inner_state: State,
+    seed: int,
+    round_: int,
+) -> tuple[Weights, State, dict[str, Any]]:
+    sent = []
+    for u in updates:
+        noised, _ = locally_noised(
+            before, u.weights, privacy, privacy_rng(seed, round_, u.client)
+        )
+        sent.append(ClientUpdate(u.client, noised, u.n_samples, u.extras))
+    weights, new_state = strategy.aggregate_round(before, sent, inner_state)
+    clipped = clipped_deltas(before, [u.weights for u in updates], privacy.clip_norm)
+    shares = list(normalized([u.n_samples for u in updates]))
+    report = _report(privacy, clipped, shares)
+    report["noise_norm"] = _noise_norm(
+        privacy.noise_multiplier * privacy.clip_norm, before, shares
+    )
+    return weights, new_state, report
+
+
+def _refuse_non_finite(updates: Sequence[ClientUpdate]) -> None:
+    for u in updates:
+        layer = first_non_finite(list(u.weights))
+        if layer is not None:
+            raise AggregationError(
+                f"client {u.client} sent non-finite values in layer {layer}; "
+                "refusing to clip it into the private sum (lower train.lr or "
+                "check its data)"
+            )
+
+
+def _report(
+    privacy: Privacy, clipped: Clipped, shares: Sequence[float]
+) -> dict[str, Any]:
+    """What the round's record keeps of its mechanism (epsilon added later)."""
+    mean_clipped = [
+        sum(s * d[j] for s, d in zip(shares, clipped.deltas, strict=True))
+        for j in range(len(clipped.deltas[0]))
+    ]
+    n = len(clipped.norms)
+    return {
+        "mechanism": privacy.mechanism,
+        "noise_multiplier": privacy.noise_multiplier,
+        "clip_norm": round(clipped.clip, 6),
+        "clipped_fraction": round((n - clipped.inside) / n, 6),
+        "update_norm_median": round(float(np.median(clipped.norms)), 6),
+        "signal_norm": round(global_norm(mean_clipped), 6),
+    }
+
+
+def _noise_norm(std: float, like: Weights, shares: Sequence[float]) -> float:
+    """Expected L2 norm of the noise in the aggregated delta:
+    ``std * sqrt(d * sum_k s_k^2)`` for noise of ``std`` per coordinate,
+    weighted by ``shares``, over the model's d coordinates."""
+    d = sum(int(np.size(w)) for w in like)
+    return round(std * float(np.sqrt(d * sum(s * s for s in shares))), 6)
+
+
+def with_epsilon(
+    report: dict[str, Any] | None, privacy: Privacy | None, epsilon: float | None
+) -> dict[str, Any] | None:
+    """The round's privacy record with epsilon and delta (None without privacy)."""
+    if report is None or privacy is None or epsilon is None:
+        return None
+    value = finite_or_inf(epsilon)
+    return {
+        "epsilon": None if value is None else round(value, 6),
+        "delta": privacy.delta,
+        **report,
+    }

@@ -1,0 +1,453 @@
+"""Local training and evaluation with Keras, one compiled model reused throughout.
+
+Building and compiling a Keras model costs far more than a client's epoch on small
+data, so a :class:`ModelRunner` builds its model once and swaps weights in and out.
+Every fit resets what could leak between clients: weights, optimizer state and the
+random state of layers such as dropout, so a client's result depends only on the
+weights it starts from, its data and its seed — not on what ran before it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from keras.src.random import seed_generator as _keras_seeds  # noqa: E402
+
+from fedpipe.core.seeds import derive_seed  # noqa: E402
+from fedpipe.model.metrics import classification_metrics  # noqa: E402
+from fedpipe.model.zoo import build_model, loss_for  # noqa: E402
+
+_determinism_enabled = False
+
+PREDICT_BATCH = 1024
+"""Most rows per batch of :meth:`ModelRunner.predict` (evaluation only; training
+takes ``train.batch_size``)."""
+
+PREDICT_BYTES = 16 * 2**20
+"""Float32 input bytes per prediction batch at most: large inputs take smaller
+batches (100x100 RGB: 139 rows), since a convolution's activations are a multiple
+of its input (1024 such images through ``seed_cnn`` peak at about 2.6 GB)."""
+
+
+def predict_batch(input_shape: Sequence[int]) -> int:
+    """Rows per prediction batch for samples of ``input_shape``."""
+    per_row = 4 * int(np.prod(input_shape))
+    return int(min(PREDICT_BATCH, max(32, PREDICT_BYTES // max(per_row, 1))))
+
+
+class Rows(Protocol):
+    """Features that slice like an array: ``len(x)`` and ``x[a:b]`` (a float32
+    array of those rows). A numpy array is one; so is a lazy
+    :class:`fedpipe.data.splits.Features` view."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, key: slice, /) -> np.ndarray: ...
+
+
+def training_device() -> str:
+    """Where Keras places this process's training, for logs: ``CPU``, ``GPU:0``,
+    or ``GPU:0 (of 4 visible)`` (Keras trains on the first visible GPU)."""
+    gpus = tf.config.list_logical_devices("GPU")
+    if not gpus:
+        return "CPU"
+    first = gpus[0].name.removeprefix("/device:")
+    return first if len(gpus) == 1 else f"{first} (of {len(gpus)} visible)"
+
+
+def enable_determinism() -> None:
+    """Make TensorFlow ops deterministic (same inputs, same bits)."""
+    global _determinism_enabled
+    if not _determinism_enabled:
+        tf.config.experimental.enable_op_determinism()
+        _determinism_enabled = True
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything needed to build and compile the model a runner trains.
+
+    Attributes
+    ----------
+    name : str
+        ``model.name``.
+    input_shape : tuple of int
+        Shape of one sample.
+    n_classes : int
+        Number of classes (2 means one sigmoid output).
+    optimizer : str
+        ``train.optimizer``: ``sgd`` or ``adam``.
+    lr : float
+        ``train.lr``.
+    """
+
+    name: str
+    input_shape: tuple[int, ...]
+    n_classes: int
+    optimizer: str
+    lr: float
+    settings: tuple[tuple[str, Any], ...] = ()
+
+    def build(self) -> keras.Model:
+        """The uncompiled model (``model.name`` with its ``model.*`` dials)."""
+        return build_model(
+            self.name, self.input_shape, self.n_classes, **dict(self.settings)
+        )
+
+
+def model_spec_for(params: Any, dataset: Any) -> ModelSpec:
+    """The model an experiment trains: ``model.*`` and ``train.*`` of ``params``
+    (a :class:`fedpipe.config.params.Params`) on data described by ``dataset`` (a
+    :class:`fedpipe.data.sources.DatasetSpec`)."""
+    return ModelSpec(
+        name=params.model.name,
+        input_shape=tuple(dataset.input_shape),
+        n_classes=len(dataset.classes),
+        optimizer=params.train.optimizer,
+        lr=params.train.lr,
+        settings=tuple(
+            sorted((k, _hashable(v)) for k, v in params.model.settings().items())
+        ),
+    )
+
+
+def _hashable(value: Any) -> Any:
+    """A setting as a hashable value (lists -> tuples), so specs can be keys."""
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
+
+
+class _ThreadRandom:
+    """Python's ``random`` module, except in a thread that set a generator of
+    its own (:func:`_default_seeds_from`)."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(getattr(self.local, "rng", None) or random, name)
+
+
+_thread_random = _ThreadRandom()
+_keras_seeds.python_random = _thread_random
+
+
+@contextmanager
+def _default_seeds_from(seed: int) -> Iterator[None]:
+    """Keras layers built inside, in this thread, draw their default seeds from
+    a generator of their own, seeded with ``seed``.
+
+    A Keras initializer or dropout layer made without a seed draws one from
+    Python's process-wide ``random`` when it is constructed. Seeding that
+    (``keras.utils.set_random_seed``) is not enough in a process where other
+    threads also draw from it (Prefect draws its retry and backoff jitter from
+    it), and a model's layers are constructed between TensorFlow ops that
+    release the GIL, so the initial weights could depend on the timing of
+    those threads (CI once saw ``fedpipe run`` and ``dvc repro`` of the same
+    params start from other round-0 weights). Keras has no public hook for the
+    generator it draws from, so this module gives the one Keras' seed module
+    uses (its only use of Python's ``random`` when building models; Keras is
+    pinned by constraints.txt and a test fails if that changes) a per-thread
+    override; every other thread still draws from ``random`` itself.
+    """
+    _thread_random.local.rng = random.Random(seed)
+    try:
+        yield
+    finally:
+        _thread_random.local.rng = None
+
+
+def initial_weights(spec: ModelSpec, seed: int) -> list[np.ndarray]:
+    """The global model before round 1, from ``seed`` alone, whatever else
+    runs in the process."""
+    init_seed = derive_seed(seed, "init")
+    keras.utils.set_random_seed(init_seed)
+    with _default_seeds_from(init_seed):
+        model = spec.build()
+    return [np.array(w) for w in model.get_weights()]
+
+
+def count_params(spec: ModelSpec) -> int:
+    """Number of parameters of the model."""
+    return int(spec.build().count_params())
+
+
+class ModelRunner:
+    """A Keras model with compiled train and predict steps, for any weights.
+
+    Training runs a ``tf.function`` minibatch step over batches this class cuts
+    itself (seeded order), rather than ``model.fit``, whose per-call setup costs
+    more than a small client's epoch; the math per batch is the same.
+    """
+
+    def __init__(self, spec: ModelSpec) -> None:
+        enable_determinism()
+        self.spec = spec
+        self.model = spec.build()
+        optimizer = (
+            keras.optimizers.SGD(learning_rate=spec.lr)
+            if spec.optimizer == "sgd"
+            else keras.optimizers.Adam(learning_rate=spec.lr)
+        )
+        self._loss = loss_for(spec.n_classes, per_sample=True)
+        self._train_loss = loss_for(spec.n_classes)
+        self.optimizer = optimizer
+        # compiled so that model.evaluate/fit work on it too (tests compare with them)
+        self.model.compile(optimizer=optimizer, loss=self._train_loss)
+        optimizer.build(self.model.trainable_variables)
+        self._optimizer_initial = [v.numpy() for v in optimizer.variables]
+        self._seed_generators = [
+            sg
+            for layer in self.model._flatten_layers()
+            for sg in layer._seed_generators
+        ]
+        self._predict = tf.function(self._predict_step, reduce_retracing=True)
+        self._anchor = [
+            tf.Variable(v, trainable=False) for v in self.model.trainable_variables
+        ]
+        self._offset = [
+            tf.Variable(tf.zeros_like(v), trainable=False)
+            for v in self.model.trainable_variables
+        ]
+        self._steps: dict[tuple[bool, bool], Any] = {}
+        self.last_steps = 0
+        self.last_train_loss = float("nan")
+
+    def _reset(self, weights: list[np.ndarray], seed: int) -> None:
+        self.model.set_weights(weights)
+        for var, value in zip(
+            self.optimizer.variables, self._optimizer_initial, strict=True
+        ):
+            var.assign(value)
+        for i, sg in enumerate(self._seed_generators):
+            sg.state.assign(np.array([seed + i, 0], dtype=sg.state.dtype))
+
+    def fit(
+        self,
+        weights: list[np.ndarray],
+        x: np.ndarray,
+        y: np.ndarray,
+        *,
+        epochs: int,
+        batch_size: int,
+        seed: int,
+        proximal_mu: float = 0.0,
+        anchor: Sequence[np.ndarray] | None = None,
+        gradient_offset: Sequence[np.ndarray] | None = None,
+        max_steps: int | None = None,
+    ) -> list[np.ndarray]:
+        """Train from ``weights`` on (x, y) and return the trained weights.
+
+        Samples are shuffled each epoch by a generator seeded with ``seed``; the
+        layers' random state is reset from ``seed`` too. Every minibatch takes one
+        step of the optimizer on the local objective
+
+        .. math:: L(w) + \\frac{\\mu}{2} \\|w - a\\|^2 + \\langle o, w \\rangle
+
+        on the trainable variables: ``proximal_mu`` > 0 adds the proximal term
+        (FedProx, Li et al., 2020; Ditto; FedDyn), pulling towards ``anchor`` (a
+        full weight list laid out like ``weights``; default ``weights`` itself);
+        ``gradient_offset`` (a full weight list; entries of non-trainable layers are
+        ignored) is added to every gradient, the gradient of the linear term
+        (SCAFFOLD's ``c - c_i``, Karimireddy et al., 2020; FedDyn's ``-grad_k``).
+        Both may be given: the two terms add. With neither, plain local SGD.
+        ``max_steps`` stops training after that many minibatch steps
+        (``train.local_steps``); None runs every batch of every epoch. The number
+        of local steps taken is left in :attr:`last_steps`, their mean data loss
+        (without the added terms) in :attr:`last_train_loss`.
+        """
+        self._reset(weights, seed)
+        trainable = self.trainable_indices()
+        prox = proximal_mu > 0
+        offset = gradient_offset is not None
+        if prox:
+            targets = (
+                self.model.trainable_variables
+                if anchor is None
+                else [anchor[j] for j in trainable]
+            )
+            for slot, value in zip(self._anchor, targets, strict=True):
+                slot.assign(value)
+        if gradient_offset is not None:
+            values = [np.asarray(gradient_offset[j], np.float32) for j in trainable]
+            for slot, value in zip(self._offset, values, strict=True):
+                slot.assign(value)
+        step = self._step(prox=prox, offset=offset)
+        extra = (tf.constant(proximal_mu, dtype=tf.float32),) if prox else ()
+        rng = np.random.default_rng(seed)
+        losses = []
+        for _ in range(epochs):
+            if max_steps is not None and len(losses) >= max_steps:
+                break
+            order = rng.permutation(len(x))
+            xs, ys = x[order], self._target(y[order])
+            for start in range(0, len(order), batch_size):
+                if max_steps is not None and len(losses) >= max_steps:
+                    break
+                xb = tf.constant(xs[start : start + batch_size])
+                yb = tf.constant(ys[start : start + batch_size])
+                losses.append(step(xb, yb, *extra))
+        self.last_steps = len(losses)
+        self.last_train_loss = (
+            float(np.mean([float(v) for v in losses])) if losses else float("nan")
+        )
+        return [np.array(w) for w in self.model.get_weights()]
+
+    def trainable_indices(self) -> list[int]:
+        """Positions of the trainable variables in ``model.get_weights()``."""
+        ids = {id(v) for v in self.model.trainable_variables}
+        return [i for i, v in enumerate(self.model.weights) if id(v) in ids]
+
+    def _target(self, y: np.ndarray) -> np.ndarray:
+        """Labels shaped for the loss: a column for one sigmoid output."""
+        return y.reshape(-1, 1) if self.spec.n_classes == 2 else y
+
+    def _step(self, *, prox: bool, offset: bool) -> Any:
+        """The compiled minibatch step for this combination of added terms.
+
+        One definition for every local objective; each combination is traced once
+        and kept. With neither term it is exactly what ``model.fit`` does per
+        batch, without its per-call setup (about 0.1 s, more than a small
+        client's whole epoch).
+        """
+        key = (prox, offset)
+        if key not in self._steps:
+
+            def step(x: tf.Tensor, y: tf.Tensor, *mu: tf.Tensor) -> tf.Tensor:
+                variables = self.model.trainable_variables
+                with tf.GradientTape() as tape:
+                    loss = self._train_loss(y, self.model(x, training=True))
+                    if self.model.losses:
+                        loss = loss + tf.add_n(self.model.losses)
+                    total = loss
+                    if prox:
+                        distance = tf.add_n(
+                            [
+                                tf.reduce_sum(tf.square(v - a))
+                                for v, a in zip(variables, self._anchor, strict=True)
+                            ]
+                        )
+                        total = loss + 0.5 * mu[0] * distance
+                grads = tape.gradient(total, variables)
+                if offset:
+                    grads = [g + o for g, o in zip(grads, self._offset, strict=True)]
+                self.optimizer.apply(grads, variables)
+                return loss
+
+            self._steps[key] = tf.function(step, reduce_retracing=True)
+        return self._steps[key]
+
+    def _predict_step(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        probs = self.model(x, training=False)
+        return probs, self._loss(y, probs)
+
+    def predict(
+        self,
+        weights: list[np.ndarray],
+        x: Rows,
+        y: np.ndarray,
+        batch_size: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Probabilities and per-sample losses of ``weights`` on (x, y).
+
+        ``x`` is an array or anything that slices like one (``len(x)``,
+        ``x[a:b]``), such as a :class:`fedpipe.data.splits.Features` view: one batch
+        of rows is read at a time.
+        """
+        return self.predict_splits(weights, [(x, y)], batch_size=batch_size)[0]
+
+    def predict_splits(
+        self,
+        weights: list[np.ndarray],
+        splits: Sequence[tuple[Rows, np.ndarray]],
+        batch_size: int | None = None,
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`predict` on several data sets with one pass over all of them.
+
+        The batches run over the splits laid end to end (a batch may take the
+        last rows of one split and the first of the next), exactly as over their
+        concatenation, but each batch's rows are read from the splits when it
+        runs: memory holds one batch of features, not every split's.
+        """
+        if not splits:
+            return []
+        if batch_size is None:
+            batch_size = predict_batch(self.spec.input_shape)
+        self.model.set_weights(weights)
+        sizes = [len(ys) for _, ys in splits]
+        y = np.concatenate([ys for _, ys in splits])
+        probs, losses = [], []
+        for start in range(0, len(y), batch_size):
+            stop = min(len(y), start + batch_size)
+            p, loss = self._predict(
+                tf.constant(_rows_between(splits, sizes, start, stop)),
+                tf.constant(self._target(y[start:stop])),
+            )
+            probs.append(p.numpy())
+            losses.append(loss.numpy().reshape(-1))
+        if probs:
+            all_probs, all_losses = np.concatenate(probs), np.concatenate(losses)
+        else:
+            all_probs, all_losses = (
+                np.zeros((0, 1), np.float32),
+                np.zeros(0, np.float32),
+            )
+        out, start = [], 0
+        for size in sizes:
+            stop = start + size
+            out.append((all_probs[start:stop], all_losses[start:stop]))
+            start = stop
+        return out
+
+    def evaluate_splits(
+        self,
+        weights: list[np.ndarray],
+        splits: Sequence[tuple[Rows, np.ndarray]],
+    ) -> list[dict[str, float]]:
+        """:meth:`evaluate` on several data sets with one pass over all of them."""
+        predicted = self.predict_splits(weights, splits)
+        return [
+            classification_metrics(ys, probs, losses)
+            for (_, ys), (probs, losses) in zip(splits, predicted, strict=True)
+        ]
+
+    def evaluate(
+        self, weights: list[np.ndarray], x: Rows, y: np.ndarray
+    ) -> dict[str, float]:
+        """Loss, accuracy, precision, recall and AUC of ``weights`` on (x, y)."""
+        probs, losses = self.predict(weights, x, y)
+        return classification_metrics(y, probs, losses)
+
+
+def _rows_between(
+    splits: Sequence[tuple[Rows, np.ndarray]],
+    sizes: Sequence[int],
+    start: int,
+    stop: int,
+) -> np.ndarray:
+    """Rows ``start:stop`` of the splits' features laid end to end, read from
+    only the splits that hold them."""
+    pieces, offset = [], 0
+    for (xs, _), size in zip(splits, sizes, strict=True):
+        lo, hi = max(start, offset), min(stop, offset + size)
+        if lo < hi:
+            pieces.append(xs[lo - offset : hi - offset])
+        offset += size
+        if offset >= stop:
+            break
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)

@@ -1,0 +1,2 @@
+"""Reading a run back: run files, history, status, the report, the doctor and
+the lineage audit."""

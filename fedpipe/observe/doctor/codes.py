@@ -1,0 +1,56 @@
+"""The doctor's finding codes: stable ids that scripts, reports and tests match on.
+
+Each is the ``code`` of one kind of :class:`~fedpipe.observe.doctor.findings.Finding`;
+write them through these names, never as string literals.
+"""
+
+from __future__ import annotations
+
+LABELS_OUTSIDE_LOSS_RANGE = "labels-outside-loss-range"
+LEARNING_RATE_TOO_HIGH = "learning-rate-too-high"
+AGGREGATION_WEIGHTS_NOT_NORMALIZED = "aggregation-weights-not-normalized"
+CLIENT_UPDATE_OUTLIER = "client-update-outlier"
+NORM_STATISTICS_DISAGREE = "norm-statistics-disagree"
+CLIENT_DRIFT = "client-drift"
+LOSS_RISING_ACCURACY_HOLDS = "loss-rising-accuracy-holds"
+NOT_LEARNING = "not-learning"
+HEALTH_RECORDS_MISSING = "health-records-missing"
+# clients left out of rounds (fedpipe.observe.doctor.failures)
+ROUND_STOPPED_CLIENTS_LOST = "round-stopped-clients-lost"
+CLIENTS_FAILED = "clients-failed"
+CLIENT_UPDATES_NONFINITE = "client-updates-nonfinite"
+CLIENTS_DROPPED_OUT = "clients-dropped-out"
+PRIVACY_NOISE_DOMINATES = "privacy-noise-dominates"
+CLIENTS_AGAINST_FEDERATION = "clients-against-federation"
+# the server's own step (fedpipe.observe.doctor.server_step)
+SERVER_STEP_TOO_LARGE = "server-step-too-large"
+# a model that learned and then fell back, or died (fedpipe.observe.doctor.collapse)
+ACCURACY_COLLAPSED = "accuracy-collapsed"
+PREDICTIONS_CONSTANT = "predictions-constant"
+DEAD_UNITS = "dead-units"
+# files the doctor could not read, checks it could not run (fedpipe.observe.doctor.reading)
+RECORDS_UNREADABLE = "records-unreadable"
+
+#: every code, root causes before the symptoms they cause
+ALL = (
+    LABELS_OUTSIDE_LOSS_RANGE,
+    SERVER_STEP_TOO_LARGE,
+    ACCURACY_COLLAPSED,
+    LEARNING_RATE_TOO_HIGH,
+    AGGREGATION_WEIGHTS_NOT_NORMALIZED,
+    CLIENTS_AGAINST_FEDERATION,
+    CLIENT_UPDATE_OUTLIER,
+    NORM_STATISTICS_DISAGREE,
+    CLIENT_DRIFT,
+    PRIVACY_NOISE_DOMINATES,
+    LOSS_RISING_ACCURACY_HOLDS,
+    PREDICTIONS_CONSTANT,
+    DEAD_UNITS,
+    NOT_LEARNING,
+    HEALTH_RECORDS_MISSING,
+    RECORDS_UNREADABLE,
+    ROUND_STOPPED_CLIENTS_LOST,
+    CLIENTS_FAILED,
+    CLIENT_UPDATES_NONFINITE,
+    CLIENTS_DROPPED_OUT,
+)

@@ -1,0 +1,106 @@
+"""A run's history: one row per round, read back from the rounds' metrics files."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fedpipe.config import layout
+from fedpipe.core.jsonio import read_json
+from fedpipe.model.metrics import METRIC_NAMES
+
+GROUPS = ("global", "global_on_clients", "global_on_clients_std", "local", "local_std")
+# present only when personalization.method is not none
+PERSONALIZED_GROUPS = ("personalized", "personalized_std")
+GROUP_TITLES = {
+    "global": "global model, held-out test",
+    "global_on_clients": "global model, client tests (mean ± std)",
+    "local": "local models, own tests (mean ± std)",
+    "personalized": "personalized models, own tests (mean ± std)",
+}
+
+
+def flatten(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"global": {"loss": ..}}`` -> ``{"global_loss": ..}`` plus the round number."""
+    row: dict[str, Any] = {"round": summary["round"]}
+    extra = PERSONALIZED_GROUPS if "personalized" in summary else ()
+    for group in GROUPS + extra:
+        for name in METRIC_NAMES:
+            value = summary.get(group, {}).get(name)
+            row[f"{group}_{name}"] = float("nan") if value is None else value
+    row["n_selected"] = len(summary.get("clients_selected", []))
+    if "privacy" in summary:
+        epsilon = summary["privacy"].get("epsilon")
+        row["epsilon"] = float("inf") if epsilon is None else epsilon
+    return row
+
+
+def load_history(rounds: int, root: Path = Path(".")) -> pd.DataFrame:
+    """One row per round 1..rounds, from ``metrics/rounds/round-K.json``."""
+    rows = [
+        flatten(read_json(root / layout.round_metrics(k))) for k in range(1, rounds + 1)
+    ]
+    return pd.DataFrame(rows)
+
+
+def progress_line(summary: Mapping[str, Any], rounds: int, seconds: float) -> str:
+    """The line printed after each round."""
+    g, lo, sd = summary["global"], summary["local"], summary["local_std"]
+    selected = len(summary["clients_selected"])
+    out = len(summary.get("clients_excluded", {}))
+    clients = (
+        f"{selected - out} of {selected} clients, {out} out"
+        if out
+        else f"{selected} clients"
+    )
+
+    def fmt(v: float | None) -> str:
+        return "  nan " if v is None else f"{v:.4f}"
+
+    return (
+        f"round {summary['round']:>3}/{rounds}  "
+        f"global acc {fmt(g['accuracy'])} loss {fmt(g['loss'])}  |  "
+        f"local acc {fmt(lo['accuracy'])} ± {fmt(sd['accuracy'])} "
+        f"loss {fmt(lo['loss'])}  "
+        f"({clients}, {seconds:.1f} s)" + privacy_text(summary, short=True)
+    )
+
+
+def privacy_text(summary: Mapping[str, Any], *, short: bool = False) -> str:
+    """``"  ε 1.23"`` (``short``: the progress line) or a sentence naming the
+    mechanism, epsilon, delta, sigma and the clip; empty without privacy."""
+    p = summary.get("privacy")
+    if not p:
+        return ""
+    eps = "∞" if p.get("epsilon") is None else f"{p['epsilon']:.3g}"
+    if short:
+        return f"  ε {eps}"
+    return (
+        f"Differential privacy ({p['mechanism']}, client level): ε = {eps} at "
+        f"δ = {p['delta']:g} after round {summary['round']} "
+        f"(noise multiplier {p['noise_multiplier']:g}, clip norm "
+        f"{p['clip_norm']:g}, {p['clipped_fraction']:.0%} of updates clipped)"
+    )
+
+
+def final_table(summary: Mapping[str, Any]) -> str:
+    """Markdown table of global vs local metrics for one round's summary."""
+    groups = [g for g in GROUP_TITLES if g in summary]
+    header = "| metric | " + " | ".join(GROUP_TITLES[g] for g in groups) + " |"
+    lines = [header, "|---|" + "---:|" * len(groups)]
+    for name in METRIC_NAMES:
+        cells = []
+        for group in groups:
+            value = summary[group][name]
+            cell = "n/a" if value is None else f"{value:.4f}"
+            spread = summary.get(f"{group}_std", {}).get(name)
+            if spread is not None and value is not None:
+                cell += f" ± {spread:.4f}"
+            cells.append(cell)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if "privacy" in summary:
+        lines += ["", privacy_text(summary)]
+    return "\n".join(lines)

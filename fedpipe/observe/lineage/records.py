@@ -1,0 +1,90 @@
+"""fedpipe's own records about a stage, beside DVC's: the validation summary,
+the partition manifest and each round's metrics; and the round stages' names."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from fedpipe.config import layout
+
+__all__ = ["ROUND_PREFIX", "round_of", "stage_info"]
+
+ROUND_PREFIX = f"{layout.ROUND_STAGE}@"
+
+
+def round_of(stage: str) -> int | None:
+    """K for the stage ``round@K``; None for any other stage."""
+    if stage.startswith(ROUND_PREFIX) and stage[len(ROUND_PREFIX) :].isdigit():
+        return int(stage[len(ROUND_PREFIX) :])
+    return None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def stage_info(
+    root: Path, stage: str, md5_of: Callable[[str], str | None]
+) -> dict[str, Any]:
+    """What fedpipe's own records add to a stage: validation, partition, clients.
+
+    Parameters
+    ----------
+    root : Path
+        The project directory.
+    stage : str
+        A stage name as dvc.lock records it.
+    md5_of : callable
+        The md5 of a project path (DVC's), for the manifest.
+    """
+    if stage == "validate":
+        summary = _read_json(root / layout.VALIDATION_DIR / "summary.json")
+        if not isinstance(summary, Mapping):
+            return {"validation": None}
+        return {
+            "validation": {
+                "success": summary.get("success"),
+                "n_rows": summary.get("n_rows"),
+                "n_expectations": summary.get("n_expectations"),
+                "warnings": summary.get("warnings", []),
+                "failures": summary.get("failures", []),
+            }
+        }
+    if stage == "partition":
+        manifest = _read_json(root / layout.MANIFEST)
+        if not isinstance(manifest, Mapping):
+            return {"manifest": None}
+        clients = manifest.get("clients") or []
+        return {
+            "manifest": {
+                "path": layout.MANIFEST.as_posix(),
+                "md5": md5_of(layout.MANIFEST.as_posix()),
+                "method": manifest.get("method"),
+                "clients": manifest.get("n_clients", len(clients)),
+                "train_sizes": [len(c.get("train", [])) for c in clients],
+                "test_sizes": [len(c.get("test", [])) for c in clients],
+                "heldout": len(manifest.get("heldout") or []),
+                "dropped_duplicates": len(manifest.get("dropped_duplicates") or []),
+                "params": manifest.get("params"),
+            }
+        }
+    k = round_of(stage)
+    if k is not None:
+        metrics = _read_json(root / layout.round_metrics(k))
+        if not isinstance(metrics, Mapping):
+            return {"clients_selected": None}
+        accuracy = (metrics.get("global") or {}).get("accuracy")
+        out = {
+            "clients_selected": metrics.get("clients_selected"),
+            "global_accuracy": accuracy,
+        }
+        if "malicious" in metrics:  # a planted attack (attack.*)
+            out["malicious"] = metrics["malicious"]
+        return out
+    return {}

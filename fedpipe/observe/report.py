@@ -1,0 +1,837 @@
+"""One self-contained HTML page per run: metrics, health, data, findings, lineage.
+
+:func:`write_report` reads a run's files once (:func:`fedpipe.observe.runfiles.load_run`;
+paths relative to the project root, see :mod:`fedpipe.config.layout`) and writes a single
+HTML file with inline CSS and inline SVG plots, so it opens offline and can be
+mailed or archived as it is. Every section is built independently: a missing
+input becomes a "not recorded (run ...)" note in its section, and an unreadable
+one a note naming the file and the error, never a failed report.
+
+Sections, each from its own files:
+
+- global vs local metrics per round: ``metrics/rounds/round-K.json`` (or
+  ``metrics/history.csv`` when the per-round files are gone);
+- per-layer divergence over rounds and client update norms:
+  ``metrics/health/round-K.json``;
+- label distribution per client: ``reports/partition/class_counts.csv`` (or the
+  partition manifest ``data/partition/manifest.json``);
+- the doctor's findings: ``fedpipe.observe.doctor.diagnose(root)`` when that module
+  exists;
+- lineage: ``params.yaml``, output hashes from ``dvc.lock``, the git commit.
+
+matplotlib is imported inside the plotting functions and draws on a
+:class:`~matplotlib.figure.Figure` (no pyplot state); nothing here imports Prefect,
+DVC or TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import html
+import importlib
+import io
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import yaml
+
+from fedpipe.config import layout
+from fedpipe.observe.runfiles import (
+    CLASS_COUNTS_CSV,
+    RunFiles,
+    flat_params,
+    fmt,
+    load_run,
+    rounds_text,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "SECTION_TITLES",
+    "Section",
+    "build_report",
+    "read_health",
+    "read_history",
+    "read_label_counts",
+    "read_lineage",
+    "render_findings",
+    "render_page",
+    "run_doctor",
+    "write_report",
+]
+
+HEALTH_DIR = layout.HEALTH_METRICS_DIR  # the health contract's round-K.json
+
+SECTION_TITLES = {
+    "metrics": "Global vs local metrics",
+    "divergence": "Per-layer divergence",
+    "norms": "Client update norms",
+    "labels": "Label distribution per client",
+    "doctor": "Doctor's findings",
+    "lineage": "Lineage",
+}
+
+_ANNOTATE_MAX_CELLS = 160  # write values into heatmap cells up to this many
+_LEGEND_MAX_CLIENTS = 12  # name each client in a legend up to this many
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, IndexError, yaml.YAMLError)
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """One ``<section>`` of the page: an anchor id, a heading and its HTML body."""
+
+    id: str
+    title: str
+    body: str
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _as_run(run: RunFiles | Path) -> RunFiles:
+    return run if isinstance(run, RunFiles) else load_run(Path(run))
+
+
+def read_history(run: RunFiles | Path) -> tuple[pd.DataFrame | None, str]:
+    """Per-round metrics of a run and the file(s) they came from.
+
+    Parameters
+    ----------
+    run : RunFiles or Path
+        The run's files, or the project directory to read them from.
+
+    Returns
+    -------
+    (pandas.DataFrame or None, str)
+        One row per recorded round, sorted by ``round``, with the columns of
+        ``metrics/history.csv`` (``global_loss``, ``local_std_accuracy``, ...;
+        missing values NaN), from ``metrics/rounds/round-K.json`` if any
+        exist, else from ``metrics/history.csv``; ``None`` if neither exists.
+        The string names the source.
+
+    Raises
+    ------
+    Exception
+        What reading the round files (or ``history.csv``) raised.
+    """
+    import pandas as pd
+
+    from fedpipe.observe.history import flatten
+
+    run = _as_run(run)
+    run.require("rounds")
+    if run.rounds:
+        rows = [flatten(summary) for summary in run.rounds.values()]
+        frame = pd.DataFrame(rows).sort_values("round", ignore_index=True)
+        return frame, f"{layout.ROUND_METRICS_DIR}/round-K.json"
+    run.require("history")
+    if run.history is not None:
+        frame = run.history.sort_values("round", ignore_index=True)
+        return frame, str(layout.HISTORY_CSV)
+    return None, ""
+
+
+def read_health(run: RunFiles | Path) -> list[dict[str, Any]]:
+    """Every recorded round health record, by ascending round (``[]`` if none)."""
+    run = _as_run(run)
+    run.require("health")
+    return list(run.health.values())
+
+
+def read_label_counts(run: RunFiles | Path) -> tuple[pd.DataFrame | None, str]:
+    """Train class counts per client and the file they came from.
+
+    Returns
+    -------
+    (pandas.DataFrame or None, str)
+        Columns ``client``, ``n_train``, ``n_test`` and one column per class
+        (named by its class name, e.g. ``cat``, or the class index as a string), from
+        ``reports/partition/class_counts.csv`` if it exists, else computed from
+        ``data/partition/manifest.json``; ``None`` if neither exists.
+    """
+    run = _as_run(run)
+    run.require("class_counts")
+    if run.class_counts is not None:
+        return run.class_counts, str(CLASS_COUNTS_CSV)
+    run.require("manifest", "schema")
+    if run.manifest is not None:
+        from fedpipe.data.partition.diagnostics import class_count_table
+
+        names = None if run.schema is None else run.schema.get("class_names")
+        table = class_count_table(run.manifest, class_names=names)
+        return table.rename(columns=str), str(layout.MANIFEST)
+    return None, ""
+
+
+def read_lineage(run: RunFiles | Path) -> dict[str, Any]:
+    """What made this run: params, output hashes from ``dvc.lock``, git commit.
+
+    Returns
+    -------
+    dict
+        ``params``: the parsed ``params.yaml`` or ``None``;
+        ``outs``: ``[{"stage", "path", "md5", "size", "nfiles"}]`` of every
+        stage's outs in ``dvc.lock`` order, or ``None`` without a lock file;
+        ``commit``: ``HEAD``'s sha or ``None``; ``dirty``: number of changed or
+        untracked paths (``git status --porcelain``) or ``None``.
+    """
+    run = _as_run(run)
+    run.require("params", "lock")
+    return {
+        "params": run.params,
+        "outs": run.lock_outs,
+        "commit": run.commit.sha,
+        "dirty": run.commit.dirty,
+    }
+
+
+def _finding_dict(finding: Any) -> dict[str, Any]:
+    if isinstance(finding, Mapping):
+        return dict(finding)
+    if hasattr(finding, "to_dict"):
+        return dict(finding.to_dict())
+    return dataclasses.asdict(finding)
+
+
+def run_doctor(root: Path) -> tuple[list[dict[str, Any]] | None, str]:
+    """The doctor's findings as dicts, or ``None`` and why there are none.
+
+    Calls ``fedpipe.observe.doctor.diagnose(root)`` if that module exists. A missing
+    module gives ``(None, "doctor not available ...")``; an import error inside it
+    or a failure of ``diagnose`` gives ``(None, "doctor failed: ...")``, so the
+    rest of the report is still written.
+    """
+    try:
+        doctor = importlib.import_module("fedpipe.observe.doctor")
+    except ModuleNotFoundError as exc:
+        if exc.name != "fedpipe.observe.doctor":
+            return None, f"doctor failed to import: {exc}"
+        return None, "doctor not available (this fedpipe has no fedpipe.observe.doctor)"
+    except ImportError as exc:
+        return None, f"doctor failed to import: {exc}"
+    try:
+        findings = doctor.diagnose(Path(root))
+    except Exception as exc:  # a report with the doctor's error beats no report
+        return None, f"doctor failed: {type(exc).__name__}: {exc}"
+    return [_finding_dict(f) for f in findings], ""
+
+
+# ---------------------------------------------------------------- plotting
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+
+
+def _svg(fig: Figure, *, label: str) -> str:
+    """The figure as an inline ``<svg>`` element (text kept as text, no date)."""
+    import matplotlib
+
+    buf = io.StringIO()
+    with matplotlib.rc_context(
+        {"svg.fonttype": "none", "svg.hashsalt": "fedpipe-report"}
+    ):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = buf.getvalue()
+    svg = text[text.index("<svg") :]
+    return svg.replace(
+        "<svg ", f'<svg role="img" aria-label="{html.escape(label)}" ', 1
+    )
+
+
+def _plot(svg: str, caption: str, *, name: str) -> str:
+    return (
+        f'<figure class="plot" data-plot="{name}">{svg}'
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+    )
+
+
+_SERIES = (
+    ("global", "global model, held-out test", "#1f77b4"),
+    ("global_on_clients", "global model, client tests (mean ± std)", "#2ca02c"),
+    ("local", "local models, own tests (mean ± std)", "#d62728"),
+    ("personalized", "personalized models, own tests (mean ± std)", "#9467bd"),
+)
+
+
+def metrics_svg(history: pd.DataFrame) -> str:
+    """Loss and accuracy per round: global, global on clients, local mean ± std."""
+    from matplotlib.ticker import MaxNLocator
+
+    fig = _new_figure(10.0, 3.8)
+    rounds = history["round"].to_numpy(dtype=float)
+    for i, metric in enumerate(("loss", "accuracy")):
+        ax = fig.add_subplot(1, 2, i + 1)
+        for group, label, color in _SERIES:
+            column = f"{group}_{metric}"
+            if column not in history:
+                continue
+            values = history[column].to_numpy(dtype=float)
+            ax.plot(rounds, values, marker="o", markersize=3, color=color, label=label)
+            std_column = f"{group}_std_{metric}"
+            if group in ("local", "personalized") and std_column in history:
+                std = history[std_column].to_numpy(dtype=float)
+                ax.fill_between(
+                    rounds, values - std, values + std, color=color, alpha=0.15
+                )
+        ax.set_xlabel("round")
+        ax.set_ylabel(metric)
+        ax.set_title(metric)
+        ax.grid(alpha=0.3)
+        if len(rounds) <= 20:
+            ax.set_xticks(rounds)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if i == 0:
+            ax.legend(fontsize=8)
+    return _svg(fig, label="loss and accuracy per round")
+
+
+def _layer_matrix(health: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, list, list]:
+    """``(layers x rounds)`` divergence matrix, row labels, round numbers."""
+    rows: dict[tuple[int, str], str] = {}
+    for record in health:
+        for layer in record.get("layers") or []:
+            key = (int(layer["index"]), str(layer.get("name", "")))
+            rows.setdefault(key, f"{key[0]} {key[1]} ({layer.get('kind', '?')})")
+    keys = sorted(rows)
+    rounds = [int(record["round"]) for record in health]
+    matrix = np.full((len(keys), len(rounds)), np.nan)
+    position = {key: i for i, key in enumerate(keys)}
+    for j, record in enumerate(health):
+        for layer in record.get("layers") or []:
+            value = layer.get("divergence")
+            key = (int(layer["index"]), str(layer.get("name", "")))
+            if value is not None:
+                matrix[position[key], j] = float(value)
+    return matrix, [rows[k] for k in keys], rounds
+
+
+def divergence_svg(health: Sequence[Mapping[str, Any]]) -> str:
+    """Heatmap of each layer's divergence ``D_l`` (rows) over rounds (columns)."""
+    import matplotlib
+
+    matrix, labels, rounds = _layer_matrix(health)
+    n_layers, n_rounds = matrix.shape
+    width = min(max(6.0, 0.4 * n_rounds + 4.0), 16.0)
+    height = min(max(2.5, 0.32 * n_layers + 1.6), 14.0)
+    fig = _new_figure(width, height)
+    ax = fig.add_subplot()
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
+    mesh = ax.pcolormesh(
+        np.ma.masked_invalid(matrix), cmap=cmap, vmin=0.0, vmax=1.0, edgecolors="w"
+    )
+    fig.colorbar(mesh, ax=ax, label="divergence D")
+    ax.set_xticks(np.arange(n_rounds) + 0.5, labels=[str(r) for r in rounds])
+    ax.set_yticks(np.arange(n_layers) + 0.5, labels=labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("round")
+    ax.set_ylabel("layer")
+    if n_rounds > 30:
+        for tick in ax.get_xticklabels()[1::2]:
+            tick.set_visible(False)
+    if matrix.size <= _ANNOTATE_MAX_CELLS:
+        for (row, col), value in np.ndenumerate(matrix):
+            if np.isfinite(value):
+                ax.text(
+                    col + 0.5,
+                    row + 0.5,
+                    f"{value:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="black" if value > 0.6 else "white",
+                )
+    return _svg(fig, label="per-layer divergence over rounds")
+
+
+def norms_svg(health: Sequence[Mapping[str, Any]]) -> str:
+    """Each selected client's update norm per round, with the per-round median."""
+    from matplotlib.ticker import MaxNLocator
+
+    points: dict[int, list[tuple[int, float]]] = {}
+    medians: list[tuple[int, float]] = []
+    for record in health:
+        round_ = int(record["round"])
+        norms = []
+        for client in record.get("clients") or []:
+            value = client.get("update_norm")
+            if value is None:
+                continue
+            points.setdefault(int(client["client"]), []).append((round_, float(value)))
+            norms.append(float(value))
+        if norms:
+            medians.append((round_, float(np.median(norms))))
+    fig = _new_figure(8.0, 3.8)
+    ax = fig.add_subplot()
+    cmap = _cmap("tab20" if len(points) > 10 else "tab10")
+    for i, (client, pts) in enumerate(sorted(points.items())):
+        xs, ys = zip(*pts, strict=True)
+        ax.scatter(xs, ys, s=14, color=cmap(i % cmap.N), label=f"client {client}")
+    if medians:
+        xs, ys = zip(*medians, strict=True)
+        ax.plot(xs, ys, color="black", linewidth=1.2, label="median")
+    values = [v for pts in points.values() for _, v in pts]
+    if values and min(values) > 0 and max(values) / min(values) > 100:
+        ax.set_yscale("log")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("round")
+    ax.set_ylabel("update norm ||w_k - w_global||")
+    ax.grid(alpha=0.3)
+    if len(points) <= _LEGEND_MAX_CLIENTS:
+        ax.legend(fontsize=7, ncols=2)
+    else:
+        ax.legend(handles=ax.get_lines()[-1:], fontsize=7)
+    return _svg(fig, label="client update norms per round")
+
+
+def _cmap(name: str):  # type: ignore[no-untyped-def]
+    import matplotlib
+
+    return matplotlib.colormaps[name]
+
+
+def labels_svg(counts: pd.DataFrame) -> str:
+    """Stacked horizontal bars: each client's train samples by class."""
+    classes = [c for c in counts.columns if c not in ("client", "n_train", "n_test")]
+    matrix = counts[classes].to_numpy(dtype=float)
+    n_clients = len(counts)
+    height = min(max(2.5, 0.28 * n_clients + 1.6), 16.0)
+    fig = _new_figure(8.0, height)
+    ax = fig.add_subplot()
+    cmap = _cmap("tab20" if len(classes) > 10 else "tab10")
+    left = np.zeros(n_clients)
+    ypos = np.arange(n_clients)
+    for i, name in enumerate(classes):
+        ax.barh(ypos, matrix[:, i], left=left, color=cmap(i % cmap.N), label=str(name))
+        left += matrix[:, i]
+    ax.set_yticks(ypos, labels=[str(c) for c in counts["client"]])
+    ax.invert_yaxis()
+    ax.set_xlabel("train samples")
+    ax.set_ylabel("client")
+    if len(classes) <= 20:
+        ax.legend(title="class", fontsize=7, loc="center left", bbox_to_anchor=(1, 0.5))
+    return _svg(fig, label="label distribution per client")
+
+
+# ---------------------------------------------------------------- html pieces
+
+
+def _note(text: str) -> str:
+    return f'<p class="missing">{html.escape(text)}</p>'
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    """A table cell: ``digits`` decimals, ``n/a`` for None / NaN, HTML-escaped."""
+    return html.escape(fmt(value, digits, decimals=True))
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
+    """An HTML table; cells are already HTML (escape before)."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows
+    )
+    attr = f' class="{cls}"' if cls else ""
+    return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _final_round_table(history: pd.DataFrame) -> str:
+    from fedpipe.model.metrics import METRIC_NAMES
+
+    last = history.iloc[-1]
+    series = [s for s in _SERIES if f"{s[0]}_loss" in history]
+    rows = []
+    for name in METRIC_NAMES:
+        row = [html.escape(name)]
+        for group, _, _ in series:
+            cell = _fmt(last.get(f"{group}_{name}"))
+            std = last.get(f"{group}_std_{name}")
+            if cell != "n/a" and std is not None and np.isfinite(std):
+                cell += f" ± {std:.4f}"
+            row.append(cell)
+        rows.append(row)
+    header = ["metric"] + [label for _, label, _ in series]
+    return f"<h3>Final round ({int(last['round'])})</h3>" + _table(
+        header, rows, "numbers"
+    )
+
+
+def render_findings(
+    findings: Sequence[Mapping[str, Any]] | None, note: str = ""
+) -> str:
+    """The doctor's findings as HTML, most important first as given.
+
+    Parameters
+    ----------
+    findings : sequence of dict or None
+        ``Finding.to_dict()`` values: ``code``, ``severity`` (``error`` |
+        ``warning`` | ``info``), ``title``, ``evidence`` (list of str), ``fix``,
+        ``rounds`` (list of int). Missing keys are shown as absent. ``None``:
+        there are no findings to show, and ``note`` says why.
+    note : str, optional
+        Shown instead of the findings when ``findings`` is ``None``.
+    """
+    if findings is None:
+        return _note(note or "doctor not available")
+    if not findings:
+        return '<p class="ok">The doctor found nothing to report for this run.</p>'
+    counts: dict[str, int] = {}
+    for f in findings:
+        counts[str(f.get("severity", "info"))] = (
+            counts.get(str(f.get("severity", "info")), 0) + 1
+        )
+    summary = ", ".join(f"{n} {sev}" for sev, n in counts.items())
+    items = []
+    for f in findings:
+        severity = str(f.get("severity", "info"))
+        sev_class = severity if severity in ("error", "warning", "info") else "info"
+        evidence = "".join(
+            f"<li>{html.escape(str(e))}</li>" for e in f.get("evidence") or []
+        )
+        rounds = f.get("rounds") or []
+        parts = [
+            f'<span class="badge {sev_class}">{html.escape(severity)}</span> '
+            f"<strong>{html.escape(str(f.get('title', '')))}</strong> "
+            f"<code>{html.escape(str(f.get('code', '')))}</code>"
+        ]
+        if rounds:
+            text = html.escape(rounds_text(int(r) for r in rounds))
+            parts.append(f'<div class="rounds">{text}</div>')
+        if evidence:
+            parts.append(f"<ul>{evidence}</ul>")
+        if f.get("side"):
+            parts.append(f'<div class="side">Side: {html.escape(str(f["side"]))}</div>')
+        if f.get("fix"):
+            parts.append(f'<div class="fix">Fix: {html.escape(str(f["fix"]))}</div>')
+        items.append(f'<li class="finding {sev_class}">' + "".join(parts) + "</li>")
+    return f'<p>{html.escape(summary)}</p><ol class="findings">{"".join(items)}</ol>'
+
+
+def _outs_rows(outs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    return [
+        [
+            html.escape(o["stage"]),
+            f"<code>{html.escape(o['path'])}</code>",
+            f"<code>{html.escape(str(o['md5']))}</code>",
+            _fmt(o.get("size")),
+        ]
+        for o in outs
+    ]
+
+
+def _final_model_outs(outs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Outs of the highest ``round@K`` stage that wrote model files."""
+    best: int | None = None
+    for o in outs:
+        match = re.fullmatch(rf"{layout.ROUND_STAGE}@(\d+)", o["stage"])
+        if match and o["path"].startswith(str(layout.MODELS_DIR)):
+            best = max(best or 0, int(match.group(1)))
+    if best is None:
+        return [o for o in outs if o["path"].startswith(str(layout.MODELS_DIR))]
+    stage = f"{layout.ROUND_STAGE}@{best}"
+    return [
+        o
+        for o in outs
+        if o["stage"] == stage and o["path"].startswith(str(layout.MODELS_DIR))
+    ]
+
+
+def render_lineage(lineage: Mapping[str, Any]) -> str:
+    """Git commit, data and model hashes, and params, from :func:`read_lineage`."""
+    parts = ["<h3>Code</h3>"]
+    if lineage.get("commit"):
+        dirty = lineage.get("dirty") or 0
+        state = (
+            f" — {dirty} uncommitted change(s) in the work tree"
+            if dirty
+            else " (work tree clean)"
+        )
+        parts.append(
+            f"<p>git commit <code>{html.escape(lineage['commit'])}</code>"
+            f"{html.escape(state)}</p>"
+        )
+    else:
+        parts.append(_note("no git commit recorded (run `git init` and commit)"))
+
+    parts.append("<h3>Data and model hashes (dvc.lock)</h3>")
+    outs = lineage.get("outs")
+    if outs is None:
+        parts.append(_note("not recorded: no dvc.lock (run `fedpipe run`)"))
+    elif not outs:
+        parts.append(_note("dvc.lock records no stage outputs yet (run `fedpipe run`)"))
+    else:
+        header = ["stage", "path", "md5", "bytes"]
+        data = [o for o in outs if o["path"].startswith("data/")]
+        model = _final_model_outs(outs)
+        if data:
+            parts.append("<h4>Data</h4>" + _table(header, _outs_rows(data), "hashes"))
+        if model:
+            parts.append(
+                "<h4>Final model</h4>" + _table(header, _outs_rows(model), "hashes")
+            )
+        parts.append(
+            f"<details><summary>All {len(outs)} stage outputs</summary>"
+            + _table(header, _outs_rows(outs), "hashes")
+            + "</details>"
+        )
+
+    parts.append("<h3>Params (params.yaml)</h3>")
+    params = lineage.get("params")
+    if params is None:
+        parts.append(_note("not recorded: no params.yaml (run `fedpipe init`)"))
+    else:
+        rows = [
+            [f"<code>{html.escape(k)}</code>", f"<code>{html.escape(_yaml(v))}</code>"]
+            for k, v in flat_params(
+                {k: v for k, v in params.items() if k != "round_chain"}
+            )
+        ]
+        parts.append(_table(["key", "value"], rows, "params"))
+    return "".join(parts)
+
+
+def _yaml(value: Any) -> str:
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
+# ---------------------------------------------------------------- sections
+
+
+def _metrics_section(run: RunFiles) -> str:
+    history, source = read_history(run)
+    if history is None or history.empty:
+        return _note(
+            f"not recorded: no {layout.ROUND_METRICS_DIR}/round-K.json or "
+            f"{layout.HISTORY_CSV} (run `fedpipe run`)"
+        )
+    caption = (
+        f"{len(history)} round(s) from {source}. The band is the local models' "
+        "mean ± one standard deviation across clients."
+    )
+    return (
+        _plot(metrics_svg(history), caption, name="metrics")
+        + _final_round_table(history)
+        + _privacy_note(run)
+    )
+
+
+def _privacy_note(run: RunFiles) -> str:
+    """The last round's privacy spent (epsilon at delta), when the run has DP."""
+    from fedpipe.observe.history import privacy_text
+
+    last = run.rounds[max(run.rounds)] if run.rounds else {}
+    text = privacy_text(last)
+    return f'<p class="privacy">{html.escape(text)}</p>' if text else ""
+
+
+_NO_HEALTH = (
+    f"not recorded: no {HEALTH_DIR}/round-K.json (the round stage writes one per "
+    "round; rerun the rounds: `fedpipe run --force`)"
+)
+
+
+def _divergence_section(run: RunFiles) -> str:
+    health = read_health(run)
+    if not any(record.get("layers") for record in health):
+        return _note(_NO_HEALTH)
+    caption = (
+        "D = 1 − ||mean Δ||² / mean ||Δ||² over each layer's trainable weights: 0 when "
+        "the clients' updates agree, near 1 when they are unrelated; grey: not "
+        f"defined (all updates zero). From {HEALTH_DIR}/round-K.json."
+    )
+    return _plot(divergence_svg(health), caption, name="divergence")
+
+
+def _norms_section(run: RunFiles) -> str:
+    health = read_health(run)
+    if not any(
+        c.get("update_norm") is not None
+        for record in health
+        for c in record.get("clients") or []
+    ):
+        return _note(_NO_HEALTH)
+    caption = (
+        "||w_k − w_global|| of each selected client's trainable weights after local "
+        f"training; the line is the per-round median. From {HEALTH_DIR}/round-K.json."
+    )
+    return _plot(norms_svg(health), caption, name="norms")
+
+
+def _labels_section(run: RunFiles) -> str:
+    counts, source = read_label_counts(run)
+    if counts is None or counts.empty:
+        return _note(
+            f"not recorded: no {CLASS_COUNTS_CSV} or {layout.MANIFEST} "
+            "(run `fedpipe stage partition`)"
+        )
+    parts = []
+    run.require("skew")
+    if run.skew is not None:
+        shown = ", ".join(f"{k} {_fmt(v, 3)}" for k, v in sorted(run.skew.items()))
+        parts.append(f"<p>{shown}</p>")
+    caption = f"Local train samples of each client by class, from {source}."
+    parts.append(_plot(labels_svg(counts), caption, name="labels"))
+    rows = [[_fmt(v) for v in row] for row in counts.itertuples(index=False)]
+    parts.append(
+        "<details><summary>Class counts table</summary>"
+        + _table([str(c) for c in counts.columns], rows, "numbers")
+        + "</details>"
+    )
+    return "".join(parts)
+
+
+def _guarded(build: Callable[[], str], what: str) -> str:
+    """``build()``, or a note naming ``what`` and the error if it is unreadable."""
+    try:
+        return build()
+    except _UNREADABLE as exc:
+        return _note(f"could not read {what}: {type(exc).__name__}: {exc}")
+
+
+_DOCTOR = object()  # build_report's default: call the doctor
+
+
+def build_report(
+    root: Path,
+    *,
+    findings: Sequence[Mapping[str, Any]] | None | object = _DOCTOR,
+    doctor_note: str = "",
+    generated: str | None = None,
+    run: RunFiles | None = None,
+) -> str:
+    """The report of the run in ``root`` as one HTML document.
+
+    Parameters
+    ----------
+    root : Path
+        Project directory.
+    findings : sequence of dict or None, optional
+        The doctor's findings to show (``Finding.to_dict()`` values); ``None``
+        shows ``doctor_note``. Default: call :func:`run_doctor`.
+    doctor_note : str, optional
+        Why there are no findings, when ``findings`` is ``None``.
+    generated : str or None, optional
+        Timestamp written in the footer; ``None`` writes none.
+    run : RunFiles or None, optional
+        The run's files, already read from ``root``; default: read them
+        (:func:`fedpipe.observe.runfiles.load_run`).
+    """
+    root = Path(root)
+    run = load_run(root) if run is None else run
+    if findings is _DOCTOR:
+        found, doctor_note = run_doctor(root)
+    else:
+        found = None if findings is None else [dict(f) for f in findings]  # type: ignore[union-attr]
+    builders = {
+        "metrics": (lambda: _metrics_section(run), "the round metrics"),
+        "divergence": (lambda: _divergence_section(run), "the health records"),
+        "norms": (lambda: _norms_section(run), "the health records"),
+        "labels": (lambda: _labels_section(run), "the partition"),
+        "doctor": (lambda: render_findings(found, doctor_note), "the findings"),
+        "lineage": (
+            lambda: render_lineage(read_lineage(run)),
+            "params.yaml / dvc.lock",
+        ),
+    }
+    sections = [
+        Section(key, SECTION_TITLES[key], _guarded(build, what))
+        for key, (build, what) in builders.items()
+    ]
+    return render_page(
+        sections,
+        title=f"fedpipe run report: {root.resolve().name}",
+        generated=generated,
+    )
+
+
+_CSS = """
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;
+ margin:0 auto;max-width:1100px;padding:0 1.2rem 3rem;color:#1d1d1f}
+h1{font-size:1.6rem;margin:1.4rem 0 .4rem}
+h2{border-bottom:2px solid #e3e3e8;padding-bottom:.2rem;margin-top:2.2rem}
+nav ul{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:.4rem 1rem}
+figure.plot{margin:.6rem 0}
+figure.plot svg{max-width:100%;height:auto;display:block}
+figcaption{color:#555;font-size:.85rem}
+table{border-collapse:collapse;margin:.5rem 0;font-size:.85rem}
+th,td{border:1px solid #ddd;padding:.2rem .5rem;text-align:left;vertical-align:top}
+table.numbers td{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f4f4f7}
+code{font-size:.85em;word-break:break-all}
+p.missing{background:#fff8e1;border-left:4px solid #f0b400;padding:.5rem .8rem}
+p.ok{background:#e8f5e9;border-left:4px solid #43a047;padding:.5rem .8rem}
+ol.findings{padding-left:1.4rem}
+li.finding{margin:.6rem 0;padding:.4rem .6rem;border-left:4px solid #90a4ae}
+li.finding.error{border-color:#d32f2f}
+li.finding.warning{border-color:#f0b400}
+.badge{font-size:.75rem;padding:.05rem .4rem;border-radius:.3rem;color:#fff;
+ background:#607d8b;text-transform:uppercase}
+.badge.error{background:#d32f2f}.badge.warning{background:#b58100}
+.rounds,.fix{font-size:.9rem;margin-top:.2rem}
+footer{margin-top:3rem;color:#777;font-size:.8rem}
+"""
+
+
+def render_page(
+    sections: Sequence[Section], *, title: str, generated: str | None = None
+) -> str:
+    """A complete HTML document: a contents list, then one section per entry."""
+    toc = "".join(
+        f'<li><a href="#{s.id}">{html.escape(s.title)}</a></li>' for s in sections
+    )
+    body = "".join(
+        f'<section id="{s.id}"><h2>{html.escape(s.title)}</h2>{s.body}</section>'
+        for s in sections
+    )
+    footer = "written by <code>fedpipe report</code>"
+    if generated:
+        footer += f" at {html.escape(generated)}"
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>"
+        f"<body><h1>{html.escape(title)}</h1><nav><ul>{toc}</ul></nav>"
+        f"{body}<footer>{footer}</footer></body></html>\n"
+    )
+
+
+def write_report(
+    root: Path,
+    out: Path | None = None,
+    *,
+    findings: Sequence[Mapping[str, Any]] | None | object = _DOCTOR,
+    run: RunFiles | None = None,
+) -> Path:
+    """Write the run's report; return its path.
+
+    Parameters
+    ----------
+    root : Path
+        Project directory.
+    out : Path or None, optional
+        Where to write; relative paths are under ``root``. Default
+        ``reports/report.html`` (:data:`fedpipe.config.layout.REPORT_HTML`).
+    findings : sequence of dict or None, optional
+        As in :func:`build_report`; default: call the doctor.
+    run : RunFiles or None, optional
+        As in :func:`build_report`; default: read the run's files.
+    """
+    root = Path(root)
+    target = root / (layout.REPORT_HTML if out is None else Path(out))
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    page = build_report(root, findings=findings, generated=stamp, run=run)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(page, encoding="utf-8")
+    return target

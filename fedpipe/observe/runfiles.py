@@ -1,0 +1,402 @@
+"""A finished (or half-finished) run's recorded files, read once.
+
+:func:`load_run` reads what the pipeline wrote under a project directory (paths
+from :mod:`fedpipe.config.layout`) into one frozen :class:`RunFiles`: the per-round
+metrics, health records and client tables, ``params.yaml`` (as written and as
+typed settings), the prepared data's schema and labels, the partition manifest and
+report, the outputs ``dvc.lock`` records and the git commit. The doctor
+(:mod:`fedpipe.observe.doctor`) and the report (:mod:`fedpipe.observe.report`) both read a run
+through it, so each file format is parsed in one place.
+
+Every part may be missing (left empty or ``None``). A part that exists but cannot
+be read does not stop the others: its exception is kept in
+:attr:`RunFiles.errors`, and :meth:`RunFiles.require` raises it for a caller that
+cannot do without that part.
+
+Also here, once, the small text helpers the doctor, the report and the lineage
+share: :func:`fmt`, :func:`rounds_text`, :func:`flat_params`, :func:`git` and
+:func:`git_output`.
+
+Nothing here imports Prefect, DVC or TensorFlow; numpy, pandas and the typed
+settings are imported when a part needs them, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from fedpipe.config import layout
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from fedpipe.config.params import Params
+
+__all__ = [
+    "CLASS_COUNTS_CSV",
+    "DVC_LOCK",
+    "PARAMS_YAML",
+    "PARTS",
+    "SAMPLES_PARQUET",
+    "SKEW_JSON",
+    "Commit",
+    "RunFiles",
+    "flat_params",
+    "fmt",
+    "git",
+    "git_output",
+    "load_run",
+    "numbered_files",
+    "read_commit",
+    "read_lock_outs",
+    "rounds_text",
+]
+
+PARAMS_YAML = Path("params.yaml")
+DVC_LOCK = Path("dvc.lock")
+SAMPLES_PARQUET = layout.PREPARED_DIR / "samples.parquet"
+CLASS_COUNTS_CSV = layout.PARTITION_REPORT_DIR / "class_counts.csv"
+SKEW_JSON = layout.PARTITION_REPORT_DIR / "skew.json"
+
+#: the parts :func:`load_run` reads, each kept or failed on its own (the keys of
+#: :attr:`RunFiles.errors`)
+PARTS = (
+    "rounds",
+    "health",
+    "clients",
+    "history",
+    "params",
+    "config",
+    "schema",
+    "samples",
+    "manifest",
+    "class_counts",
+    "skew",
+    "lock",
+)
+
+
+@dataclass(frozen=True)
+class Commit:
+    """The git state of the project directory.
+
+    Attributes
+    ----------
+    sha : str or None
+        ``HEAD``'s commit; ``None`` outside a repository or before a commit.
+    dirty : int or None
+        Changed or untracked paths (``git status --porcelain`` lines); ``None``
+        without a commit.
+    """
+
+    sha: str | None = None
+    dirty: int | None = None
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """What :func:`load_run` read; every part may be missing (empty / ``None``).
+
+    Attributes
+    ----------
+    root : Path
+        The project directory.
+    rounds : dict of int to dict
+        ``metrics/rounds/round-K.json`` by ascending round K.
+    health : dict of int to dict
+        ``metrics/health/round-K.json`` (:func:`fedpipe.federation.health.round_health`).
+    clients : dict of int to pandas.DataFrame
+        ``metrics/clients/round-K.csv``: one row per client.
+    history : pandas.DataFrame or None
+        ``metrics/history.csv``, read only when no round file exists (the report
+        falls back to it).
+    params : dict or None
+        ``params.yaml`` as written (``{}`` for an empty file).
+    config : Params or None
+        The same, as typed settings; ``None`` when they do not validate.
+    schema : dict or None
+        ``data/prepared/schema.json``.
+    labels, sample_ids : numpy.ndarray or None
+        Label and id of every readable prepared sample
+        (``data/prepared/samples.parquet``, status ``ok``), in file order.
+    manifest : dict or None
+        ``data/partition/manifest.json``.
+    class_counts : pandas.DataFrame or None
+        ``reports/partition/class_counts.csv``, columns named as strings.
+    skew : dict or None
+        ``reports/partition/skew.json``.
+    lock_outs : list of dict or None
+        Every stage's outs in ``dvc.lock`` (see :func:`read_lock_outs`); ``None``
+        without a lock file.
+    commit : Commit
+        The git state (:func:`read_commit`).
+    errors : dict of str to Exception
+        A part (one of :data:`PARTS`) that exists but could not be read, with
+        the exception reading it raised.
+    """
+
+    root: Path
+    rounds: dict[int, dict[str, Any]] = field(default_factory=dict)
+    health: dict[int, dict[str, Any]] = field(default_factory=dict)
+    clients: dict[int, pd.DataFrame] = field(default_factory=dict)
+    history: pd.DataFrame | None = None
+    params: dict[str, Any] | None = None
+    config: Params | None = None
+    schema: dict[str, Any] | None = None
+    labels: np.ndarray | None = None
+    sample_ids: np.ndarray | None = None
+    manifest: dict[str, Any] | None = None
+    class_counts: pd.DataFrame | None = None
+    skew: dict[str, Any] | None = None
+    lock_outs: list[dict[str, Any]] | None = None
+    commit: Commit = Commit()
+    errors: dict[str, Exception] = field(default_factory=dict)
+
+    @property
+    def n_classes(self) -> int | None:
+        """Classes the model was built for (its loss expects 0 .. C-1)."""
+        return None if self.schema is None else len(self.schema["classes"])
+
+    def require(self, *parts: str) -> None:
+        """Raise the exception that reading the first failed of ``parts`` raised.
+
+        Raises
+        ------
+        ValueError
+            If a name is not one of :data:`PARTS`.
+        Exception
+            Whatever reading that part raised (``JSONDecodeError``, ``OSError``,
+            ...), unchanged.
+        """
+        unknown = [p for p in parts if p not in PARTS]
+        if unknown:
+            raise ValueError(f"unknown run parts {unknown}; known: {', '.join(PARTS)}")
+        for part in parts:
+            if part in self.errors:
+                raise self.errors[part]
+
+
+# ---------------------------------------------------------------- reading
+
+
+def numbered_files(folder: Path, suffix: str) -> dict[int, Path]:
+    """``round-K<suffix>`` files in ``folder`` by ascending K (``{}`` if none)."""
+    out = {}
+    for path in Path(folder).glob(f"round-*{suffix}"):
+        number = path.name.removeprefix("round-").removesuffix(suffix)
+        if number.isdigit():
+            out[int(number)] = path
+    return dict(sorted(out.items()))
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def _json_rounds(folder: Path) -> dict[int, dict[str, Any]]:
+    return {k: _read_json(p) for k, p in numbered_files(folder, ".json").items()}
+
+
+def _client_tables(folder: Path) -> dict[int, pd.DataFrame]:
+    import pandas as pd
+
+    return {k: pd.read_csv(p) for k, p in numbered_files(folder, ".csv").items()}
+
+
+def _typed(params: dict[str, Any] | None, source: Path) -> Params | None:
+    from fedpipe.config.params import ParamsError, parse_params
+
+    if params is None:
+        return None
+    try:
+        return parse_params(params, source=str(source))
+    except ParamsError:
+        return None
+
+
+def _samples(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+    import pandas as pd
+
+    table = pd.read_parquet(path, columns=["sample_id", "label", "status"])
+    table = table[table["status"] == "ok"]
+    return (
+        table["label"].to_numpy(dtype=np.int64),
+        table["sample_id"].astype(str).to_numpy(),
+    )
+
+
+def read_lock_outs(path: Path) -> list[dict[str, Any]] | None:
+    """Every stage's outs in the ``dvc.lock`` at ``path``, in lock order.
+
+    Returns
+    -------
+    list of dict or None
+        ``{"stage", "path", "md5", "size", "nfiles"}`` per out (missing keys
+        ``None``); ``None`` if there is no such file.
+    """
+    if not path.is_file():
+        return None
+    lock = yaml.safe_load(path.read_text()) or {}
+    return [
+        {
+            "stage": str(stage),
+            "path": str(out["path"]),
+            "md5": out.get("md5"),
+            "size": out.get("size"),
+            "nfiles": out.get("nfiles"),
+        }
+        for stage, entry in (lock.get("stages") or {}).items()
+        for out in (entry or {}).get("outs") or []
+    ]
+
+
+def read_commit(root: Path) -> Commit:
+    """``HEAD``'s commit and the number of changed paths of the repository at
+    ``root`` (both ``None`` outside a repository)."""
+    sha = git_output(root, "rev-parse", "--verify", "-q", "HEAD")
+    status = git_output(root, "status", "--porcelain") if sha else None
+    dirty = None if status is None else len(status.splitlines())
+    return Commit(sha=sha or None, dirty=dirty)
+
+
+def load_run(root: Path) -> RunFiles:
+    """Read the files of the run under ``root``.
+
+    Missing files leave their part empty; a file that cannot be read leaves it
+    empty too and keeps the exception in :attr:`RunFiles.errors` (so this never
+    raises for a run's content). ``metrics/history.csv`` is read only when no
+    ``metrics/rounds/round-K.json`` exists.
+    """
+    root = Path(root)
+    parts: dict[str, Any] = {}
+    errors: dict[str, Exception] = {}
+
+    def read(part: str, path: Path, reader: Callable[[Path], Any]) -> None:
+        if not path.exists():
+            return
+        try:
+            parts[part] = reader(path)
+        except Exception as exc:  # kept for require(): one bad file spoils no other
+            errors[part] = exc
+
+    read("rounds", root / layout.ROUND_METRICS_DIR, _json_rounds)
+    read("health", root / layout.HEALTH_METRICS_DIR, _json_rounds)
+    read("clients", root / layout.CLIENT_METRICS_DIR, _client_tables)
+    if not numbered_files(root / layout.ROUND_METRICS_DIR, ".json"):
+        read("history", root / layout.HISTORY_CSV, _read_csv)
+    read("params", root / PARAMS_YAML, lambda p: yaml.safe_load(p.read_text()) or {})
+    if "params" in parts:
+        read("config", root / PARAMS_YAML, lambda p: _typed(parts["params"], p))
+    read("schema", root / layout.PREPARED_SCHEMA, _read_json)
+    read("samples", root / SAMPLES_PARQUET, _samples)
+    read("manifest", root / layout.MANIFEST, _read_json)
+    read("class_counts", root / CLASS_COUNTS_CSV, _read_csv)
+    read("skew", root / SKEW_JSON, _read_json)
+    read("lock", root / DVC_LOCK, read_lock_outs)
+    labels, sample_ids = parts.pop("samples", (None, None))
+    return RunFiles(
+        root=root,
+        labels=labels,
+        sample_ids=sample_ids,
+        lock_outs=parts.pop("lock", None),
+        commit=read_commit(root),
+        errors=errors,
+        **parts,
+    )
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.read_csv(path).rename(columns=str)
+
+
+# ---------------------------------------------------------------- text
+
+
+def fmt(value: Any, digits: int = 4, *, decimals: bool = False) -> str:
+    """A value for a person to read.
+
+    Parameters
+    ----------
+    value : Any
+        A number, or anything else (shown as ``str(value)``).
+    digits : int, optional
+        Significant digits of a non-integer number (default 4); with
+        ``decimals``, digits after the point.
+    decimals : bool, optional
+        Fixed-point (``0.1000``) rather than significant digits (``0.1``).
+
+    Returns
+    -------
+    str
+        ``"n/a"`` for ``None`` and NaN; integers as they are.
+    """
+    if value is None:
+        return "n/a"
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        number = float(value)
+        if math.isnan(number):
+            return "n/a"
+        return f"{number:.{digits}{'f' if decimals else 'g'}}"
+    return str(value)
+
+
+def rounds_text(rounds: Sequence[int]) -> str:
+    """``"round 3"``, ``"rounds 2, 5"``, or ``"rounds 1-4"`` for 3+ consecutive."""
+    rounds = sorted(rounds)
+    if len(rounds) > 2 and rounds == list(range(rounds[0], rounds[-1] + 1)):
+        return f"rounds {rounds[0]}-{rounds[-1]}"
+    label = "round" if len(rounds) == 1 else "rounds"
+    return f"{label} " + ", ".join(str(r) for r in rounds)
+
+
+def flat_params(
+    params: Mapping[str, Any], *, prefix: str = "", keep_empty: bool = False
+) -> list[tuple[str, Any]]:
+    """``{"a": {"b": 1}}`` -> ``[("a.b", 1)]``, in mapping order.
+
+    ``keep_empty`` keeps an empty mapping as a value of its own (``("a", {})``)
+    rather than dropping it.
+    """
+    flat: list[tuple[str, Any]] = []
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and (value or not keep_empty):
+            flat.extend(flat_params(value, prefix=f"{name}.", keep_empty=keep_empty))
+        else:
+            flat.append((name, value))
+    return flat
+
+
+def git(
+    root: Path, *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str] | None:
+    """``git -C root <args>``, its output captured as text; ``None`` if git cannot
+    be run (not installed, timed out)."""
+    try:
+        return subprocess.run(
+            ["git", "-C", str(root), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def git_output(root: Path, *args: str) -> str | None:
+    """The stripped stdout of ``git -C root <args>``; ``None`` if it failed."""
+    proc = git(root, *args)
+    return proc.stdout.strip() if proc is not None and proc.returncode == 0 else None
