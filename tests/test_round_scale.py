@@ -120,10 +120,15 @@ def test_a_participants_round_scores_and_tables_only_its_clients(setting) -> Non
     summary = out.record.summary()
     assert summary["clients_scored"] == 3
     # the same clients, scored as part of a complete round, give the same numbers
+    # (to float32 rounding: their rows sit elsewhere in the prediction batches, and
+    # on some CPUs a row's logits depend on its batch's shape in the last bit)
     full = _round(setting, 1, ClientEvaluation("all", rounds=4))
     assert "clients_scored" not in full.record.summary()
     for c in selected:
-        assert out.record.global_clients[c] == full.record.global_clients[c]
+        scored, complete = out.record.global_clients[c], full.record.global_clients[c]
+        assert scored.keys() == complete.keys()
+        for name, value in scored.items():
+            assert value == pytest.approx(complete[name], rel=1e-6, abs=1e-9), name
     assert len(full.record.client_table()) == 8
     np.testing.assert_array_equal(out.weights[0], full.weights[0])
 
