@@ -115,6 +115,15 @@ def kind_of(kind: str) -> Kind:
         ) from None
 
 
+def base_class(kind: str) -> type:
+    """The class every component of ``kind`` subclasses (``Strategy``, ...)."""
+    spec = kind_of(kind)
+    if spec.base is None:
+        raise TypeError(f"{kind} components are functions, not classes")
+    base: type = _load(spec.base)
+    return base
+
+
 def names(kind: str) -> tuple[str, ...]:
     """The built-in names of ``kind``, in table order (imports nothing)."""
     return tuple(kind_of(kind).table)
@@ -162,7 +171,7 @@ def resolve(kind: str, name: str, *, key: str | None = None) -> Any:
     if plugins.is_reference(name):
         if spec.base is None:
             return plugins.load_object(name, key=key)
-        return plugins.load_subclass(name, _load(spec.base), key=key)
+        return plugins.load_subclass(name, base_class(kind), key=key)
     if not is_builtin(kind, name):
         raise ParamsError(
             f"params.yaml: {unknown(kind, name, key=key)} or path/to/file.py:ClassName"
