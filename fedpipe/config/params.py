@@ -26,8 +26,6 @@ from fedpipe.config.sections import ComponentSection, Section
 from fedpipe.core import registry
 from fedpipe.core.errors import ParamsError
 
-_Section = Section
-
 PARAMS_FILE = "params.yaml"
 
 ROUND_CHAIN_KEY = "round_chain"
@@ -48,7 +46,7 @@ def _builtin_or_reference(key: str, value: str, builtins: tuple[str, ...]) -> st
     )
 
 
-class DataParams(_Section):
+class DataParams(Section):
     """Where the samples come from, how they are read, and the held-out share.
 
     ``source`` picks the reader: ``mnist5k`` (the default: 5,000 MNIST digits that
@@ -151,7 +149,7 @@ class PartitionParams(ComponentSection):
     local_test_fraction: float = Field(0.2, ge=0.0, lt=1.0)
 
 
-class FederationParams(_Section):
+class FederationParams(Section):
     """The federation: how many clients, rounds and clients per round."""
 
     clients: int = Field(10, ge=1)
@@ -191,7 +189,7 @@ class FederationParams(_Section):
         )
 
 
-class TrainParams(_Section):
+class TrainParams(Section):
     """Local training on each client."""
 
     epochs: int = Field(1, ge=1)
@@ -204,7 +202,7 @@ class TrainParams(_Section):
     null or 1: one after another."""
 
 
-class ModelParams(_Section):
+class ModelParams(Section):
     """Which model the federation trains, and its dials (null = the model's default).
 
     ``depth``, ``width`` and ``kernel_size`` are the dials of the seed paper
@@ -260,7 +258,7 @@ class StrategyParams(ComponentSection):
         return self
 
 
-class ClientParams(_Section):
+class ClientParams(Section):
     """The client algorithm (null = the one the strategy needs: plain SGD, FedProx's
     proximal clients, SCAFFOLD's corrected ones) and settings of your own.
 
@@ -287,7 +285,7 @@ CLIENT_ALGORITHM_NAMES = registry.names("client")
 PERSONALIZATION_METHODS = ("none", "fedper", "fedbn", "finetune", "ditto")
 
 
-class PersonalizationParams(_Section):
+class PersonalizationParams(Section):
     """Personalized federated learning: what each client keeps of its own.
 
     ``method`` is ``none`` (one global model), ``fedper`` (the layers named in
@@ -320,7 +318,7 @@ class PersonalizationParams(_Section):
         return self
 
 
-class FaultsParams(_Section):
+class FaultsParams(Section):
     """Deliberate faults that reproduce a failure on purpose (all off by default).
 
     ``aggregation_weight_sum``: the global model becomes ``sum_k a_k w_k`` with
@@ -338,7 +336,7 @@ class FaultsParams(_Section):
     from_round: int = Field(1, ge=1)
 
 
-class PrivacyParams(_Section):
+class PrivacyParams(Section):
     """Differential privacy of the federation (null ``mechanism``: none).
 
     Client-level DP (the unit of privacy is a client): ``central`` is DP-FedAvg
@@ -456,7 +454,7 @@ def _check_strategy(params: Params) -> None:
         )
 
 
-class EvaluationParams(_Section):
+class EvaluationParams(Section):
     """Which clients' local test splits the new global model is scored on each round.
 
     The held-out test set is scored every round. On the clients' splits:
@@ -482,7 +480,7 @@ class EvaluationParams(_Section):
         return self
 
 
-class ValidationParams(_Section):
+class ValidationParams(Section):
     """Data validation thresholds and which findings stop the run."""
 
     min_rows: int = Field(100, ge=1)
@@ -492,7 +490,7 @@ class ValidationParams(_Section):
     mixed_sizes: Literal["warn", "fail"] = "warn"
 
 
-class RuntimeParams(_Section):
+class RuntimeParams(Section):
     """Where client training runs. Never changes results (no DVC stage tracks it).
 
     ``local`` trains the selected clients one after another in the run's process;
@@ -605,7 +603,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-class Params(_Section):
+class Params(Section):
     """All settings of one fedpipe experiment (the contents of ``params.yaml``)."""
 
     seed: int = Field(42, ge=0)

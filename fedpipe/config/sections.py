@@ -92,6 +92,11 @@ class ComponentSection(Section):
             )
         return section
 
+    def __hash__(self) -> int:
+        # pydantic's frozen hash covers the fields only; the settings are extras
+        extra = tuple((self.__pydantic_extra__ or {}).items())
+        return hash((super().__hash__(), extra))
+
     @classmethod
     def allowed_keys(cls) -> list[str]:
         keys = declared_keys(cls.kind, tuple(cls.model_fields))
