@@ -26,12 +26,11 @@ from fedpipe.client.fedprox import FedProxClient
 from fedpipe.client.personal import Ditto, FedBN, FedPer, FineTune, KeptLayers
 from fedpipe.client.scaffold import ScaffoldClient
 from fedpipe.client.sgd import LocalSGD
-from fedpipe.config.params import ParamsError
-from fedpipe.core.plugins import resolve_class
+from fedpipe.core import registry
+from fedpipe.core.errors import ParamsError
 
-CLIENT_ALGORITHMS: dict[str, type[ClientAlgorithm]] = {
-    cls.name: cls for cls in (LocalSGD, FedProxClient, ScaffoldClient)
-}
+CLIENT_ALGORITHMS: dict[str, type[ClientAlgorithm]] = registry.classes("client")
+"""The built-in client algorithms by name (the registry's table, resolved)."""
 
 
 def client_class(
@@ -51,7 +50,7 @@ def client_class(
                 "subclass of fedpipe.client.base.ClientAlgorithm"
             )
         return name
-    return resolve_class(name, CLIENT_ALGORITHMS, ClientAlgorithm, key=key)
+    return registry.resolve("client", name, key=key)
 
 
 def make_client(

@@ -1,10 +1,10 @@
 """The client-algorithm contract: what a client does with the model it receives.
 
 The server side of an algorithm is a :class:`~fedpipe.strategy.base.Strategy`; the
-client side is a :class:`ClientAlgorithm`. In every round, for each selected client,
-the round (:func:`fedpipe.federation.round.run_round`) builds a :class:`ClientTask` and calls
-:meth:`ClientAlgorithm.train` with a :class:`LocalTrainer` bound to that client's
-data::
+client side is a :class:`ClientAlgorithm`. In every round, for each selected
+client, the round (:func:`fedpipe.federation.round.run_round`) builds a
+:class:`ClientTask` and calls :meth:`ClientAlgorithm.train` with a
+:class:`LocalTrainer` bound to that client's data::
 
     task    = ClientTask(client=3, round=5, global_weights=w, broadcast={...},
                          state={...}, seed=42)
@@ -16,11 +16,11 @@ control variate ``"c"``), and what this client kept from its previous rounds
 (``state``, namespaced by algorithm: ``state["scaffold"]["c_i/003"]``; empty the
 first time). What it **may keep** between rounds: named arrays in
 :attr:`ClientReply.state` under its own :attr:`ClientAlgorithm.name`; the round stores
-them per client (:mod:`fedpipe.federation.clientstate`) and hands them back next time the client
-is selected. What it **sends back** (:class:`ClientReply`): its weights (the full
-list, laid out like the global weights), ``extras`` for the strategy (laid out like
-the weights, e.g. ``"control_delta"``), and optionally the model to report as its
-local model.
+them per client (:mod:`fedpipe.federation.clientstate`) and hands them back next
+time the client is selected. What it **sends back** (:class:`ClientReply`): its
+weights (the full list, laid out like the global weights), ``extras`` for the
+strategy (laid out like the weights, e.g. ``"control_delta"``), and optionally the
+model to report as its local model.
 
 An algorithm is a small, stateless object built from its settings (the keys in
 :attr:`ClientAlgorithm.settings`, keyword-only constructor arguments): everything
@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
+from fedpipe.core.component import Component
 from fedpipe.core.seeds import derive_seed
 
 Weights = list[np.ndarray]
@@ -145,9 +146,9 @@ class ClientReply:
 class LocalTrainer(abc.ABC):
     """Local training and evaluation on one client's data, for an algorithm.
 
-    Implemented by the round with a compiled Keras model (:mod:`fedpipe.federation.round`);
-    algorithms only call it. :meth:`fit` minimizes the local objective
-    ``L(w) + mu/2 ||w - anchor||^2 + <offset, w>`` (see
+    Implemented by the round with a compiled Keras model
+    (:mod:`fedpipe.federation.round`); algorithms only call it. :meth:`fit`
+    minimizes the local objective ``L(w) + mu/2 ||w - anchor||^2 + <offset, w>`` (see
     :meth:`fedpipe.model.training.ModelRunner.fit`) with the optimizer of ``train.*``.
     """
 
@@ -178,7 +179,7 @@ class LocalTrainer(abc.ABC):
         """Metrics of ``weights`` on the client's local test split."""
 
 
-class ClientAlgorithm(abc.ABC):
+class ClientAlgorithm(Component, abc.ABC):
     """A client algorithm: one round of local work for one client.
 
     Subclasses set :attr:`name`, list the settings they read in :attr:`settings`
@@ -188,26 +189,24 @@ class ClientAlgorithm(abc.ABC):
     Attributes
     ----------
     name : str
-        Registered name; also the namespace of what it keeps on clients (no
-        ``/`` in it: state keys are ``<name>/<array name>``).
+        Registered name (:data:`fedpipe.core.registry.CLIENT_ALGORITHMS`); also
+        the namespace of what it keeps on clients (no ``/`` in it: state keys are
+        ``<name>/<array name>``).
     settings : tuple of str
-        Setting names (from the strategy's ``client_settings()`` and
-        ``client.options``).
+        Its settings (from the strategy's ``client_settings()`` and
+        ``client.options``): :class:`~fedpipe.core.component.Setting`
+        declarations, or plain names in a user's class.
     """
 
     name: ClassVar[str]
+    section: ClassVar[str] = "client"
     settings: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_settings(cls, **settings: Any) -> Self:
         """Build from settings: the keys in :attr:`settings` (``None`` = default);
-        the rest are ignored."""
-        chosen = {k: settings[k] for k in cls.settings if settings.get(k) is not None}
-        return cls(**chosen)
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.settings)
-        return f"{type(self).__name__}({args})"
+        the rest are ignored (:meth:`~fedpipe.core.component.Component.from_params`)."""
+        return cls.from_params(**settings)
 
     @abc.abstractmethod
     def train(self, task: ClientTask, trainer: LocalTrainer) -> ClientReply:

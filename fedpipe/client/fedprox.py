@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fedpipe.client.base import ClientAlgorithm, ClientReply, ClientTask, LocalTrainer
-from fedpipe.strategy.base import check_float
+from fedpipe.strategy.base import checked
+from fedpipe.strategy.fedprox import PROXIMAL_MU
 
 
 class FedProxClient(ClientAlgorithm):
@@ -17,10 +18,10 @@ class FedProxClient(ClientAlgorithm):
     """
 
     name = "fedprox"
-    settings = ("proximal_mu",)
+    settings = (PROXIMAL_MU,)
 
     def __init__(self, *, proximal_mu: float = 0.01) -> None:
-        self.proximal_mu = check_float("proximal_mu", proximal_mu, ge=0.0)
+        self.proximal_mu = checked(PROXIMAL_MU, proximal_mu)
 
     def train(self, task: ClientTask, trainer: LocalTrainer) -> ClientReply:
         fit = trainer.fit(

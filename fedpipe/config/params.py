@@ -11,17 +11,20 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
     model_validator,
 )
+
+from fedpipe.config.sections import ComponentSection, Section
+from fedpipe.core import registry
+from fedpipe.core.errors import ParamsError
 
 PARAMS_FILE = "params.yaml"
 
@@ -30,23 +33,6 @@ ROUND_CHAIN_MARKER = (
     "# --- generated from federation.rounds by `fedpipe sync` (and `fedpipe run`);"
     " do not edit ---"
 )
-
-
-class ParamsError(ValueError):
-    """Raised when ``params.yaml`` is missing, malformed or holds a bad value."""
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def settings(self) -> dict[str, Any]:
-        """The section's values other than ``name`` that are set (not null): what
-        a model builder or strategy receives as keyword arguments. A section's
-        ``options`` (settings of a user's own code) are merged in."""
-        values = self.model_dump(exclude={"name", "options"})
-        out = {k: v for k, v in values.items() if v is not None}
-        out.update(getattr(self, "options", None) or {})
-        return out
 
 
 def _builtin_or_reference(key: str, value: str, builtins: tuple[str, ...]) -> str:
@@ -60,7 +46,7 @@ def _builtin_or_reference(key: str, value: str, builtins: tuple[str, ...]) -> st
     )
 
 
-class DataParams(_Section):
+class DataParams(Section):
     """Where the samples come from, how they are read, and the held-out share.
 
     ``source`` picks the reader: ``mnist5k`` (the default: 5,000 MNIST digits that
@@ -144,22 +130,26 @@ def _check_class_names(classes: list[str], num_classes: int | None) -> None:
         )
 
 
-class PartitionParams(_Section):
-    """How training samples are dealt to clients (see ``fedpipe.data.partition``)."""
+PARTITION_METHODS = registry.names("partitioner")
 
-    method: Literal[
-        "iid", "dirichlet", "pathological", "shards", "quantity", "natural"
-    ] = "iid"
-    alpha: float = Field(0.5, gt=0.0)
+
+class PartitionParams(ComponentSection):
+    """How training samples are dealt to clients (see ``fedpipe.data.partition``).
+
+    ``method`` picks a registered partitioner; the other keys it reads
+    (``alpha``, ``classes_per_client``, ...) are the settings the partitioners
+    declare on their classes. The section's own keys: ``min_samples`` and
+    ``min_classes`` (what every client must get) and ``local_test_fraction``.
+    """
+
+    kind: ClassVar[str] = "partitioner"
+    method: Literal[PARTITION_METHODS] = "iid"  # type: ignore[valid-type]
     min_samples: int = Field(10, ge=1)
     min_classes: int = Field(1, ge=1)
-    classes_per_client: int = Field(2, ge=1)
-    shards_per_client: int = Field(2, ge=1)
-    quantity_sigma: float = Field(0.5, ge=0.0)
     local_test_fraction: float = Field(0.2, ge=0.0, lt=1.0)
 
 
-class FederationParams(_Section):
+class FederationParams(Section):
     """The federation: how many clients, rounds and clients per round."""
 
     clients: int = Field(10, ge=1)
@@ -199,7 +189,7 @@ class FederationParams(_Section):
         )
 
 
-class TrainParams(_Section):
+class TrainParams(Section):
     """Local training on each client."""
 
     epochs: int = Field(1, ge=1)
@@ -212,7 +202,7 @@ class TrainParams(_Section):
     null or 1: one after another."""
 
 
-class ModelParams(_Section):
+class ModelParams(Section):
     """Which model the federation trains, and its dials (null = the model's default).
 
     ``depth``, ``width`` and ``kernel_size`` are the dials of the seed paper
@@ -242,55 +232,33 @@ class ModelParams(_Section):
         return self
 
 
-MODEL_NAMES = ("small_cnn", "seed_cnn", "mlp", "deep_mlp", "cnn", "resnet")
+MODEL_NAMES = registry.names("model")
 
-STRATEGY_NAMES = (
-    "fedavg",
-    "fedprox",
-    "fedavgm",
-    "fedadam",
-    "fedyogi",
-    "fedadagrad",
-    "fedmedian",
-    "fedtrimmedavg",
-    "krum",
-    "multikrum",
-    "scaffold",
-    "bulyan",
-    "clipping",
-)
+STRATEGY_NAMES = registry.names("strategy")
 
 
-class StrategyParams(_Section):
-    """How the server aggregates client updates (null = the strategy's default)."""
+class StrategyParams(ComponentSection):
+    """How the server aggregates client updates.
 
+    ``name`` picks a registered strategy or your own class; the other keys are
+    the settings the registered strategies declare on their classes (null = the
+    chosen strategy's default); ``options`` are your own strategy's settings.
+    """
+
+    kind: ClassVar[str] = "strategy"
     name: str = "fedavg"
-    proximal_mu: float | None = Field(None, ge=0.0)
-    server_lr: float | None = Field(None, gt=0.0)
-    server_momentum: float | None = Field(None, ge=0.0, lt=1.0)
-    beta_1: float | None = Field(None, ge=0.0, lt=1.0)
-    beta_2: float | None = Field(None, ge=0.0, lt=1.0)
-    tau: float | None = Field(None, gt=0.0)
-    beta: float | None = Field(None, ge=0.0, lt=0.5)
-    num_byzantine: int | None = Field(None, ge=0)
-    num_selected: int | None = Field(None, ge=1)
-    clip_norm: float | None = Field(None, gt=0.0)
-    clip_quantile: float | None = Field(None, gt=0.0, le=1.0)
     options: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _known_strategy(self) -> StrategyParams:
-        _builtin_or_reference("strategy.name", self.name, STRATEGY_NAMES)
-        if self.clip_norm is not None and self.clip_quantile is not None:
-            raise ValueError(
-                "strategy.clip_norm and strategy.clip_quantile both set; clipping "
-                "uses a fixed bound (clip_norm) or an adaptive one (clip_quantile "
-                "of the round's update norms): set one"
-            )
+        _builtin_or_reference("strategy.name", self.name, registry.names("strategy"))
+        values = self.model_dump()
+        for cls in self.components().values():
+            cls.check_section(values)
         return self
 
 
-class ClientParams(_Section):
+class ClientParams(Section):
     """The client algorithm (null = the one the strategy needs: plain SGD, FedProx's
     proximal clients, SCAFFOLD's corrected ones) and settings of your own.
 
@@ -306,18 +274,18 @@ class ClientParams(_Section):
     def _known_algorithm(self) -> ClientParams:
         if self.algorithm is not None:
             _builtin_or_reference(
-                "client.algorithm", self.algorithm, CLIENT_ALGORITHM_NAMES
+                "client.algorithm", self.algorithm, registry.names("client")
             )
         return self
 
 
-CLIENT_ALGORITHM_NAMES = ("sgd", "fedprox", "scaffold")
+CLIENT_ALGORITHM_NAMES = registry.names("client")
 
 
 PERSONALIZATION_METHODS = ("none", "fedper", "fedbn", "finetune", "ditto")
 
 
-class PersonalizationParams(_Section):
+class PersonalizationParams(Section):
     """Personalized federated learning: what each client keeps of its own.
 
     ``method`` is ``none`` (one global model), ``fedper`` (the layers named in
@@ -350,7 +318,7 @@ class PersonalizationParams(_Section):
         return self
 
 
-class FaultsParams(_Section):
+class FaultsParams(Section):
     """Deliberate faults that reproduce a failure on purpose (all off by default).
 
     ``aggregation_weight_sum``: the global model becomes ``sum_k a_k w_k`` with
@@ -358,7 +326,8 @@ class FaultsParams(_Section):
     question's exploding global loss (see :mod:`fedpipe.federation.faults`).
     ``failing_clients``: these clients' jobs raise inside their own code path;
     ``nonfinite_clients``: these clients send NaN weights; both from round
-    ``from_round`` on (see :mod:`fedpipe.federation.failures` for what a round does then).
+    ``from_round`` on (see :mod:`fedpipe.federation.failures` for what a round does
+    then).
     """
 
     aggregation_weight_sum: float | None = Field(None, gt=0.0)
@@ -367,7 +336,7 @@ class FaultsParams(_Section):
     from_round: int = Field(1, ge=1)
 
 
-class PrivacyParams(_Section):
+class PrivacyParams(Section):
     """Differential privacy of the federation (null ``mechanism``: none).
 
     Client-level DP (the unit of privacy is a client): ``central`` is DP-FedAvg
@@ -393,46 +362,36 @@ class PrivacyParams(_Section):
     count_noise_multiplier: float | None = Field(None, gt=0.0)
 
 
-ATTACK_NAMES = ("label_flip", "sign_flip", "scaling", "gaussian", "alie", "ipm")
-
-#: strategies whose robustness has a bound on the malicious share (none holds a
-#: malicious majority): median, trimmed mean, Krum, Multi-Krum, Bulyan
-ROBUST_STRATEGIES = ("fedmedian", "fedtrimmedavg", "krum", "multikrum", "bulyan")
+ATTACK_NAMES = registry.names("attack")
 
 
-class AttackParams(_Section):
+class AttackParams(ComponentSection):
     """Malicious clients planted on purpose (off by default: ``name: null``).
 
-    ``name`` is the attack (see :mod:`fedpipe.federation.attacks`): ``label_flip`` (train on
-    labels ``C - 1 - y``), ``sign_flip`` (send ``-scale`` times the update),
+    ``name`` is the attack (see :mod:`fedpipe.federation.attacks`): ``label_flip``
+    (train on labels ``C - 1 - y``), ``sign_flip`` (send ``-scale`` times the update),
     ``scaling`` (send ``scale`` times it; default the round's client count: model
     replacement), ``gaussian`` (send noise of std ``noise_std``), ``alie`` (``mean
     - z std`` of the benign updates; ``z`` from the round's counts unless given)
-    or ``ipm`` (``-epsilon`` times their mean). Who: ``share`` of the federation's
+    or ``ipm`` (``-epsilon`` times their mean); those keys are the settings the
+    attacks declare on their classes. Who: ``share`` of the federation's
     clients drawn once per run from the seed, or the ids in ``clients``; from
     round ``from_round`` on. The server never learns who; the round records do.
     """
 
+    kind: ClassVar[str] = "attack"
     name: str | None = None
     share: float | None = Field(None, ge=0.0, le=1.0)
     clients: list[int] | None = None
     from_round: int = Field(1, ge=1)
-    scale: float | None = None
-    noise_std: float | None = Field(None, gt=0.0)
-    z: float | None = None
-    epsilon: float | None = Field(None, gt=0.0)
 
     @model_validator(mode="after")
     def _known_attack(self) -> AttackParams:
-        if self.name is not None and self.name not in ATTACK_NAMES:
+        names = registry.names("attack")
+        if self.name is not None and self.name not in names:
             raise ValueError(
                 f"attack.name: unknown {self.name!r}; allowed: "
-                f"{', '.join(ATTACK_NAMES)} (or null: no attack)"
-            )
-        if self.scale is not None and not self.scale > 0:
-            raise ValueError(
-                f"attack.scale: {self.scale!r} is out of range; allowed: > 0 (a "
-                "boost factor; sign_flip sends -scale times the update)"
+                f"{', '.join(names)} (or null: no attack)"
             )
         if self.share is not None and self.clients is not None:
             raise ValueError(
@@ -444,13 +403,16 @@ class AttackParams(_Section):
                 f"attack.name={self.name!r} needs attack.share (0..1 of the "
                 "clients) or attack.clients (their ids)"
             )
+        values = self.model_dump()
+        for cls in self.components().values():
+            cls.check_section(values)
         return self
 
 
 def _check_attack(params: Params) -> None:
     """``attack.*`` against the federation and the strategy (ValueError naming
-    the key): client ids in range, a share the robust aggregator can hold,
-    Bulyan's ``n >= 4f + 3``."""
+    the key): client ids in range, and a share below the chosen robust
+    aggregator's bound (its ``robust_share``)."""
     attack, n = params.attack, params.federation.clients
     if attack.clients is not None:
         bad = [c for c in attack.clients if not 0 <= c < n]
@@ -459,29 +421,40 @@ def _check_attack(params: Params) -> None:
                 f"attack.clients: {bad} out of range; allowed: client ids 0..{n - 1} "
                 f"(federation.clients={n})"
             )
-    strategy = params.strategy
-    if attack.name is not None and strategy.name in ROBUST_STRATEGIES:
+    name = params.strategy.name
+    bound = _strategy_trait(name, "robust_share")
+    if attack.name is not None and bound is not None:
         share = attack.share if attack.clients is None else len(set(attack.clients)) / n
-        if share is not None and share >= 0.5:
+        if share is not None and share >= bound:
             raise ValueError(
                 f"attack.share: {share:g} of the clients malicious; "
-                f"strategy.name={strategy.name} holds only a minority (< 0.5) of "
+                f"strategy.name={name} holds only a minority (< {bound:g}) of "
                 "malicious clients: lower attack.share (or attack.clients) or "
                 "study it with strategy.name: fedavg"
             )
-    if strategy.name == "bulyan":
-        f = strategy.num_byzantine or 0
-        per_round = params.federation.clients_per_round()
-        if per_round < 4 * f + 3:
-            raise ValueError(
-                f"strategy.num_byzantine={f}: Bulyan needs at least 4 * {f} + 3 = "
-                f"{4 * f + 3} clients per round, the federation samples {per_round}; "
-                "lower strategy.num_byzantine or raise federation.clients / "
-                "federation.fraction_fit"
-            )
 
 
-class EvaluationParams(_Section):
+def _strategy_trait(name: str, trait: str) -> Any:
+    """A trait of the built-in strategy ``name`` (None for the user's own,
+    whose code is not loaded to check params)."""
+    if not registry.is_builtin("strategy", name):
+        return None
+    return getattr(registry.get("strategy", name), trait)
+
+
+def _check_strategy(params: Params) -> None:
+    """The chosen built-in strategy's own check against the federation
+    (Bulyan's ``n >= 4f + 3``)."""
+    name = params.strategy.name
+    if registry.is_builtin("strategy", name):
+        registry.get("strategy", name).check_federation(
+            params.strategy.model_dump(),
+            clients=params.federation.clients,
+            per_round=params.federation.clients_per_round(),
+        )
+
+
+class EvaluationParams(Section):
     """Which clients' local test splits the new global model is scored on each round.
 
     The held-out test set is scored every round. On the clients' splits:
@@ -507,7 +480,7 @@ class EvaluationParams(_Section):
         return self
 
 
-class ValidationParams(_Section):
+class ValidationParams(Section):
     """Data validation thresholds and which findings stop the run."""
 
     min_rows: int = Field(100, ge=1)
@@ -517,7 +490,7 @@ class ValidationParams(_Section):
     mixed_sizes: Literal["warn", "fail"] = "warn"
 
 
-class RuntimeParams(_Section):
+class RuntimeParams(Section):
     """Where client training runs. Never changes results (no DVC stage tracks it).
 
     ``local`` trains the selected clients one after another in the run's process;
@@ -630,16 +603,16 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-class Params(_Section):
+class Params(Section):
     """All settings of one fedpipe experiment (the contents of ``params.yaml``)."""
 
     seed: int = Field(42, ge=0)
     data: DataParams = DataParams()
-    partition: PartitionParams = PartitionParams()
+    partition: PartitionParams = Field(default_factory=PartitionParams)
     federation: FederationParams = FederationParams()
     train: TrainParams = TrainParams()
     model: ModelParams = ModelParams()
-    strategy: StrategyParams = StrategyParams()
+    strategy: StrategyParams = Field(default_factory=StrategyParams)
     client: ClientParams = ClientParams()
     personalization: PersonalizationParams = PersonalizationParams()
     faults: FaultsParams = FaultsParams()
@@ -647,7 +620,7 @@ class Params(_Section):
     validation: ValidationParams = ValidationParams()
     runtime: RuntimeParams = RuntimeParams()
     privacy: PrivacyParams = PrivacyParams()
-    attack: AttackParams = AttackParams()
+    attack: AttackParams = Field(default_factory=AttackParams)
     round_chain: dict[int, int] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -665,6 +638,11 @@ class Params(_Section):
     @model_validator(mode="after")
     def _attack_fits(self) -> Params:
         _check_attack(self)
+        return self
+
+    @model_validator(mode="after")
+    def _strategy_fits(self) -> Params:
+        _check_strategy(self)
         return self
 
     @model_validator(mode="after")
@@ -717,7 +695,11 @@ def _format_error(err: dict[str, Any], raw: dict[str, Any]) -> str:
     key = ".".join(loc) if loc else "(top level)"
     if err["type"] == "extra_forbidden":
         section_model = _section_for(loc[:-1])
-        allowed = ", ".join(sorted(section_model.model_fields)) if section_model else ""
+        allowed = ""
+        if section_model is not None and issubclass(section_model, Section):
+            allowed = ", ".join(section_model.allowed_keys())
+        elif section_model is not None:
+            allowed = ", ".join(sorted(section_model.model_fields))
         return f"{key}: unknown key; allowed keys here: {allowed}"
     msg = err["msg"]
     msg = re.sub(r"^Value error, ", "", msg)

@@ -10,20 +10,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
-#: strategies whose server step can take one noised mean update (central DP):
-#: FedAvg applies it, the server optimizers use it as their pseudo-gradient
-CENTRAL_STRATEGIES = (
-    "fedavg",
-    "fedprox",
-    "fedavgm",
-    "fedadam",
-    "fedyogi",
-    "fedadagrad",
-)
-#: strategies that read more of a client than its weights, which no clipping or
-#: noise here covers (SCAFFOLD's control variates leave the client unclipped)
-NEVER_PRIVATE = ("scaffold",)
+from fedpipe.core import registry
 
 #: Andrew et al. (2021): clipped-count noise std sigma_b = m / 20 for m clients a
 #: round, i.e. a count noise multiplier z_b = 2 sigma_b = m / 10
@@ -123,10 +112,9 @@ def check_privacy(
             f"{1.0 / n_clients:g} (client-level DP: the unit of privacy is a client, "
             "and a delta of 1/n lets one client's data leak outright)"
         )
-    if strategy in NEVER_PRIVATE or (
-        mechanism == "central" and strategy not in CENTRAL_STRATEGIES
-    ):
-        allowed = CENTRAL_STRATEGIES if mechanism == "central" else "any but scaffold"
+    never = _trait(strategy, "no_privacy")
+    if never is not None or (mechanism == "central" and not _trait(strategy, "linear")):
+        allowed = central_strategies() if mechanism == "central" else _any_but()
         raise ValueError(
             f"privacy.mechanism={mechanism} does not fit strategy.name={strategy!r}: "
             + _why_not(strategy)
@@ -149,9 +137,31 @@ def check_privacy(
             )
 
 
+def central_strategies() -> tuple[str, ...]:
+    """The built-in strategies central DP fits: those whose server step is
+    ``linear`` (it can take one noised mean update; FedAvg applies it, the server
+    optimizers use it as their pseudo-gradient)."""
+    return tuple(n for n, cls in registry.classes("strategy").items() if cls.linear)
+
+
+def _any_but() -> str:
+    """``any but scaffold``: the built-ins no mechanism covers (``no_privacy``)."""
+    never = [n for n, cls in registry.classes("strategy").items() if cls.no_privacy]
+    return "any but " + ", ".join(never)
+
+
+def _trait(strategy: str, trait: str) -> Any:
+    """A trait of the built-in strategy (None for the user's own: fedpipe does not
+    load the user's code to check params)."""
+    if not registry.is_builtin("strategy", strategy):
+        return None
+    return getattr(registry.get("strategy", strategy), trait)
+
+
 def _why_not(strategy: str) -> str:
-    if strategy in NEVER_PRIVATE:
-        return "its control variates leave each client unclipped and unnoised"
+    never = _trait(strategy, "no_privacy")
+    if never is not None:
+        return str(never)
     if ":" in strategy:
         return "fedpipe cannot tell what your strategy does with the noised update"
     return (

@@ -6,7 +6,7 @@ the project root (the folder of ``params.yaml``); ``fedpipe sync`` makes such fi
 dependencies of the DVC stages that use them, so editing one reruns exactly those
 stages and ``dvc.lock`` records its hash.
 
-Every problem is a :class:`~fedpipe.config.params.ParamsError` naming the key and what was
+Every problem is a :class:`~fedpipe.core.errors.ParamsError` naming the key and what was
 found, raised when the pipeline starts (the ``init`` stage at the latest).
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from fedpipe.config.params import ParamsError
+from fedpipe.core.errors import ParamsError
 
 SEPARATOR = ":"
 
@@ -125,29 +125,6 @@ def _pickle_by_value(module: ModuleType) -> None:
     cloudpickle.register_pickle_by_value(module)
 
 
-def resolve_class(
-    name: str, registry: dict[str, type], base: type, *, key: str
-) -> type:
-    """The class a ``*.name`` value stands for: a built-in from ``registry`` or a
-    reference to a subclass of ``base`` in the user's code.
-
-    Raises
-    ------
-    ParamsError
-        An unknown name (listing the built-ins) or a reference that does not fit.
-    """
-    if is_reference(name):
-        return load_subclass(name, base, key=key)
-    try:
-        return registry[name]
-    except KeyError:
-        allowed = ", ".join(sorted(registry))
-        raise ParamsError(
-            f"params.yaml: {key}: unknown {name!r}; allowed: {allowed} or "
-            "path/to/file.py:ClassName"
-        ) from None
-
-
 def load_subclass(name: str, base: type, *, key: str) -> type:
     """A class named by a reference that subclasses ``base``."""
     obj = load_object(name, key=key)
@@ -189,9 +166,10 @@ def code_files(params: Any) -> dict[str, list[str]]:
     strategy = reference_file(params.strategy.name)
     client_ref = params.client.algorithm
     if client_ref is None and is_reference(params.strategy.name):
-        from fedpipe.federation.build import strategy_class  # imports TensorFlow
-
-        client_ref = strategy_class(params.strategy.name).client_algorithm
+        # the user's strategy class (fedpipe.strategy checks it is one when the
+        # run is built); its client algorithm may be a reference of its own
+        strategy_cls = load_object(params.strategy.name, key="strategy.name")
+        client_ref = getattr(strategy_cls, "client_algorithm", None)
     # a class object lives in the strategy's own file, which is tracked already
     client = reference_file(client_ref) if isinstance(client_ref, str) else None
     both = [_dep_path(p) for p in (model, strategy) if p is not None]

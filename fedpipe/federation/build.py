@@ -10,7 +10,7 @@ from fedpipe.client import ClientAlgorithm, client_class, make_client
 from fedpipe.client.base import LocalTraining
 from fedpipe.config.params import Params, ParamsError
 from fedpipe.config.privacy import Privacy
-from fedpipe.core.plugins import is_reference, resolve_class
+from fedpipe.core.plugins import is_reference
 from fedpipe.data.sources import DatasetSpec
 from fedpipe.federation.attacks import AttackPlan, choose_malicious, make_attack
 from fedpipe.federation.failures import FailurePolicy
@@ -19,7 +19,7 @@ from fedpipe.federation.personalization import Personalization, resolve
 from fedpipe.federation.round import ClientEvaluation
 from fedpipe.model.training import ModelSpec, model_spec_for
 from fedpipe.model.zoo import layer_groups, normalization_layers
-from fedpipe.strategy import STRATEGIES, Strategy
+from fedpipe.strategy import Strategy, make_strategy, strategy_class
 
 
 def model_spec(params: Params, dataset: DatasetSpec) -> ModelSpec:
@@ -27,19 +27,17 @@ def model_spec(params: Params, dataset: DatasetSpec) -> ModelSpec:
     return model_spec_for(params, dataset)
 
 
-def strategy_class(name: str) -> type[Strategy]:
-    """The strategy class ``strategy.name`` stands for (built in or the user's)."""
-    return resolve_class(name, STRATEGIES, Strategy, key="strategy.name")
-
-
 def strategy_for(params: Params) -> Strategy:
-    """The server strategy from ``strategy.name`` and its ``strategy.*`` settings."""
-    cls = strategy_class(params.strategy.name)
-    _check_options("strategy.options", params.strategy.options, cls)
+    """The server strategy from ``strategy.name`` and its ``strategy.*`` settings
+    (through the one factory, :func:`fedpipe.strategy.make_strategy`)."""
+    name = params.strategy.name
+    _check_options("strategy.options", params.strategy.options, strategy_class(name))
     settings = {"total_clients": params.federation.clients}
     settings.update(params.strategy.settings())
     try:
-        return cls.from_params(**settings)
+        return make_strategy(name, **settings)
+    except ParamsError:
+        raise
     except (TypeError, ValueError) as exc:
         raise ParamsError(f"params.yaml: {exc}") from None
 

@@ -1,14 +1,18 @@
 """Server strategies, one per file, behind :class:`~fedpipe.strategy.base.Strategy`.
 
 Pure NumPy: the math is in :mod:`fedpipe.strategy.aggregate`, the contract in
-:mod:`fedpipe.strategy.base`, and :func:`make_strategy` builds the one named by
-``strategy.name`` from the ``strategy.*`` settings.
+:mod:`fedpipe.strategy.base`. Built-ins are registered by name in
+:data:`fedpipe.core.registry.STRATEGIES` (one line each); :func:`make_strategy`
+builds the one ``strategy.name`` picks, built in or the user's, from the
+``strategy.*`` settings.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from fedpipe.core import registry
+from fedpipe.core.plugins import is_reference
 from fedpipe.strategy.aggregate import AggregationError, Weights, weighted_average
 from fedpipe.strategy.base import ClientUpdate, State, Strategy
 from fedpipe.strategy.bulyan import Bulyan
@@ -26,33 +30,33 @@ from fedpipe.strategy.krum import Krum
 from fedpipe.strategy.multikrum import MultiKrum
 from fedpipe.strategy.scaffold import Scaffold
 
-STRATEGIES: dict[str, type[Strategy]] = {
-    cls.name: cls
-    for cls in (
-        FedAvg,
-        FedProx,
-        FedAvgM,
-        FedAdagrad,
-        FedAdam,
-        FedYogi,
-        FedMedian,
-        FedTrimmedAvg,
-        Krum,
-        MultiKrum,
-        Scaffold,
-        Bulyan,
-        Clipping,
-    )
-}
+STRATEGIES: dict[str, type[Strategy]] = registry.classes("strategy")
+"""The built-in strategies by name (the registry's table, resolved)."""
+
+
+def strategy_class(name: str) -> type[Strategy]:
+    """The class ``strategy.name`` stands for: a built-in, or the user's
+    (``path/to/file.py:ClassName``, a subclass of :class:`Strategy`).
+
+    Raises
+    ------
+    ParamsError
+        An unknown name (``strategy.name: unknown 'x'; allowed: ...``) or a
+        reference that does not resolve to a strategy.
+    """
+    if is_reference(name):
+        return registry.resolve("strategy", name)
+    return registry.get("strategy", name)
 
 
 def make_strategy(name: str, **settings: Any) -> Strategy:
-    """The strategy registered under ``strategy.name``, built from its settings.
+    """The strategy ``strategy.name`` picks, built from its settings: the one
+    factory of strategies.
 
     Parameters
     ----------
     name : str
-        A key of :data:`STRATEGIES`.
+        A registered name or a reference to the user's class.
     **settings
         ``strategy.*`` settings; each strategy takes the keys it reads (see its
         ``settings``) and ignores the rest; ``None`` means the default.
@@ -60,17 +64,11 @@ def make_strategy(name: str, **settings: Any) -> Strategy:
     Raises
     ------
     ValueError
-        Unknown name (``strategy.name: unknown 'x'; allowed: ...``) or a bad
-        setting (naming ``strategy.<key>`` and the allowed range).
+        Unknown name (``strategy.name: unknown 'x'; allowed: ...``, a
+        :class:`~fedpipe.core.errors.ParamsError`) or a bad setting (naming
+        ``strategy.<key>`` and the allowed range).
     """
-    try:
-        cls = STRATEGIES[name]
-    except KeyError:
-        allowed = ", ".join(sorted(STRATEGIES))
-        raise ValueError(
-            f"strategy.name: unknown {name!r}; allowed: {allowed}"
-        ) from None
-    return cls.from_params(**settings)
+    return strategy_class(name).from_params(**settings)
 
 
 __all__ = [
@@ -95,5 +93,6 @@ __all__ = [
     "Strategy",
     "Weights",
     "make_strategy",
+    "strategy_class",
     "weighted_average",
 ]

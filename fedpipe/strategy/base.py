@@ -18,10 +18,11 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 import numpy as np
 
+from fedpipe.core.component import Component, Setting
 from fedpipe.strategy.aggregate import AggregationError, Weights, first_non_finite
 
 State = dict[str, np.ndarray]
@@ -131,10 +132,25 @@ def check_int(key: str, value: Any, *, ge: int) -> int:
     return int(value)
 
 
+def checked(setting: Setting, value: Any) -> Any:
+    """``value`` checked against a declared setting's type and range (as
+    :func:`check_float` / :func:`check_int`, naming ``strategy.<key>``); None
+    stays None for a setting whose default is None."""
+    if value is None and setting.default is None:
+        return None
+    if setting.kind is int:
+        return check_int(setting, value, ge=int(setting.ge or 0))
+    return check_float(setting, value, ge=setting.ge, gt=setting.gt, lt=setting.lt)
+
+
+SERVER_LR = Setting("server_lr", float, gt=0.0, help="server learning rate")
+"""``strategy.server_lr``, shared by the strategies that take a server step."""
+
+
 # ---------------------------------------------------------------- the contract
 
 
-class Strategy(abc.ABC):
+class Strategy(Component, abc.ABC):
     """A server strategy: new global weights from the current ones and updates.
 
     Subclasses set :attr:`name` (the ``strategy.name`` value), list the
@@ -154,11 +170,14 @@ class Strategy(abc.ABC):
     Attributes
     ----------
     name : str
-        The ``strategy.name`` this class is registered under.
-    settings : tuple of str
-        The ``strategy.*`` keys this strategy reads (for a user's strategy, the
-        keys of ``strategy.options``). ``total_clients``, the number of clients
-        in the federation, is passed to every strategy that lists it.
+        The ``strategy.name`` this class is registered under
+        (:data:`fedpipe.core.registry.STRATEGIES`).
+    settings : tuple of Setting
+        The ``strategy.*`` keys this strategy reads, each declared with its type,
+        default and range (:class:`~fedpipe.core.component.Setting`; a user's
+        strategy may list plain names, the keys of ``strategy.options``).
+        ``total_clients``, the number of clients in the federation, is passed to
+        every strategy that lists it.
     state_names : tuple of str
         Per-layer float64 state arrays, named ``"<prefix>/<layer:03d>"`` and
         initialised to zeros by :meth:`init_state`.
@@ -166,36 +185,38 @@ class Strategy(abc.ABC):
         Keys every :attr:`ClientUpdate.extras` must hold, laid out like the weights.
     client_algorithm : str or type
         The client algorithm this strategy needs: a name in
-        :data:`fedpipe.client.CLIENT_ALGORITHMS`, a reference to a user's class
-        (``path/to/file.py:Name``), or the class itself (a plugin's strategy and
-        client in one file); it is built from :meth:`client_settings`. Default
-        ``"sgd"``.
+        :data:`fedpipe.core.registry.CLIENT_ALGORITHMS`, a reference to a user's
+        class (``path/to/file.py:Name``), or the class itself (a plugin's strategy
+        and client in one file); it is built from :meth:`client_settings`.
+        Default ``"sgd"``.
+
+    Traits (what the rest of fedpipe may assume about the server step)
+
+    linear : bool
+        The step depends on the clients only through the sample-weighted mean of
+        their weights (FedAvg and the server optimizers on it), so central DP may
+        stand one noised mean in for it (:mod:`fedpipe.config.privacy`).
+    no_privacy : str or None
+        Why no DP mechanism here covers this strategy (SCAFFOLD: its control
+        variates travel unclipped); None: one does.
+    robust_share : float or None
+        The malicious share of the clients below which this robust aggregator
+        holds (median, trimmed mean, Krum: 0.5); None: not a robust aggregator.
+    weight_sum_setting : str or None
+        The setting the doctor expects the fitted weights of a linear step to
+        sum to (FedAvgM, SCAFFOLD: ``server_lr``); None: they sum to 1.
     """
 
     name: ClassVar[str]
+    section: ClassVar[str] = "strategy"
     settings: ClassVar[tuple[str, ...]] = ()
     state_names: ClassVar[tuple[str, ...]] = ()
     required_extras: ClassVar[tuple[str, ...]] = ()
     client_algorithm: ClassVar[str | type] = "sgd"
-
-    @classmethod
-    def from_params(cls, **settings: Any) -> Self:
-        """Build from ``strategy.*`` settings.
-
-        Takes the keys in :attr:`settings` (``None`` means the default) and
-        ignores the rest, so one flat ``strategy`` section serves every strategy.
-
-        Raises
-        ------
-        ValueError
-            A bad value, naming ``strategy.<key>`` and the allowed range.
-        """
-        chosen = {k: settings[k] for k in cls.settings if settings.get(k) is not None}
-        return cls(**chosen)
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.settings)
-        return f"{type(self).__name__}({args})"
+    linear: ClassVar[bool] = False
+    no_privacy: ClassVar[str | None] = None
+    robust_share: ClassVar[float | None] = None
+    weight_sum_setting: ClassVar[str | None] = None
 
     # ------------------------------------------------------------ state
 

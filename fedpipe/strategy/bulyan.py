@@ -3,7 +3,8 @@ coordinate-wise median."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -14,7 +15,8 @@ from fedpipe.strategy.aggregate import (
     check_same_layout,
     pairwise_squared_distances,
 )
-from fedpipe.strategy.base import ClientUpdate, State, Strategy, check_int
+from fedpipe.strategy.base import ClientUpdate, State, Strategy, checked
+from fedpipe.strategy.krum import NUM_BYZANTINE
 
 
 def bulyan_selection(updates: Sequence[Weights], f: int) -> list[int]:
@@ -79,10 +81,25 @@ class Bulyan(Strategy):
     """
 
     name = "bulyan"
-    settings = ("num_byzantine",)
+    settings = (NUM_BYZANTINE,)
+    robust_share = 0.5
 
     def __init__(self, *, num_byzantine: int = 0) -> None:
-        self.num_byzantine = check_int("num_byzantine", num_byzantine, ge=0)
+        self.num_byzantine = checked(NUM_BYZANTINE, num_byzantine)
+
+    @classmethod
+    def check_federation(
+        cls, values: Mapping[str, Any], *, clients: int, per_round: int
+    ) -> None:
+        """Refuse ``num_byzantine`` f when fewer than 4f + 3 clients train a round."""
+        f = values.get("num_byzantine") or 0
+        if per_round < 4 * f + 3:
+            raise ValueError(
+                f"strategy.num_byzantine={f}: Bulyan needs at least 4 * {f} + 3 = "
+                f"{4 * f + 3} clients per round, the federation samples {per_round}; "
+                "lower strategy.num_byzantine or raise federation.clients / "
+                "federation.fraction_fit"
+            )
 
     def aggregate(
         self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State

@@ -3,17 +3,31 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from fedpipe.core.component import Setting
 from fedpipe.strategy.aggregate import (
     Weights,
     cast_like,
     differences,
     weighted_average,
 )
-from fedpipe.strategy.base import ClientUpdate, State, Strategy, check_float
+from fedpipe.strategy.base import ClientUpdate, State, Strategy, checked
+
+CLIP_NORM = Setting(
+    "clip_norm", float, default=None, gt=0.0, help="fixed L2 bound on each update"
+)
+CLIP_QUANTILE = Setting(
+    "clip_quantile",
+    float,
+    default=None,
+    gt=0.0,
+    le=1.0,
+    help="adaptive bound: this quantile of the round's update norms (null: 0.5)",
+)
 
 
 def update_norm(delta: Weights) -> float:
@@ -56,23 +70,30 @@ class Clipping(Strategy):
     """
 
     name = "clipping"
-    settings = ("clip_norm", "clip_quantile")
+    settings = (CLIP_NORM, CLIP_QUANTILE)
 
     def __init__(
         self, *, clip_norm: float | None = None, clip_quantile: float | None = None
     ) -> None:
-        self.clip_norm = (
-            None if clip_norm is None else check_float("clip_norm", clip_norm, gt=0.0)
-        )
-        self.clip_quantile = (
-            None
-            if clip_quantile is None
-            else check_float("clip_quantile", clip_quantile, gt=0.0)
-        )
-        if self.clip_quantile is not None and self.clip_quantile > 1.0:
+        self.clip_norm = checked(CLIP_NORM, clip_norm)
+        self.clip_quantile = checked(CLIP_QUANTILE, clip_quantile)
+        if self.clip_quantile is not None and self.clip_quantile > CLIP_QUANTILE.le:
             raise ValueError(
                 f"strategy.clip_quantile: {clip_quantile!r} is out of range; "
                 "allowed: 0 < clip_quantile <= 1"
+            )
+
+    @classmethod
+    def check_section(cls, values: Mapping[str, Any]) -> None:
+        """Refuse a fixed and an adaptive bound set together."""
+        if (
+            values.get("clip_norm") is not None
+            and values.get("clip_quantile") is not None
+        ):
+            raise ValueError(
+                "strategy.clip_norm and strategy.clip_quantile both set; clipping "
+                "uses a fixed bound (clip_norm) or an adaptive one (clip_quantile "
+                "of the round's update norms): set one"
             )
 
     def bound(self, norms: Sequence[float]) -> float:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedpipe.strategy.fedopt import FedOpt
+from fedpipe.strategy.base import SERVER_LR
+from fedpipe.strategy.fedopt import BETA_1, TAU, FedOpt
 
 
 class FedAdagrad(FedOpt):
@@ -29,7 +30,11 @@ class FedAdagrad(FedOpt):
     """
 
     name = "fedadagrad"
-    settings = ("server_lr", "beta_1", "tau")
+    settings = (
+        SERVER_LR.but(default=0.1),
+        BETA_1.but(default=0.0),
+        TAU.but(default=1e-9),
+    )
 
     def __init__(
         self, *, server_lr: float = 0.1, beta_1: float = 0.0, tau: float = 1e-9

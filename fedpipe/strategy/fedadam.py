@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedpipe.strategy.base import check_float
-from fedpipe.strategy.fedopt import FedOpt
+from fedpipe.strategy.base import SERVER_LR, checked
+from fedpipe.strategy.fedopt import BETA_1, BETA_2, TAU, FedOpt
 
 
 class FedAdam(FedOpt):
@@ -39,7 +39,12 @@ class FedAdam(FedOpt):
     """
 
     name = "fedadam"
-    settings = ("server_lr", "beta_1", "beta_2", "tau")
+    settings = (
+        SERVER_LR.but(default=0.1),
+        BETA_1.but(default=0.9),
+        BETA_2.but(default=0.99),
+        TAU.but(default=1e-3),
+    )
 
     def __init__(
         self,
@@ -50,7 +55,7 @@ class FedAdam(FedOpt):
         tau: float = 1e-3,
     ) -> None:
         super().__init__(server_lr=server_lr, beta_1=beta_1, tau=tau)
-        self.beta_2 = check_float("beta_2", beta_2, ge=0.0, lt=1.0)
+        self.beta_2 = checked(BETA_2, beta_2)
 
     def second_moment(self, v: np.ndarray, delta_sq: np.ndarray) -> np.ndarray:
         return self.beta_2 * v + (1.0 - self.beta_2) * delta_sq

@@ -17,6 +17,7 @@ class FedAvg(Strategy):
     """
 
     name = "fedavg"
+    linear = True
 
     def aggregate(
         self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State

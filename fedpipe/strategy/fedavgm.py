@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedpipe.core.component import Setting
 from fedpipe.strategy.aggregate import (
     Weights,
     cast_like,
@@ -13,12 +14,17 @@ from fedpipe.strategy.aggregate import (
     weighted_average,
 )
 from fedpipe.strategy.base import (
+    SERVER_LR,
     ClientUpdate,
     State,
     Strategy,
-    check_float,
+    checked,
     pack_state,
     state_arrays,
+)
+
+SERVER_MOMENTUM = Setting(
+    "server_momentum", float, default=0.9, ge=0.0, lt=1.0, help="momentum"
 )
 
 
@@ -51,14 +57,14 @@ class FedAvgM(Strategy):
     """
 
     name = "fedavgm"
-    settings = ("server_lr", "server_momentum")
+    settings = (SERVER_LR.but(default=1.0), SERVER_MOMENTUM)
     state_names = ("momentum",)
+    linear = True
+    weight_sum_setting = "server_lr"
 
     def __init__(self, *, server_lr: float = 1.0, server_momentum: float = 0.9) -> None:
-        self.server_lr = check_float("server_lr", server_lr, gt=0.0)
-        self.server_momentum = check_float(
-            "server_momentum", server_momentum, ge=0.0, lt=1.0
-        )
+        self.server_lr = checked(SERVER_LR, server_lr)
+        self.server_momentum = checked(SERVER_MOMENTUM, server_momentum)
 
     def aggregate(
         self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State

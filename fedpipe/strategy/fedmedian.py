@@ -20,6 +20,7 @@ class FedMedian(Strategy):
     """
 
     name = "fedmedian"
+    robust_share = 0.5
 
     def aggregate(
         self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedpipe.core.component import Setting
 from fedpipe.strategy.aggregate import (
     Weights,
     cast_like,
@@ -20,13 +21,19 @@ from fedpipe.strategy.aggregate import (
     weighted_average,
 )
 from fedpipe.strategy.base import (
+    SERVER_LR,
     ClientUpdate,
     State,
     Strategy,
-    check_float,
+    checked,
     pack_state,
     state_arrays,
 )
+
+BETA_1 = Setting("beta_1", float, ge=0.0, lt=1.0, help="first-moment decay")
+BETA_2 = Setting("beta_2", float, ge=0.0, lt=1.0, help="second-moment decay")
+TAU = Setting("tau", float, gt=0.0, help="adaptivity")
+"""The server optimizers' shared settings; each sets its own defaults."""
 
 
 class FedOpt(Strategy):
@@ -54,11 +61,12 @@ class FedOpt(Strategy):
     """
 
     state_names = ("m", "v")
+    linear = True
 
     def __init__(self, *, server_lr: float, beta_1: float, tau: float) -> None:
-        self.server_lr = check_float("server_lr", server_lr, gt=0.0)
-        self.beta_1 = check_float("beta_1", beta_1, ge=0.0, lt=1.0)
-        self.tau = check_float("tau", tau, gt=0.0)
+        self.server_lr = checked(SERVER_LR, server_lr)
+        self.beta_1 = checked(BETA_1, beta_1)
+        self.tau = checked(TAU, tau)
 
     @abc.abstractmethod
     def second_moment(self, v: np.ndarray, delta_sq: np.ndarray) -> np.ndarray:

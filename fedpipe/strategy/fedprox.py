@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from fedpipe.strategy.base import check_float
+from fedpipe.core.component import Setting
+from fedpipe.strategy.base import checked
 from fedpipe.strategy.fedavg import FedAvg
+
+PROXIMAL_MU = Setting(
+    "proximal_mu", float, default=0.01, ge=0.0, help="weight of the proximal term"
+)
+"""``strategy.proximal_mu``: FedProx passes it on to its clients."""
 
 
 class FedProx(FedAvg):
@@ -26,11 +32,11 @@ class FedProx(FedAvg):
     """
 
     name = "fedprox"
-    settings = ("proximal_mu",)
+    settings = (PROXIMAL_MU,)
     client_algorithm = "fedprox"
 
     def __init__(self, *, proximal_mu: float = 0.01) -> None:
-        self.proximal_mu = check_float("proximal_mu", proximal_mu, ge=0.0)
+        self.proximal_mu = checked(PROXIMAL_MU, proximal_mu)
 
     def client_settings(self) -> dict[str, float]:
         """``{"proximal_mu": mu}`` for the clients' local objective."""

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fedpipe.core.component import Setting
 from fedpipe.strategy.aggregate import Weights, cast_like, trimmed_mean
-from fedpipe.strategy.base import ClientUpdate, State, Strategy, check_float
+from fedpipe.strategy.base import ClientUpdate, State, Strategy, checked
+
+BETA = Setting(
+    "beta", float, default=0.2, ge=0.0, lt=0.5, help="share trimmed at each end"
+)
 
 
 class FedTrimmedAvg(Strategy):
@@ -25,10 +30,11 @@ class FedTrimmedAvg(Strategy):
     """
 
     name = "fedtrimmedavg"
-    settings = ("beta",)
+    settings = (BETA,)
+    robust_share = 0.5
 
     def __init__(self, *, beta: float = 0.2) -> None:
-        self.beta = check_float("beta", beta, ge=0.0, lt=0.5)
+        self.beta = checked(BETA, beta)
 
     def aggregate(
         self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State

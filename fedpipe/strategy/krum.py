@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fedpipe.core.component import Setting
 from fedpipe.strategy.aggregate import (
     AggregationError,
     Weights,
@@ -11,7 +12,12 @@ from fedpipe.strategy.aggregate import (
     krum_scores,
     lowest,
 )
-from fedpipe.strategy.base import ClientUpdate, State, Strategy, check_int
+from fedpipe.strategy.base import ClientUpdate, State, Strategy, checked
+
+NUM_BYZANTINE = Setting(
+    "num_byzantine", int, default=0, ge=0, help="tolerated malicious clients"
+)
+"""``strategy.num_byzantine``: f, of Krum, Multi-Krum and Bulyan."""
 
 
 class Krum(Strategy):
@@ -34,10 +40,11 @@ class Krum(Strategy):
     """
 
     name = "krum"
-    settings = ("num_byzantine",)
+    settings = (NUM_BYZANTINE,)
+    robust_share = 0.5
 
     def __init__(self, *, num_byzantine: int = 0) -> None:
-        self.num_byzantine = check_int("num_byzantine", num_byzantine, ge=0)
+        self.num_byzantine = checked(NUM_BYZANTINE, num_byzantine)
 
     def ranked(self, updates: Sequence[ClientUpdate]) -> list[int]:
         """Indices into ``updates`` from lowest (best) to highest Krum score."""

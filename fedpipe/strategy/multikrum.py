@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fedpipe.core.component import Setting
 from fedpipe.strategy.aggregate import (
     AggregationError,
     Weights,
     cast_like,
     weighted_average,
 )
-from fedpipe.strategy.base import ClientUpdate, State, check_int
-from fedpipe.strategy.krum import Krum
+from fedpipe.strategy.base import ClientUpdate, State, checked
+from fedpipe.strategy.krum import NUM_BYZANTINE, Krum
+
+NUM_SELECTED = Setting(
+    "num_selected", int, default=None, ge=1, help="updates averaged (null: n - f)"
+)
 
 
 class MultiKrum(Krum):
@@ -33,17 +38,13 @@ class MultiKrum(Krum):
     """
 
     name = "multikrum"
-    settings = ("num_byzantine", "num_selected")
+    settings = (NUM_BYZANTINE, NUM_SELECTED)
 
     def __init__(
         self, *, num_byzantine: int = 0, num_selected: int | None = None
     ) -> None:
         super().__init__(num_byzantine=num_byzantine)
-        self.num_selected = (
-            None
-            if num_selected is None
-            else check_int("num_selected", num_selected, ge=1)
-        )
+        self.num_selected = checked(NUM_SELECTED, num_selected)
 
     def aggregate(
         self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedpipe.core.component import Setting
 from fedpipe.strategy.aggregate import (
     AggregationError,
     Weights,
@@ -14,11 +15,11 @@ from fedpipe.strategy.aggregate import (
     mean,
 )
 from fedpipe.strategy.base import (
+    SERVER_LR,
     ClientUpdate,
     State,
     Strategy,
-    check_float,
-    check_int,
+    checked,
     pack_state,
     state_arrays,
 )
@@ -27,6 +28,14 @@ CONTROL_DELTA = "control_delta"
 """The :attr:`ClientUpdate.extras` key holding a client's :math:`\\Delta c_i`."""
 SERVER_CONTROL = "c"
 """The :meth:`Strategy.broadcast` key of the server control variate :math:`c`."""
+TOTAL_CLIENTS = Setting(
+    "total_clients",
+    int,
+    default=None,
+    ge=1,
+    source="federation.clients",
+    help="N, the clients in the federation",
+)
 
 
 class Scaffold(Strategy):
@@ -73,21 +82,23 @@ class Scaffold(Strategy):
     """
 
     name = "scaffold"
-    settings = ("server_lr", "total_clients")
+    settings = (SERVER_LR.but(default=1.0), TOTAL_CLIENTS)
     state_names = ("c",)
     required_extras = (CONTROL_DELTA,)
     client_algorithm = "scaffold"
+    no_privacy = "its control variates leave each client unclipped and unnoised"
+    weight_sum_setting = "server_lr"
 
     def __init__(
         self, *, server_lr: float = 1.0, total_clients: int | None = None
     ) -> None:
-        self.server_lr = check_float("server_lr", server_lr, gt=0.0)
+        self.server_lr = checked(SERVER_LR, server_lr)
         if total_clients is None:
             raise ValueError(
                 "strategy.total_clients: required for scaffold (N, the number of "
                 "clients in the federation); allowed: an integer total_clients >= 1"
             )
-        self.total_clients = check_int("total_clients", total_clients, ge=1)
+        self.total_clients = checked(TOTAL_CLIENTS, total_clients)
 
     def server_control(self, state: State) -> Weights:
         """The server control variate :math:`c_t` that clients need (float64)."""

@@ -7,7 +7,8 @@ Public API:
   ``pathological`` (:class:`PathologicalPartitioner`), ``shards``
   (:class:`ShardsPartitioner`), ``quantity`` (:class:`QuantitySkewPartitioner`)
   and ``natural`` (:class:`NaturalIdPartitioner`);
-- the ``PARTITIONERS`` registry with :func:`make_partitioner`;
+- ``PARTITIONERS`` (the registry's built-ins, resolved) and
+  :func:`make_partitioner`, which reads :mod:`fedpipe.core.registry`;
 - the manifest helpers (:func:`split_heldout`, :func:`check_partition`,
   :func:`build_manifest`, :func:`label_skew`);
 - the diagnostics (:func:`class_count_table`, :func:`label_heatmap`,
@@ -16,6 +17,7 @@ Public API:
 
 from __future__ import annotations
 
+from fedpipe.core import registry
 from fedpipe.data.partition.base import Partitioner, PartitionError
 from fedpipe.data.partition.diagnostics import (
     class_count_table,
@@ -55,18 +57,9 @@ __all__ = [
     "split_heldout",
 ]
 
-PARTITIONERS: dict[str, type[Partitioner]] = {
-    cls.name: cls
-    for cls in (
-        DirichletPartitioner,
-        IidPartitioner,
-        NaturalIdPartitioner,
-        PathologicalPartitioner,
-        QuantitySkewPartitioner,
-        ShardsPartitioner,
-    )
-}
-"""Registry of partitioner classes keyed by their ``name`` (``partition.method``)."""
+PARTITIONERS: dict[str, type[Partitioner]] = registry.classes("partitioner")
+"""The built-in partitioners by ``partition.method`` (the registry's table,
+:data:`fedpipe.core.registry.PARTITIONERS`, resolved)."""
 
 
 def make_partitioner(method: str, **settings: object) -> Partitioner:
@@ -75,8 +68,8 @@ def make_partitioner(method: str, **settings: object) -> Partitioner:
     Parameters
     ----------
     method : str
-        Registry key (``partition.method``), e.g. ``"iid"`` or ``"shards"``;
-        matched exactly.
+        A name in the registry (``partition.method``), e.g. ``"iid"`` or
+        ``"shards"``; matched exactly.
     **settings : object
         The ``partition.*`` values as keywords: ``alpha``, ``min_samples``,
         ``classes_per_client``, ``shards_per_client``, ``quantity_sigma``,
@@ -96,11 +89,7 @@ def make_partitioner(method: str, **settings: object) -> Partitioner:
         the allowed names), a setting the method requires is missing, or a
         setting is invalid for it.
     """
-    try:
-        cls = PARTITIONERS[method]
-    except (KeyError, TypeError):
-        allowed = ", ".join(sorted(PARTITIONERS))
-        raise PartitionError(
-            f"partition.method: unknown {method!r}; allowed: {allowed}"
-        ) from None
+    if not registry.is_builtin("partitioner", method):
+        raise PartitionError(registry.unknown("partitioner", method))
+    cls: type[Partitioner] = registry.get("partitioner", method)
     return cls.from_params(**settings)

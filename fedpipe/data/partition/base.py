@@ -17,9 +17,21 @@ from __future__ import annotations
 import abc
 import inspect
 import numbers
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
+
+from fedpipe.core.component import Component, Setting
+
+MIN_SAMPLES = Setting(
+    "min_samples",
+    int,
+    default=0,
+    ge=0,
+    help="every client gets at least this many samples",
+)
+"""``partition.min_samples``, read by every partitioner (``params.yaml`` holds
+it as a key of its own: at least 1, default 10)."""
 
 
 class PartitionError(ValueError):
@@ -30,12 +42,14 @@ class PartitionError(ValueError):
     """
 
 
-class Partitioner(abc.ABC):
+class Partitioner(Component, abc.ABC):
     """Base class for label-array partitioners.
 
-    Subclasses set the class attributes ``name`` (the registry key used by
+    Subclasses set the class attributes ``name`` (their line in
+    :data:`fedpipe.core.registry.PARTITIONERS`, used by
     :func:`fedpipe.data.partition.make_partitioner`) and ``settings`` (the
-    ``partition.*`` keys their constructor takes), and implement
+    ``partition.*`` keys their constructor takes, declared as
+    :class:`~fedpipe.core.component.Setting` s), and implement
     :meth:`partition`. Constructors are keyword-only and their keyword names
     equal the ``partition.*`` keys, so :meth:`from_params` needs no override.
 
@@ -45,15 +59,16 @@ class Partitioner(abc.ABC):
         Registry key, e.g. ``"iid"`` or ``"dirichlet"``.
     settings : ClassVar[tuple[str, ...]]
         The ``partition.*`` keys this partitioner reads, e.g.
-        ``("alpha", "min_samples")``. A key is required when the constructor
-        gives it no default.
+        ``(ALPHA, MIN_SAMPLES)``. A key is required when the constructor
+        gives it no default (its declared default is ``REQUIRED``).
     """
 
     name: ClassVar[str]
+    section: ClassVar[str] = "partition"
     settings: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
-    def from_params(cls, **settings: object) -> Self:
+    def from_params(cls, **settings: Any) -> Self:
         """Build the partitioner from ``partition.*`` values given as keywords.
 
         Used by :func:`fedpipe.data.partition.make_partitioner`. Only the keys in

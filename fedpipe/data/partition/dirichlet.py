@@ -14,13 +14,24 @@ from typing import ClassVar
 
 import numpy as np
 
+from fedpipe.core.component import REQUIRED, Setting
 from fedpipe.data.partition.base import (
+    MIN_SAMPLES,
     Partitioner,
     PartitionError,
     as_shares,
     check_min_samples_feasible,
     validate_inputs,
     validate_min_samples,
+)
+
+ALPHA = Setting(
+    "alpha",
+    float,
+    default=REQUIRED,
+    gt=0.0,
+    params_default=0.5,
+    help="concentration (lower = more label skew)",
 )
 
 
@@ -47,7 +58,10 @@ class DirichletPartitioner(Partitioner):
     """
 
     name: ClassVar[str] = "dirichlet"
-    settings: ClassVar[tuple[str, ...]] = ("alpha", "min_samples")
+    settings: ClassVar[tuple[str, ...]] = (
+        ALPHA,
+        MIN_SAMPLES.but(default=REQUIRED),
+    )
 
     def __init__(self, *, alpha: float, min_samples: int, max_tries: int = 100) -> None:
         if (

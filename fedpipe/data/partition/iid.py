@@ -7,6 +7,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedpipe.data.partition.base import (
+    MIN_SAMPLES,
     Partitioner,
     check_min_samples_feasible,
     validate_inputs,
@@ -31,7 +32,7 @@ class IidPartitioner(Partitioner):
     """
 
     name: ClassVar[str] = "iid"
-    settings: ClassVar[tuple[str, ...]] = ("min_samples",)
+    settings: ClassVar[tuple[str, ...]] = (MIN_SAMPLES,)
 
     def __init__(self, *, min_samples: int = 0) -> None:
         self.min_samples = validate_min_samples(min_samples)

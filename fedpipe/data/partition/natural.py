@@ -12,6 +12,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedpipe.data.partition.base import (
+    MIN_SAMPLES,
     Partitioner,
     PartitionError,
     as_python,
@@ -38,7 +39,7 @@ class NaturalIdPartitioner(Partitioner):
     """
 
     name: ClassVar[str] = "natural"
-    settings: ClassVar[tuple[str, ...]] = ("min_samples",)
+    settings: ClassVar[tuple[str, ...]] = (MIN_SAMPLES,)
 
     def __init__(self, *, min_samples: int = 0) -> None:
         self.min_samples = validate_min_samples(min_samples)

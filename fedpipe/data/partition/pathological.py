@@ -15,7 +15,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from fedpipe.core.component import REQUIRED, Setting
 from fedpipe.data.partition.base import (
+    MIN_SAMPLES,
     Partitioner,
     PartitionError,
     as_python,
@@ -24,6 +26,15 @@ from fedpipe.data.partition.base import (
     validate_inputs,
     validate_int_setting,
     validate_min_samples,
+)
+
+CLASSES_PER_CLIENT = Setting(
+    "classes_per_client",
+    int,
+    default=REQUIRED,
+    ge=1,
+    params_default=2,
+    help="classes each client holds",
 )
 
 
@@ -54,7 +65,7 @@ class PathologicalPartitioner(Partitioner):
     """
 
     name: ClassVar[str] = "pathological"
-    settings: ClassVar[tuple[str, ...]] = ("classes_per_client", "min_samples")
+    settings: ClassVar[tuple[str, ...]] = (CLASSES_PER_CLIENT, MIN_SAMPLES)
 
     def __init__(self, *, classes_per_client: int, min_samples: int = 0) -> None:
         self.classes_per_client = validate_int_setting(

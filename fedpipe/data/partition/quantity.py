@@ -16,12 +16,23 @@ from typing import ClassVar
 
 import numpy as np
 
+from fedpipe.core.component import REQUIRED, Setting
 from fedpipe.data.partition.base import (
+    MIN_SAMPLES,
     Partitioner,
     PartitionError,
     check_min_samples_feasible,
     validate_inputs,
     validate_min_samples,
+)
+
+QUANTITY_SIGMA = Setting(
+    "quantity_sigma",
+    float,
+    default=REQUIRED,
+    ge=0.0,
+    params_default=0.5,
+    help="log-normal sigma of client sizes (0 = equal)",
 )
 
 
@@ -51,7 +62,7 @@ class QuantitySkewPartitioner(Partitioner):
     """
 
     name: ClassVar[str] = "quantity"
-    settings: ClassVar[tuple[str, ...]] = ("quantity_sigma", "min_samples")
+    settings: ClassVar[tuple[str, ...]] = (QUANTITY_SIGMA, MIN_SAMPLES)
 
     def __init__(self, *, quantity_sigma: float, min_samples: int = 0) -> None:
         if (

@@ -11,7 +11,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from fedpipe.core.component import REQUIRED, Setting
 from fedpipe.data.partition.base import (
+    MIN_SAMPLES,
     Partitioner,
     PartitionError,
     as_shares,
@@ -19,6 +21,15 @@ from fedpipe.data.partition.base import (
     validate_inputs,
     validate_int_setting,
     validate_min_samples,
+)
+
+SHARDS_PER_CLIENT = Setting(
+    "shards_per_client",
+    int,
+    default=REQUIRED,
+    ge=1,
+    params_default=2,
+    help="label-sorted shards per client",
 )
 
 
@@ -52,7 +63,7 @@ class ShardsPartitioner(Partitioner):
     """
 
     name: ClassVar[str] = "shards"
-    settings: ClassVar[tuple[str, ...]] = ("shards_per_client", "min_samples")
+    settings: ClassVar[tuple[str, ...]] = (SHARDS_PER_CLIENT, MIN_SAMPLES)
 
     def __init__(self, *, shards_per_client: int, min_samples: int = 0) -> None:
         self.shards_per_client = validate_int_setting(

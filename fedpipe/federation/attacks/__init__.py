@@ -16,24 +16,36 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from fedpipe.core import registry
 from fedpipe.core.seeds import rng_for
-from fedpipe.data.splits import ClientData
 from fedpipe.federation.attacks.alie import Alie, alie_z
 from fedpipe.federation.attacks.base import Attack, Weights
 from fedpipe.federation.attacks.gaussian import Gaussian
 from fedpipe.federation.attacks.ipm import Ipm
-from fedpipe.federation.attacks.label_flip import FlippedLabels, LabelFlip, flipped
+from fedpipe.federation.attacks.label_flip import LabelFlip, flipped
 from fedpipe.federation.attacks.scaling import Scaling
 from fedpipe.federation.attacks.sign_flip import SignFlip
 from fedpipe.strategy.base import ClientUpdate
 
-ATTACKS: dict[str, type[Attack]] = {
-    cls.name: cls for cls in (LabelFlip, SignFlip, Scaling, Gaussian, Alie, Ipm)
-}
+if TYPE_CHECKING:  # the data layer (pandas) is not needed to read the attacks
+    from fedpipe.data.splits import ClientData
+    from fedpipe.federation.attacks.flipped import FlippedLabels
+
+ATTACKS: dict[str, type[Attack]] = registry.classes("attack")
+"""The built-in attacks by ``attack.name`` (the registry's table, resolved)."""
+
+
+def __getattr__(name: str) -> Any:
+    # FlippedLabels subclasses the data layer's ClientData: imported on first use
+    if name == "FlippedLabels":
+        from fedpipe.federation.attacks.flipped import FlippedLabels
+
+        return FlippedLabels
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_attack(name: str, **settings: Any) -> Attack:
@@ -45,11 +57,7 @@ def make_attack(name: str, **settings: Any) -> Attack:
         Unknown name (listing the accepted ones) or a bad setting (naming
         ``attack.<key>``).
     """
-    try:
-        cls = ATTACKS[name]
-    except KeyError:
-        allowed = ", ".join(sorted(ATTACKS))
-        raise ValueError(f"attack.name: unknown {name!r}; allowed: {allowed}") from None
+    cls: type[Attack] = registry.get("attack", name)
     return cls.from_params(**settings)
 
 

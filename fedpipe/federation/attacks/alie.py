@@ -8,7 +8,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedpipe.core.component import Setting
 from fedpipe.federation.attacks.base import Attack, Weights
+
+Z = Setting("z", float, help="shift in stds (null: from n and f, as the paper)")
 
 
 def alie_z(n: int, f: int) -> float:
@@ -51,7 +54,7 @@ class Alie(Attack):
     """
 
     name = "alie"
-    settings = ("z",)
+    settings = (Z,)
     omniscient = True
 
     def __init__(self, *, z: float | None = None) -> None:

@@ -14,11 +14,14 @@ import abc
 import math
 import numbers
 from collections.abc import Sequence
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from fedpipe.data.splits import ClientData
+from fedpipe.core.component import Component, Setting
+
+if TYPE_CHECKING:  # the data layer (pandas) is imported when data is poisoned
+    from fedpipe.data.splits import ClientData
 
 Weights = list[np.ndarray]
 
@@ -35,12 +38,23 @@ def check_positive(key: str, value: Any, *, allow_zero: bool = False) -> float:
     return x
 
 
-class Attack(abc.ABC):
+SCALE = Setting(
+    "scale",
+    float,
+    gt=0.0,
+    note="a boost factor; sign_flip sends -scale times the update",
+    help="the update's factor",
+)
+"""``attack.scale``, of sign flipping and scaling (each with its own default)."""
+
+
+class Attack(Component, abc.ABC):
     """A malicious client's behaviour.
 
-    Subclasses set :attr:`name` (the ``attack.name`` value) and list the
-    ``attack.*`` keys they read in :attr:`settings` (each a keyword-only
-    constructor argument and an attribute of the same name). The server never
+    Subclasses set :attr:`name` (the ``attack.name`` value, their line in
+    :data:`fedpipe.core.registry.ATTACKS`) and declare the ``attack.*`` keys
+    they read in :attr:`settings` (each a keyword-only constructor argument and
+    an attribute of the same name). The server never
     learns who is malicious; :class:`~fedpipe.federation.attacks.AttackPlan` does.
 
     Attributes
@@ -54,19 +68,9 @@ class Attack(abc.ABC):
     """
 
     name: ClassVar[str]
+    section: ClassVar[str] = "attack"
     settings: ClassVar[tuple[str, ...]] = ()
     omniscient: ClassVar[bool] = False
-
-    @classmethod
-    def from_params(cls, **settings: Any) -> Self:
-        """Build from ``attack.*`` settings: the keys in :attr:`settings` that are
-        not None; the rest are ignored."""
-        chosen = {k: settings[k] for k in cls.settings if settings.get(k) is not None}
-        return cls(**chosen)
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.settings)
-        return f"{type(self).__name__}({args})"
 
     def poison(self, data: ClientData, n_classes: int) -> ClientData:
         """What a malicious client trains on (default: its own data)."""

@@ -6,7 +6,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedpipe.core.component import Setting
 from fedpipe.federation.attacks.base import Attack, Weights, check_positive
+
+NOISE_STD = Setting(
+    "noise_std", float, default=1.0, gt=0.0, help="std of the noise update"
+)
 
 
 class Gaussian(Attack):
@@ -23,10 +28,10 @@ class Gaussian(Attack):
     """
 
     name = "gaussian"
-    settings = ("noise_std",)
+    settings = (NOISE_STD,)
 
     def __init__(self, *, noise_std: float = 1.0) -> None:
-        self.noise_std = check_positive("noise_std", noise_std)
+        self.noise_std = check_positive(NOISE_STD, noise_std)
 
     def forge(
         self,

@@ -6,7 +6,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedpipe.core.component import Setting
 from fedpipe.federation.attacks.base import Attack, Weights, check_positive
+
+EPSILON = Setting(
+    "epsilon", float, default=0.5, gt=0.0, help="sends -epsilon x the benign mean"
+)
 
 
 class Ipm(Attack):
@@ -26,11 +31,11 @@ class Ipm(Attack):
     """
 
     name = "ipm"
-    settings = ("epsilon",)
+    settings = (EPSILON,)
     omniscient = True
 
     def __init__(self, *, epsilon: float = 0.5) -> None:
-        self.epsilon = check_positive("epsilon", epsilon)
+        self.epsilon = check_positive(EPSILON, epsilon)
 
     def forge(
         self,

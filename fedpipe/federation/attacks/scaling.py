@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedpipe.federation.attacks.base import Attack, Weights, check_positive
+from fedpipe.federation.attacks.base import SCALE, Attack, Weights, check_positive
 
 
 class Scaling(Attack):
@@ -25,10 +25,10 @@ class Scaling(Attack):
     """
 
     name = "scaling"
-    settings = ("scale",)
+    settings = (SCALE.but(help="boost (null: n, the updates of the round)"),)
 
     def __init__(self, *, scale: float | None = None) -> None:
-        self.scale = None if scale is None else check_positive("scale", scale)
+        self.scale = None if scale is None else check_positive(SCALE, scale)
 
     def forge(
         self,

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedpipe.federation.attacks.base import Attack, Weights, check_positive
+from fedpipe.federation.attacks.base import SCALE, Attack, Weights, check_positive
 
 
 class SignFlip(Attack):
@@ -22,10 +22,10 @@ class SignFlip(Attack):
     """
 
     name = "sign_flip"
-    settings = ("scale",)
+    settings = (SCALE.but(default=1.0, help="sends -scale x the update"),)
 
     def __init__(self, *, scale: float = 1.0) -> None:
-        self.scale = check_positive("scale", scale)
+        self.scale = check_positive(SCALE, scale)
 
     def forge(
         self,

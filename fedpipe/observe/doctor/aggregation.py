@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from fedpipe.core import registry
 from fedpipe.observe.doctor import codes
 from fedpipe.observe.doctor.base import param
 from fedpipe.observe.doctor.findings import Finding
@@ -29,25 +30,18 @@ WEIGHT_SUM_TOL = 0.02
 #: n_k share 0.25, and the sum 1.36)
 NEGLIGIBLE_UPDATE = 0.01
 
-#: strategies whose step is a linear combination of client updates, with the
-#: weight sum they apply (None: read it from strategy.server_lr, default 1)
-LINEAR_STRATEGIES: dict[str, float | None] = {
-    "fedavg": 1.0,
-    "fedprox": 1.0,
-    "krum": 1.0,
-    "multikrum": 1.0,
-    "fedavgm": None,
-    "scaffold": None,
-}
-
 
 def expected_weight_sum(run: RunFiles) -> float:
-    """What the configured strategy's effective weights should sum to."""
+    """What the configured strategy's effective weights should sum to: 1, or the
+    setting its class names as ``weight_sum_setting`` (``strategy.server_lr``
+    for server momentum and SCAFFOLD, default 1)."""
     name = param(run, "strategy.name", "fedavg")
-    expected = LINEAR_STRATEGIES.get(name, 1.0)
-    if expected is None:
-        expected = float(param(run, "strategy.server_lr", 1.0))
-    return expected
+    key = None
+    if registry.is_builtin("strategy", name):
+        key = registry.get("strategy", name).weight_sum_setting
+    if key is None:
+        return 1.0
+    return float(param(run, f"strategy.{key}", 1.0))
 
 
 def identifiable_sum(health: dict[str, Any], total: float) -> float:

@@ -20,6 +20,7 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+from fedpipe.core import registry
 from fedpipe.observe.doctor import codes
 from fedpipe.observe.doctor.base import finite_clients, param
 from fedpipe.observe.doctor.findings import Finding
@@ -144,12 +145,10 @@ def server_blowup_round(run: RunFiles) -> int | None:
 def strategy_knobs(run: RunFiles) -> list[tuple[str, Any]]:
     """The run's strategy's own server settings with their current values
     (the params' value, else the strategy's default)."""
-    from fedpipe.strategy import STRATEGIES
-
     name = param(run, "strategy.name", "fedavg")
-    cls = STRATEGIES.get(name)
-    if cls is None:
+    if not registry.is_builtin("strategy", name):
         return []
+    cls = registry.get("strategy", name)
     defaults = {
         p.name: p.default
         for p in inspect.signature(cls.__init__).parameters.values()
