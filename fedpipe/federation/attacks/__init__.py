@@ -26,7 +26,8 @@ from fedpipe.federation.attacks.alie import Alie, alie_z
 from fedpipe.federation.attacks.base import Attack, Weights
 from fedpipe.federation.attacks.gaussian import Gaussian
 from fedpipe.federation.attacks.ipm import Ipm
-from fedpipe.federation.attacks.label_flip import LabelFlip, flipped
+from fedpipe.federation.attacks.label_flip import LabelFlip
+from fedpipe.federation.attacks.labels import flipped
 from fedpipe.federation.attacks.scaling import Scaling
 from fedpipe.federation.attacks.sign_flip import SignFlip
 from fedpipe.strategy.base import ClientUpdate

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedpipe.data.splits import ClientData
-from fedpipe.federation.attacks.label_flip import flipped
+from fedpipe.federation.attacks.labels import flipped
 
 
 class FlippedLabels(ClientData):

@@ -4,18 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from fedpipe.federation.attacks.base import Attack
 
 if TYPE_CHECKING:
     from fedpipe.data.splits import ClientData
-
-
-def flipped(y: np.ndarray, n_classes: int) -> np.ndarray:
-    """Labels ``C - 1 - y`` (same dtype): class 0 becomes C - 1 and so on."""
-    y = np.asarray(y)
-    return (n_classes - 1 - y).astype(y.dtype)
 
 
 class LabelFlip(Attack):
