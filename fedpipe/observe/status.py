@@ -332,13 +332,17 @@ def _staleness(
     DVC loads it from ``dvc.yaml`` and ``dvc.lock``; its data and code inputs and
     its outputs by their own ``status()`` (DVC's hashes and state database), its
     command by ``changed_stage()``. Params are compared here, recorded value
-    against the file's, with ``params.yaml`` read once rather than once per
-    stage (DVC re-reads it for each stage: 15 times for 10 rounds, most of
+    against the file's, with ``params.yaml`` read once (by DVC's own loader)
+    rather than once per stage (DVC re-reads it for each stage: 15 times for 10 rounds, most of
     ``dvc status``'s time).
     """
-    from fedpipe.observe.lineage.dvcstate import open_project
+    from fedpipe.observe.lineage.dvcstate import open_project, read_params_file
     from fedpipe.observe.lineage.result import LineageError
 
+    # the values compare as DVC reads them (YAML 1.2: ``1e-3`` is a number, which
+    # PyYAML reads as text), or `dvc status` and this would disagree
+    if raw is not None:
+        raw = read_params_file(root / PARAMS_FILE) or raw
     try:
         with open_project(root) as project:
             recorded = set(project.stages)

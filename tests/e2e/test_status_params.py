@@ -80,6 +80,29 @@ def test_status_names_a_changed_param_with_old_and_new_value(
         params.write_text(text)
 
 
+def test_status_reads_exponent_params_as_dvc_does(
+    project: Path, cli_env: dict[str, str]
+) -> None:
+    # PyYAML reads `5e-2` as the text '5e-2', DVC (YAML 1.2) as the number 0.05
+    params = project / "params.yaml"
+    text = params.read_text()
+    assert "lr: 0.05" in text
+    try:
+        params.write_text(text.replace("lr: 0.05", "lr: 5e-2"))
+        dvc = json.loads(run_cli([DVC, "status", "--json"], project, cli_env).stdout)
+        assert dvc == {}
+        assert _status(project, cli_env)["up_to_date"] is True
+        params.write_text(text.replace("lr: 0.05", "lr: 1e-3"))
+        dvc = json.loads(run_cli([DVC, "status", "--json"], project, cli_env).stdout)
+        status = _status(project, cli_env)
+        assert sorted(status["stale"]) == sorted(dvc) == ROUNDS
+        assert status["stale"]["round@1"][0]["new"] == 0.001
+        shown = run_cli([FEDPIPE, "status"], project, cli_env).stdout
+        assert "round@1-4: param train.lr 0.05 -> 0.001" in shown
+    finally:
+        params.write_text(text)
+
+
 def test_status_names_changed_data(project: Path, cli_env: dict[str, str]) -> None:
     raw = project / "data/raw/mnist5k.parquet"
     content = raw.read_bytes()

@@ -96,6 +96,19 @@ def dvc_says(exc: BaseException) -> str:
     return f"{exc} ({detail})" if detail else str(exc)
 
 
+def read_params_file(path: Path) -> dict[str, Any] | None:
+    """A params file as DVC reads it (its own YAML 1.2 loader: ``1e-3`` is a
+    number, ``yes`` a string), so values compare as they do in ``dvc status``;
+    None when it cannot be read or is not a mapping (the caller says why)."""
+    from dvc.utils.serialize import parse_yaml
+
+    try:
+        data = parse_yaml(path.read_text(), str(path))
+    except (OSError, DvcException):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def command_text(cmd: Any) -> str:
     """A stage command as one line (DVC allows a list of commands)."""
     return " && ".join(map(str, cmd)) if isinstance(cmd, list) else str(cmd or "")
