@@ -80,8 +80,16 @@ def test_log_files_are_new_and_ignored(
     assert (tmp_path / "logs/.gitignore").read_text().splitlines()[-1] == "*"
 
 
-def test_hooks_do_nothing_outside_a_session() -> None:
+def test_hooks_do_nothing_outside_a_session(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert console._active is None  # no `fedpipe run` in this process
+    console.run_started("http://127.0.0.1:4200/runs/flow-run/x")
+    console.stage_started("partition")
     console.round_started(1, 4)
     console.clients_started(3)
     console.client_finished()
     console.round_finished("round   1/4 ...")
+    console.close_display()
+    assert console._active is None  # no session was started by a hook
+    assert capsys.readouterr() == ("", "")  # and nothing was shown

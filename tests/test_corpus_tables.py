@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -14,7 +15,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-CORPUS = Path(__file__).resolve().parent.parent / "benchmarks" / "doctor"
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "benchmarks" / "doctor"
 
 
 def _load(name: str) -> ModuleType:
@@ -40,7 +42,16 @@ def test_the_scenarios_cover_the_brief(corpus) -> None:
     defaults, scenarios = corpus.load_scenarios(CORPUS / "scenarios.yaml")
     planted = [s for s in scenarios if s.get("cause")]
     healthy = [s for s in scenarios if not s.get("cause")]
-    assert len(planted) >= 20 and len(healthy) >= 8
+    # the README states the corpus's size: both change together or this fails
+    said = re.search(
+        r"A corpus of (\d+) scenarios \((\d+) planted causes.*?; (\d+) healthy runs",
+        (ROOT / "README.md").read_text(),
+        re.S,
+    )
+    assert said is not None, "README's corpus sentence moved"
+    assert [len(scenarios), len(planted), len(healthy)] == [
+        int(n) for n in said.groups()
+    ]
     methods = {s.get("params", {}).get("personalization", {}).get("method")
                for s in healthy}  # fmt: skip
     assert {"fedper", "fedbn", "finetune", "ditto"} <= methods

@@ -34,8 +34,10 @@ class FedAdam(FedOpt):
     Flower's FedAdam (``server/strategy/fedadam.py`` and
     ``serverapp/strategy/fedadam.py``) scales :math:`\\eta` by an Adam bias
     correction :math:`\\sqrt{1 - \\beta_2^{t+1}} / (1 - \\beta_1^{t+1})`; this
-    implementation follows the paper's Algorithm 2, which has none, so early
-    rounds take steps smaller by that factor than Flower's.
+    implementation follows the paper's Algorithm 2, which has none. The factor
+    is below 1 (0.74 in round 1 with the default betas, 0.47 in round 10, 0.80
+    in round 100), so this implementation's early steps are
+    *larger* than Flower's: 1.35x in round 1.
     """
 
     name = "fedadam"

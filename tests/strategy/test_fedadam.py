@@ -74,3 +74,19 @@ def test_step_is_about_eta_times_sign_on_the_first_round() -> None:
     w1, _ = s.aggregate_round(w0, [_update(0, [3.0, -1e-3], 1)], s.init_state(w0))
     np.testing.assert_allclose(w1[0], [1.0, -1.0], rtol=1e-6)
     assert w1[0].dtype == np.float32
+
+
+def test_first_step_is_larger_than_flowers_by_its_bias_correction() -> None:
+    # Flower 1.42's FedAdam scales eta by sqrt(1 - b2^(t+1)) / (1 - b1^(t+1)) in
+    # server round t (1-based); Reddi et al.'s Algorithm 2, followed here, does not
+    s = FedAdam()
+    b1, b2, eta, tau = s.beta_1, s.beta_2, s.server_lr, s.tau
+    w0 = [np.array([1.0, -1.0])]
+    updates = [_update(0, [1.5, -0.5], 1), _update(1, [0.5, -1.5], 3)]
+    w1, _ = s.aggregate_round(w0, updates, s.init_state(w0))
+    delta = np.array([0.75 - 1.0, -1.25 + 1.0])  # mean minus w0
+    m, v = (1 - b1) * delta, (1 - b2) * delta**2
+    flower_eta = eta * math.sqrt(1 - b2**2) / (1 - b1**2)
+    flower_step = flower_eta * m / (np.sqrt(v) + tau)
+    ratio = (w1[0] - w0[0]) / flower_step
+    assert ratio == pytest.approx([1.3468, 1.3468], rel=1e-4)
