@@ -27,6 +27,7 @@ from fedpipe.config.params import (
     round_chain,
     sync_round_chain,
 )
+from fedpipe.core.dotted import lookup
 
 
 def yaml_scalar(value: Any) -> str:
@@ -158,11 +159,7 @@ def _write_value(lines: list[str], dotted: str, value: Any) -> None:
 
 
 def _lookup(raw: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        if not isinstance(raw, dict) or part not in raw:
-            return _MISSING
-        raw = raw[part]
-    return raw
+    return lookup(raw, dotted, _MISSING)
 
 
 _MISSING = object()

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import math
 import numbers
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from fedpipe.config import layout
+from fedpipe.core.git import git, git_output  # noqa: F401 - the run's git, re-exported
 
 if TYPE_CHECKING:
     import numpy as np
@@ -378,25 +378,3 @@ def flat_params(
         else:
             flat.append((name, value))
     return flat
-
-
-def git(
-    root: Path, *args: str, timeout: float = 60
-) -> subprocess.CompletedProcess[str] | None:
-    """``git -C root <args>``, its output captured as text; ``None`` if git cannot
-    be run (not installed, timed out)."""
-    try:
-        return subprocess.run(
-            ["git", "-C", str(root), *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def git_output(root: Path, *args: str) -> str | None:
-    """The stripped stdout of ``git -C root <args>``; ``None`` if it failed."""
-    proc = git(root, *args)
-    return proc.stdout.strip() if proc is not None and proc.returncode == 0 else None

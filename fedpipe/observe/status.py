@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from fedpipe.config import layout
+from fedpipe.core.dotted import lookup
 from fedpipe.observe.runfiles import flat_params, fmt, numbered_files, read_commit
 
 PARAMS_FILE = "params.yaml"
@@ -144,22 +145,13 @@ def _params(root: Path, problems: list[str]) -> dict[str, Any] | None:
     return raw
 
 
-def _lookup(raw: Mapping[str, Any] | None, dotted: str, default: Any = None) -> Any:
-    node: Any = raw
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return default
-        node = node[part]
-    return node
-
-
 def _data(raw: Mapping[str, Any] | None) -> dict[str, Any]:
     from fedpipe.config.params import DataParams
 
     defaults = DataParams()
     return {
-        "source": _lookup(raw, "data.source", defaults.source),
-        "path": _lookup(raw, "data.path", defaults.path),
+        "source": lookup(raw, "data.source", defaults.source),
+        "path": lookup(raw, "data.path", defaults.path),
     }
 
 
@@ -268,7 +260,7 @@ def _param_reasons(
     reasons = []
     for key, state in changed.items():
         old = recorded.get(key)
-        new = _lookup(raw, key, _MISSING)
+        new = lookup(raw, key, _MISSING)
         if state == "deleted" or new is _MISSING:
             reasons.append(Reason("params", key=key, old=old, new="(deleted)"))
             continue
@@ -333,8 +325,8 @@ def _staleness(
     its outputs by their own ``status()`` (DVC's hashes and state database), its
     command by ``changed_stage()``. Params are compared here, recorded value
     against the file's, with ``params.yaml`` read once (by DVC's own loader)
-    rather than once per stage (DVC re-reads it for each stage: 15 times for 10 rounds, most of
-    ``dvc status``'s time).
+    rather than once per stage (DVC re-reads it for each stage: 15 times for 10
+    rounds, most of ``dvc status``'s time).
     """
     from fedpipe.observe.lineage.dvcstate import open_project, read_params_file
     from fedpipe.observe.lineage.result import LineageError
@@ -402,7 +394,7 @@ def _params_status(dep: Any, root: Path, raw: Mapping | None) -> dict[str, Any]:
     keys = list(dep.params) or list(recorded)
     changed = {}
     for key in keys:
-        now = _lookup(raw, key, _MISSING)
+        now = lookup(raw, key, _MISSING)
         if now is _MISSING:
             if key in recorded:
                 changed[key] = "deleted"
@@ -429,7 +421,7 @@ def collect(root: Path) -> Status:
     root = Path(root)
     problems: list[str] = []
     raw = _params(root, problems)
-    planned = _lookup(raw, "federation.rounds")
+    planned = lookup(raw, "federation.rounds")
     doctor = _doctor_meanwhile(root)
     stale, rounds = _staleness(root, raw, problems)
     commit = read_commit(root)

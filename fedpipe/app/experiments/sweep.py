@@ -40,6 +40,7 @@ import yaml
 
 from fedpipe.config.overrides import parse_overrides, yaml_scalar
 from fedpipe.config.params import ParamsError
+from fedpipe.core.dotted import lookup
 
 Axes = dict[str, list[Any]]
 SEED_KEY = "seed"
@@ -168,15 +169,6 @@ def _product(axes: Axes) -> list[dict[str, Any]]:
     ]
 
 
-def _lookup(raw: Mapping[str, Any], dotted: str) -> Any:
-    node: Any = raw
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
 def expand(
     cli_axes: Axes,
     grids: Mapping[str, Axes] | None = None,
@@ -209,7 +201,7 @@ def expand(
     seen: set[str] = set()
     for design in designs:
         for combo in _product(design):
-            full = {k: combo[k] if k in combo else _lookup(defaults or {}, k)
+            full = {k: combo[k] if k in combo else lookup(defaults or {}, k)
                     for k in keys}  # fmt: skip
             marker = yaml.safe_dump(full, sort_keys=True)
             if marker not in seen:

@@ -73,6 +73,7 @@ from fedpipe.app.experiments.variants import dvc_command
 from fedpipe.config import layout
 from fedpipe.config.overrides import set_params
 from fedpipe.config.params import ParamsError, load_params
+from fedpipe.core.git import git
 from fedpipe.core.jsonio import read_json
 
 RUN_MARKER = ".dvc/tmp/sweep-run"  # in the slot; git ignores .dvc/tmp
@@ -100,12 +101,11 @@ class SweepSettings:
 
 
 def _git(root: Path, *args: str, check: bool = True) -> str:
-    proc = subprocess.run(
-        ["git", *args], cwd=root, capture_output=True, text=True, check=False
-    )
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)}: {proc.stderr.strip()}")
-    return proc.stdout.strip()
+    proc = git(root, *args)
+    if check and (proc is None or proc.returncode != 0):
+        said = "git cannot be run" if proc is None else proc.stderr.strip()
+        raise RuntimeError(f"git {' '.join(args)}: {said}")
+    return "" if proc is None else proc.stdout.strip()
 
 
 def baseline(root: Path) -> str:
@@ -116,10 +116,8 @@ def baseline(root: Path) -> str:
     ParamsError
         Not a git repository with a commit.
     """
-    proc = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True
-    )
-    if proc.returncode != 0:
+    proc = git(root, "rev-parse", "HEAD")
+    if proc is None or proc.returncode != 0:
         raise ParamsError(
             "fedpipe sweep needs a git repository with a commit (DVC keeps "
             "experiments as git refs); `fedpipe init` makes one"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from fedpipe.config.overrides import check_overrides, parse_overrides, set_params
 from fedpipe.config.params import ParamsError
-from fedpipe.observe.runfiles import git_output
+from fedpipe.core.git import git_output
 
 
 def dvc_command() -> str:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedpipe.observe.runfiles import DVC_LOCK, PARAMS_YAML, git
+from fedpipe.core.git import git
+from fedpipe.observe.runfiles import DVC_LOCK, PARAMS_YAML
 
 __all__ = ["GitState", "git_state"]
 
