@@ -22,3 +22,12 @@ def read_json(path: Path) -> Any:
             f"{path}: not found; run the stage that writes it first"
         )
     return json.loads(path.read_text())
+
+
+def read_json_or_none(path: Path) -> Any:
+    """A JSON file's value, or None when it is missing or not valid JSON (for
+    readers that report what is there and say nothing of what is not)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

@@ -27,6 +27,7 @@ import yaml
 
 from fedpipe.config import layout
 from fedpipe.core.dotted import lookup
+from fedpipe.core.jsonio import read_json_or_none
 from fedpipe.observe.runfiles import flat_params, fmt, numbered_files, read_commit
 
 PARAMS_FILE = "params.yaml"
@@ -116,13 +117,6 @@ def _value(value: Any) -> str:
 # ---------------------------------------------------------------- the parts
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _params(root: Path, problems: list[str]) -> dict[str, Any] | None:
     path = root / PARAMS_FILE
     if not path.is_file():
@@ -156,7 +150,7 @@ def _data(raw: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _validation(root: Path) -> dict[str, Any] | None:
-    summary = _read_json(root / layout.VALIDATION_DIR / "summary.json")
+    summary = read_json_or_none(root / layout.VALIDATION_DIR / "summary.json")
     if not isinstance(summary, dict):
         return None
     return {
@@ -169,11 +163,11 @@ def _validation(root: Path) -> dict[str, Any] | None:
 
 
 def _partition(root: Path) -> dict[str, Any] | None:
-    manifest = _read_json(root / layout.MANIFEST)
+    manifest = read_json_or_none(root / layout.MANIFEST)
     if not isinstance(manifest, dict):
         return None
     out = {"method": manifest.get("method"), "clients": manifest.get("n_clients")}
-    skew = _read_json(root / layout.PARTITION_REPORT_DIR / "skew.json")
+    skew = read_json_or_none(root / layout.PARTITION_REPORT_DIR / "skew.json")
     if isinstance(skew, dict):
         out["skew"] = {k: v for k, v in skew.items() if isinstance(v, (int, float))}
     return out
@@ -184,7 +178,7 @@ def _last_round(root: Path) -> dict[str, Any] | None:
     if not files:
         return None
     last = max(files)
-    record = _read_json(files[last])
+    record = read_json_or_none(files[last])
     if not isinstance(record, dict):
         return {"round": last, "global": None}
     metrics = record.get("global") or {}

@@ -3,12 +3,12 @@ the partition manifest and each round's metrics; and the round stages' names."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from fedpipe.config import layout
+from fedpipe.core.jsonio import read_json_or_none
 
 __all__ = ["ROUND_PREFIX", "round_of", "stage_info"]
 
@@ -20,13 +20,6 @@ def round_of(stage: str) -> int | None:
     if stage.startswith(ROUND_PREFIX) and stage[len(ROUND_PREFIX) :].isdigit():
         return int(stage[len(ROUND_PREFIX) :])
     return None
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def stage_info(
@@ -44,7 +37,7 @@ def stage_info(
         The md5 of a project path (DVC's), for the manifest.
     """
     if stage == "validate":
-        summary = _read_json(root / layout.VALIDATION_DIR / "summary.json")
+        summary = read_json_or_none(root / layout.VALIDATION_DIR / "summary.json")
         if not isinstance(summary, Mapping):
             return {"validation": None}
         return {
@@ -57,7 +50,7 @@ def stage_info(
             }
         }
     if stage == "partition":
-        manifest = _read_json(root / layout.MANIFEST)
+        manifest = read_json_or_none(root / layout.MANIFEST)
         if not isinstance(manifest, Mapping):
             return {"manifest": None}
         clients = manifest.get("clients") or []
@@ -76,7 +69,7 @@ def stage_info(
         }
     k = round_of(stage)
     if k is not None:
-        metrics = _read_json(root / layout.round_metrics(k))
+        metrics = read_json_or_none(root / layout.round_metrics(k))
         if not isinstance(metrics, Mapping):
             return {"clients_selected": None}
         accuracy = (metrics.get("global") or {}).get("accuracy")
