@@ -80,7 +80,7 @@ def _by_value(data: Any) -> Any:
 
 def _train_on_worker(job: Any) -> Any:
     """One client's job on this worker's compiled model (as train-client does)."""
-    from fedpipe.federation.round import run_client
+    from fedpipe.model.trainer import run_client
     from orchestration.runtime import runner_for
 
     return run_client(job, runner_for(job.spec))
@@ -150,7 +150,7 @@ def main() -> None:
 
     from fedpipe.config import layout
     from fedpipe.federation.build import model_spec
-    from fedpipe.federation.round import run_here
+    from fedpipe.model.trainer import run_here
     from orchestration.runtime import data_for, runner_for
 
     root = Path(tempfile.mkdtemp(prefix="bench-dask-bytes-"))

@@ -25,8 +25,7 @@ from prefect.utilities.annotations import quote
 from fedpipe.config import layout
 from fedpipe.config.params import MNIST5K_PATH, Params
 from fedpipe.data.sources import prepared_spec
-from fedpipe.federation.failures import ClientFailure
-from fedpipe.federation.round import ClientJob, ClientResult, MapClients
+from fedpipe.model.trainer import ClientFailure, ClientJob, ClientResult, MapClients
 from orchestration import console
 from orchestration.runtime import DaskScheduler
 from tasks import data as data_tasks

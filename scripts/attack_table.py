@@ -108,12 +108,8 @@ def run_cell(cell: Cell, setup: Setup) -> tuple[Cell, float, float]:
     from fedpipe.client import make_client
     from fedpipe.client.base import LocalTraining
     from fedpipe.federation.attacks import AttackPlan, choose_malicious, make_attack
-    from fedpipe.federation.round import (
-        ClientEvaluation,
-        RoundInputs,
-        run_here,
-        run_round,
-    )
+    from fedpipe.federation.round import ClientEvaluation, RoundInputs, run_round
+    from fedpipe.model.trainer import run_here
     from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
     from fedpipe.strategy import make_strategy
 

@@ -35,17 +35,9 @@ from fedpipe.federation.build import (
     strategy_for,
 )
 from fedpipe.federation.clientstate import load_client_states, save_client_states
-from fedpipe.federation.failures import ClientFailure
-from fedpipe.federation.round import (
-    ClientJob,
-    ClientResult,
-    MapClients,
-    RoundFailed,
-    RoundInputs,
-    RoundOutputs,
-    run_round,
-)
+from fedpipe.federation.round import RoundFailed, RoundInputs, RoundOutputs, run_round
 from fedpipe.model.cohort import cohort_map
+from fedpipe.model.trainer import ClientFailure, ClientJob, ClientResult, MapClients
 from fedpipe.model.training import initial_weights, training_device
 from fedpipe.model.zoo import describe_model
 from fedpipe.observe.history import progress_line

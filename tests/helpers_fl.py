@@ -50,7 +50,8 @@ from fedpipe.federation.attacks import AttackPlan
 from fedpipe.federation.build import client_algorithm_for, privacy_for
 from fedpipe.federation.failures import FailurePolicy
 from fedpipe.federation.faults import PlantedFaults
-from fedpipe.federation.round import RoundFailed, RoundInputs, run_here, run_round
+from fedpipe.federation.round import RoundFailed, RoundInputs, run_round
+from fedpipe.model.trainer import run_here
 from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 from fedpipe.strategy import make_strategy
 

@@ -32,16 +32,15 @@ from fedpipe.client import (
 from fedpipe.config.params import TrainParams
 from fedpipe.data.sources import DatasetSpec
 from fedpipe.data.splits import ClientData, FederatedData
-from fedpipe.federation.round import (
+from fedpipe.federation.round import RoundInputs, run_round
+from fedpipe.model.cohort import cohort_engine, cohort_map, in_cohort, train_cohort
+from fedpipe.model.trainer import (
     ClientJob,
     ClientResult,
     KerasTrainer,
-    RoundInputs,
     run_client,
     run_here,
-    run_round,
 )
-from fedpipe.model.cohort import cohort_engine, cohort_map, in_cohort, train_cohort
 from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 from fedpipe.strategy import AggregationError, make_strategy
 

@@ -28,14 +28,9 @@ from fedpipe.federation.failures import (
     steps_needed,
 )
 from fedpipe.federation.faults import PlantedFaults
-from fedpipe.federation.round import (
-    ClientsLost,
-    RoundInputs,
-    RoundOutputs,
-    run_here,
-    run_round,
-)
+from fedpipe.federation.round import ClientsLost, RoundInputs, RoundOutputs, run_round
 from fedpipe.model.cohort import cohort_map
+from fedpipe.model.trainer import run_here
 from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 from fedpipe.observe.doctor import codes, diagnose
 from fedpipe.observe.history import progress_line

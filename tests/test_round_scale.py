@@ -20,7 +20,8 @@ from fedpipe.federation.clientstate import (
     merged,
     save_client_states,
 )
-from fedpipe.federation.round import ClientEvaluation, RoundInputs, run_here, run_round
+from fedpipe.federation.round import ClientEvaluation, RoundInputs, run_round
+from fedpipe.model.trainer import run_here
 from fedpipe.model.training import (
     ModelRunner,
     ModelSpec,

@@ -146,9 +146,11 @@ class ClientReply:
 class LocalTrainer(abc.ABC):
     """Local training and evaluation on one client's data, for an algorithm.
 
-    Implemented by the round with a compiled Keras model
-    (:mod:`fedpipe.federation.round`); algorithms only call it. :meth:`fit`
-    minimizes the local objective ``L(w) + mu/2 ||w - anchor||^2 + <offset, w>`` (see
+    Implemented on a compiled Keras model by
+    :class:`fedpipe.model.trainer.KerasTrainer` (in a vectorized cohort,
+    :class:`fedpipe.model.cohort.CohortTrainer`); algorithms only call it.
+    :meth:`fit` minimizes the local objective
+    ``L(w) + mu/2 ||w - anchor||^2 + <offset, w>`` (see
     :meth:`fedpipe.model.training.ModelRunner.fit`) with the optimizer of ``train.*``.
     """
 

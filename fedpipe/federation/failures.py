@@ -2,10 +2,11 @@
 
 A federation's clients are other people's machines: some go away before they train,
 some crash, some send NaN, some are too slow for the round's deadline. The round
-(:func:`fedpipe.federation.round.run_round`) leaves each of them out of aggregation, names it
-and why in the round's record and health record, and completes while at least
-``federation.min_clients`` usable updates remain; else it stops with one line
-naming the round and the clients left out (:class:`fedpipe.federation.round.ClientsLost`).
+(:func:`fedpipe.federation.round.run_round`) leaves each of them out of aggregation,
+names it and why in the round's record and health record, and completes while at
+least ``federation.min_clients`` usable updates remain; else it stops with one line
+naming the round and the clients left out
+(:class:`fedpipe.federation.round.ClientsLost`).
 
 What is decided before training (:func:`plan_round`), seeded so the same params
 give the same round:
@@ -23,8 +24,9 @@ give the same round:
   ``federation.slow_clients`` of the clients (fixed for the run, seeded) are
   slow: they complete only ``federation.slow_speed`` x D steps.
 
-What is found after training: a job that raised (:class:`ClientFailure`, its
-error's one line) and an update holding NaN or inf (:func:`nonfinite_update`).
+What is found after training: a job that raised
+(:class:`fedpipe.model.trainer.ClientFailure`, its error's one line) and an update
+holding NaN or inf (:func:`nonfinite_update`).
 
 Reasons, as written in the records: ``dropout``, ``straggler``, ``nonfinite``
 and ``failed: <ExceptionType: message>``.
@@ -33,13 +35,14 @@ and ``failed: <ExceptionType: message>``.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from fedpipe.client.base import LocalTraining
 from fedpipe.core.seeds import rng_for
+from fedpipe.model.trainer import ClientFailure as ClientFailure
+from fedpipe.model.trainer import one_line as one_line
 from fedpipe.strategy.aggregate import first_non_finite
 from fedpipe.strategy.base import ClientUpdate
 
@@ -50,9 +53,6 @@ FAILED = "failed"
 REASONS = (DROPOUT, FAILED, NONFINITE, STRAGGLER)
 """The kinds of reason a client is left out (a failure's reason is
 ``failed: <message>``)."""
-
-MESSAGE_CHARS = 200
-"""A failure's message is cut to this many characters (one line in a record)."""
 
 
 @dataclass(frozen=True)
@@ -101,51 +101,6 @@ class RoundPlan:
     train: dict[int, LocalTraining] = field(default_factory=dict)
     excluded: dict[int, str] = field(default_factory=dict)
     partial: dict[int, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ClientFailure:
-    """A client whose job raised: what comes back instead of its result.
-
-    Attributes
-    ----------
-    client : int
-        The client's id.
-    message : str
-        The error as one line, ``ExceptionType: first line of the message``.
-    """
-
-    client: int
-    message: str
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-#: lines of a framework's error message that say where, not what (TensorFlow and
-#: Keras wrap the cause in traceback excerpts and headers)
-_WHERE = ("File ", "\u2022", "[[", "raise ", "Detected at node", "Arguments received")
-
-
-def one_line(exc: BaseException) -> str:
-    """``ExceptionType: what went wrong`` in one line of at most MESSAGE_CHARS.
-
-    The message's lines that say what (not headers ending in ``:``, traceback
-    excerpts, argument lists) are joined: TensorFlow's ``Graph execution error:``
-    becomes the op's complaint, Keras's ``in user code:`` the layer's.
-    """
-    lines, after_file = [], False
-    for raw in _ANSI.sub("", str(exc)).splitlines():
-        line = raw.strip()
-        source, after_file = after_file, line.startswith("File ")
-        if (
-            line
-            and not source
-            and not line.endswith(":")
-            and not line.startswith(_WHERE)
-        ):
-            lines.append(line)
-    text = " ".join(lines)
-    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return line if len(line) <= MESSAGE_CHARS else line[: MESSAGE_CHARS - 3] + "..."
 
 
 def dropped_out(

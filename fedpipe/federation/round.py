@@ -17,7 +17,7 @@ order, so the order decides the last bits.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +27,6 @@ from fedpipe.client.base import (
     ClientAlgorithm,
     ClientState,
     ClientTask,
-    LocalFit,
-    LocalTrainer,
     LocalTraining,
     Weights,
 )
@@ -38,11 +36,9 @@ from fedpipe.federation.attacks import AttackPlan, tampered_results
 from fedpipe.federation.clientstate import ClientStates, merged
 from fedpipe.federation.failures import (
     NONFINITE,
-    ClientFailure,
     FailurePolicy,
     lost_message,
     nonfinite_update,
-    one_line,
     plan_round,
 )
 from fedpipe.federation.faults import PlantedFaults, misweighted_aggregate
@@ -51,9 +47,16 @@ from fedpipe.federation.privacy import rounds as dp
 from fedpipe.federation.records import RoundRecord
 from fedpipe.model.metrics import classification_metrics
 from fedpipe.model.probe import PROBE_SAMPLES, dead_unit_shares
+from fedpipe.model.trainer import (
+    ClientFailure,
+    ClientJob,
+    ClientResult,
+    KerasTrainer,
+    MapClients,
+)
 from fedpipe.model.training import ModelRunner, ModelSpec
 from fedpipe.model.zoo import layer_info
-from fedpipe.strategy import AggregationError, ClientUpdate, State, Strategy
+from fedpipe.strategy import AggregationError, State, Strategy
 from fedpipe.strategy.aggregate import normalized
 
 log = logging.getLogger("fedpipe")
@@ -116,145 +119,6 @@ class ClientEvaluation:
                 purpose="evaluate",
             )
         return []
-
-
-# ---------------------------------------------------------------- one client
-
-
-class KerasTrainer(LocalTrainer):
-    """:class:`LocalTrainer` on a compiled model and one client's data."""
-
-    def __init__(
-        self, runner: ModelRunner, data: ClientData, training: LocalTraining
-    ) -> None:
-        self.runner = runner
-        self.data = data
-        self.training = training
-        self.n_train = len(data.y_train)
-
-    @property
-    def trainable(self) -> list[int]:
-        return self.runner.trainable_indices()
-
-    def fit(
-        self,
-        weights: Sequence[np.ndarray],
-        *,
-        seed: int,
-        proximal_mu: float = 0.0,
-        anchor: Sequence[np.ndarray] | None = None,
-        gradient_offset: Sequence[np.ndarray] | None = None,
-        epochs: int | None = None,
-    ) -> LocalFit:
-        """Train on the client's training split. With ``epochs`` given, that many
-        whole epochs (fine-tuning); otherwise ``train.epochs`` capped at
-        ``train.local_steps``."""
-        trained = self.runner.fit(
-            list(weights),
-            self.data.x_train,
-            self.data.y_train,
-            epochs=self.training.epochs if epochs is None else epochs,
-            batch_size=self.training.batch_size,
-            seed=seed,
-            proximal_mu=proximal_mu,
-            anchor=anchor,
-            gradient_offset=gradient_offset,
-            max_steps=self.training.max_steps if epochs is None else None,
-        )
-        return LocalFit(trained, self.runner.last_steps, self.runner.last_train_loss)
-
-    def evaluate(self, weights: Sequence[np.ndarray]) -> dict[str, float]:
-        return self.runner.evaluate(list(weights), self.data.x_test, self.data.y_test)
-
-
-@dataclass(frozen=True)
-class ClientJob:
-    """Everything one client's training needs, to run anywhere.
-
-    A ``guarded`` job (every job of :func:`run_round`) that raises returns a
-    :class:`fedpipe.federation.failures.ClientFailure` instead: one failing client never
-    fails the others trained with it (in one Prefect task, one cohort).
-    """
-
-    spec: ModelSpec
-    algorithm: ClientAlgorithm
-    task: ClientTask
-    data: ClientData = field(repr=False)
-    training: LocalTraining
-    guarded: bool = False
-
-
-@dataclass(frozen=True)
-class ClientResult:
-    """A selected client's outcome.
-
-    Attributes
-    ----------
-    update : ClientUpdate
-        What the strategy aggregates (weights, sample count, extras).
-    n_test : int
-        Size of the client's local test split.
-    local : dict
-        Its locally trained model's metrics on its local test split.
-    train_loss : float
-        Mean local training loss.
-    state : ClientState
-        What the client keeps from this round (namespaces it replaced).
-    """
-
-    update: ClientUpdate
-    n_test: int
-    local: dict[str, float]
-    train_loss: float = float("nan")
-    state: ClientState = field(default_factory=dict, repr=False)
-
-    @property
-    def client(self) -> int:
-        return self.update.client
-
-
-def run_client(job: ClientJob, runner: ModelRunner) -> ClientResult | ClientFailure:
-    """Run one client's job on a compiled model of ``job.spec``."""
-    return run_job(job, KerasTrainer(runner, job.data, job.training))
-
-
-def run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult | ClientFailure:
-    """Run one client's job on ``trainer`` (bound to the job's data): its
-    algorithm's round, then its local model on its local test split. A guarded
-    job's exception comes back as a :class:`ClientFailure` (logged)."""
-    if not job.guarded:
-        return _run_job(job, trainer)
-    try:
-        return _run_job(job, trainer)
-    except Exception as exc:  # one client's failure, left out by the round
-        message = one_line(exc)
-        log.warning("round %d: client %d failed: %s", job.task.round,
-                    job.task.client, message)  # fmt: skip
-        log.debug("client %d's traceback", job.task.client, exc_info=True)
-        return ClientFailure(job.task.client, message)
-
-
-def _run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult:
-    reply = job.algorithm.train(job.task, trainer)
-    local_model = reply.weights if reply.local_model is None else reply.local_model
-    return ClientResult(
-        update=ClientUpdate(
-            job.task.client, list(reply.weights), trainer.n_train, dict(reply.extras)
-        ),
-        n_test=len(job.data.y_test),
-        local=trainer.evaluate(local_model),
-        train_loss=float(reply.train_loss),
-        state=dict(reply.state),
-    )
-
-
-MapClients = Callable[[Sequence[ClientJob]], Sequence[ClientResult | ClientFailure]]
-"""Runs a round's client jobs and returns their results in the same order."""
-
-
-def run_here(runner: ModelRunner) -> MapClients:
-    """Run client jobs one after another on ``runner`` (tests, benchmarks)."""
-    return lambda jobs: [run_client(job, runner) for job in jobs]
 
 
 # ---------------------------------------------------------------- the round

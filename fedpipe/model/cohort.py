@@ -5,15 +5,16 @@ clients' weights along a new leading axis and trains them together:
 ``keras.Model.stateless_call`` inside ``tf.vectorized_map`` gives every client's
 gradient in one call, and the optimizer's math (SGD, Adam; written out here as
 Keras writes it) is applied to the stacked arrays. The result equals the
-sequential path (:func:`fedpipe.federation.round.run_client`) to rounding::
+sequential path (:func:`fedpipe.model.trainer.run_client`) to rounding::
 
     results = train_cohort(jobs, runner)            # = [run_client(j, runner) ...]
     outputs = run_round(inputs, map_clients=cohort_map(runner, 100), runner=runner)
 
-**Same math as sequential.** Each client's batches are cut exactly as
-:meth:`fedpipe.model.training.ModelRunner.fit` cuts them (a generator seeded with the
-fit's seed permutes each epoch; ``max_steps`` stops early) and laid end to end;
-clients with fewer samples or steps are padded. A padded sample has weight 0 in the
+**Same math as sequential.** Each client's batches are the ones
+:meth:`fedpipe.model.training.ModelRunner.fit` steps through
+(:func:`fedpipe.model.training.batch_indices`: a generator seeded with the fit's
+seed permutes each epoch; ``max_steps`` stops early), laid end to end; clients
+with fewer samples or steps are padded. A padded sample has weight 0 in the
 batch mean (the loss divides by the real batch size, so a last partial batch is
 the same mean), and a step where a client has no batch left is masked: its weights,
 Adam moments and step count stay as they were.
@@ -65,17 +66,19 @@ import tensorflow as tf
 
 from fedpipe.client.base import LocalFit, LocalTrainer, LocalTraining
 from fedpipe.data.splits import ClientData
-from fedpipe.federation.failures import ClientFailure
-from fedpipe.federation.round import (
+from fedpipe.model.metrics import classification_metrics
+from fedpipe.model.trainer import (
+    ClientFailure,
     ClientJob,
     ClientResult,
     KerasTrainer,
     MapClients,
-    run_client,
+    fit_client,
+    fit_length,
+    run_here,
     run_job,
 )
-from fedpipe.model.metrics import classification_metrics
-from fedpipe.model.training import ModelRunner
+from fedpipe.model.training import ModelRunner, batch_indices
 from fedpipe.model.zoo import layer_kind
 
 log = logging.getLogger("fedpipe")
@@ -111,7 +114,13 @@ class _Fit(_Request):
     plan: list[np.ndarray] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        self.plan = _batches(len(self.data.y_train), self)
+        self.plan = batch_indices(
+            len(self.data.y_train),
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            max_steps=self.max_steps,
+        )
 
     @property
     def key(self) -> tuple[bool, bool, int, int]:
@@ -171,7 +180,7 @@ class _Barrier:
 
 class CohortTrainer(LocalTrainer):
     """:class:`LocalTrainer` of one job in a cohort: the same arguments and
-    defaults as :class:`fedpipe.federation.round.KerasTrainer`, served by the cohort."""
+    defaults as :class:`fedpipe.model.trainer.KerasTrainer`, served by the cohort."""
 
     def __init__(
         self,
@@ -202,14 +211,15 @@ class CohortTrainer(LocalTrainer):
         gradient_offset: Sequence[np.ndarray] | None = None,
         epochs: int | None = None,
     ) -> LocalFit:
+        n_epochs, max_steps = fit_length(self.training, epochs)
         request = _Fit(
             self.index,
             self.data,
             list(weights),
             seed=seed,
-            epochs=self.training.epochs if epochs is None else epochs,
+            epochs=n_epochs,
             batch_size=self.training.batch_size,
-            max_steps=self.training.max_steps if epochs is None else None,
+            max_steps=max_steps,
             proximal_mu=proximal_mu,
             anchor=None if anchor is None else list(anchor),
             gradient_offset=None if gradient_offset is None else list(gradient_offset),
@@ -232,7 +242,7 @@ def train_cohort(
 ) -> list[ClientResult | ClientFailure]:
     """Run client jobs as one cohort on ``runner``; results in job order.
 
-    The same :class:`ClientResult` fields as :func:`fedpipe.federation.round.run_client`
+    The same :class:`ClientResult` fields as :func:`fedpipe.model.trainer.run_client`
     (equal to rounding). A model that cannot be vectorized runs the jobs through
     ``run_client``'s steps one after another (exactly its bits); why is logged
     once per runner (:func:`cohort_engine`).
@@ -249,8 +259,9 @@ def cohort_map(
     *,
     on_trained: Callable[[int], None] | None = None,
 ) -> MapClients:
-    """A :data:`fedpipe.federation.round.MapClients` training consecutive cohorts of ``size``
-    jobs (``train.cohort_size``; None or 1: one by one, today's bits).
+    """A :data:`fedpipe.model.trainer.MapClients` training consecutive cohorts of
+    ``size`` jobs (``train.cohort_size``). None or 1, and a model that cannot be
+    vectorized: one by one, :func:`fedpipe.model.trainer.run_here` (its bits).
     ``on_trained(n)``, if given, is called after each client (or cohort of ``n``)
     is done: progress, nothing else."""
     if size is not None and size < 1:
@@ -258,11 +269,9 @@ def cohort_map(
     tell = on_trained or (lambda n: None)
 
     def map_clients(jobs: Sequence[ClientJob]) -> list[ClientResult | ClientFailure]:
-        if size is None or size == 1:
-            step, train = 1, lambda chunk: [run_client(j, runner) for j in chunk]
-        else:  # a model that cannot be vectorized trains one by one either way
-            step = size if cohort_engine(runner)[0] is not None else 1
-            train = functools.partial(train_cohort, runner=runner)
+        step, train = 1, run_here(runner)
+        if size is not None and size > 1 and cohort_engine(runner)[0] is not None:
+            step, train = size, functools.partial(train_cohort, runner=runner)
         out: list[ClientResult | ClientFailure] = []
         for start in range(0, len(jobs), step):
             chunk = jobs[start : start + step]
@@ -286,9 +295,9 @@ def in_cohort(runner: ModelRunner, work: Sequence[Work[T]]) -> list[T]:
     per-client loops can use it too (e.g. personalized models:
     ``fn = lambda t: t.evaluate(algorithm.personal_model(task, t))``). When the
     model cannot be vectorized, each ``fn`` gets a
-    :class:`fedpipe.federation.round.KerasTrainer` instead, one after another (the sequential
-    path's bits), and one warning on the ``fedpipe`` logger, once per runner,
-    says why.
+    :class:`fedpipe.model.trainer.KerasTrainer` instead, one after another (the
+    sequential path's bits), and one warning on the ``fedpipe`` logger, once per
+    runner, says why.
     """
     if not work:
         return []
@@ -546,20 +555,17 @@ class CohortEngine:
 
     def _fit_sequential(self, group: Sequence[_Fit]) -> None:
         (r,) = group
-        trained = self.runner.fit(
+        r.result = fit_client(
+            self.runner,
+            r.data,
             r.weights,
-            r.data.x_train,
-            r.data.y_train,
             epochs=r.epochs,
             batch_size=r.batch_size,
+            max_steps=r.max_steps,
             seed=r.seed,
             proximal_mu=r.proximal_mu,
             anchor=r.anchor,
             gradient_offset=r.gradient_offset,
-            max_steps=r.max_steps,
-        )
-        r.result = LocalFit(
-            trained, self.runner.last_steps, self.runner.last_train_loss
         )
 
     # ------------------------------------------------------------ fitting
@@ -699,13 +705,9 @@ class CohortEngine:
                 grads_one, (tv, ntv, x, y, m, *extra), fallback_to_while_loop=False
             )
             new_count = count + tf.cast(active, tf.float32)
-            if self.adam:
-                new_tv, new_m, new_v = self._adam(
-                    tv, grads, moments, velocities, new_count
-                )
-            else:
-                new_tv = [v - g * self.lr for v, g in zip(tv, grads, strict=True)]
-                new_m, new_v = moments, velocities
+            new_tv, new_m, new_v = self.update(
+                tv, grads, moments, velocities, new_count
+            )
 
             def keep(new: list[tf.Tensor], old: list[tf.Tensor]) -> list[tf.Tensor]:
                 return [
@@ -723,6 +725,29 @@ class CohortEngine:
 
         return step
 
+    def update(
+        self,
+        tv: list[tf.Tensor],
+        grads: list[tf.Tensor],
+        moments: list[tf.Tensor],
+        velocities: list[tf.Tensor],
+        count: tf.Tensor,
+    ) -> tuple[list[tf.Tensor], list[tf.Tensor], list[tf.Tensor]]:
+        """One step of the runner's optimizer on every client's stacked variables.
+
+        Keras' ``update_step`` of SGD (no momentum) or Adam, written out because
+        Keras' optimizers update variables, not the stacked tensors of
+        ``tf.vectorized_map``: ``tv``, ``grads``, Adam's ``moments`` and
+        ``velocities`` (empty for SGD) are (K, ...) per trainable variable;
+        ``count`` (K,) is each client's step number (Keras' ``iterations + 1``).
+        Returns the new variables, moments and velocities
+        (tests/test_trainer.py checks them against Keras' own step).
+        """
+        if self.adam:
+            return self._adam(tv, grads, moments, velocities, count)
+        new_tv = [v - g * self.lr for v, g in zip(tv, grads, strict=True)]
+        return new_tv, moments, velocities
+
     def _adam(
         self,
         tv: list[tf.Tensor],
@@ -731,8 +756,7 @@ class CohortEngine:
         velocities: list[tf.Tensor],
         count: tf.Tensor,
     ) -> tuple[list[tf.Tensor], list[tf.Tensor], list[tf.Tensor]]:
-        """keras.optimizers.Adam.update_step on stacked variables; ``count`` is
-        each client's step number (iterations + 1)."""
+        """keras.optimizers.Adam.update_step on stacked variables."""
         new_tv, new_m, new_v = [], [], []
         for v, g, m, s in zip(tv, grads, moments, velocities, strict=True):
             local_step = _along(count, v)
@@ -838,18 +862,3 @@ class CohortEngine:
 def _along(values: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
     """Per-client ``values`` (K,) shaped to broadcast against ``like`` (K, ...)."""
     return tf.reshape(values, [-1] + [1] * (len(like.shape) - 1))
-
-
-def _batches(n: int, r: _Fit) -> list[np.ndarray]:
-    """The sample indices of each step, exactly as ModelRunner.fit cuts them."""
-    rng = np.random.default_rng(r.seed)
-    plan: list[np.ndarray] = []
-    for _ in range(r.epochs):
-        if r.max_steps is not None and len(plan) >= r.max_steps:
-            break
-        order = rng.permutation(n)
-        for start in range(0, n, r.batch_size):
-            if r.max_steps is not None and len(plan) >= r.max_steps:
-                break
-            plan.append(order[start : start + r.batch_size])
-    return plan

@@ -187,6 +187,31 @@ def count_params(spec: ModelSpec) -> int:
     return int(spec.build().count_params())
 
 
+def batch_indices(
+    n: int, *, epochs: int, batch_size: int, seed: int, max_steps: int | None = None
+) -> list[np.ndarray]:
+    """The sample indices of each local step of a fit, in order.
+
+    Each epoch draws a permutation of the ``n`` samples from a generator seeded
+    with ``seed`` and cuts it into batches of ``batch_size`` (the last may be
+    smaller); training stops after ``max_steps`` steps (None: every batch of
+    every epoch). The one batching of local training: :meth:`ModelRunner.fit`
+    steps through it, and a vectorized cohort lays every client's out side by
+    side (:mod:`fedpipe.model.cohort`).
+    """
+    rng = np.random.default_rng(seed)
+    plan: list[np.ndarray] = []
+    for _ in range(epochs):
+        if max_steps is not None and len(plan) >= max_steps:
+            break
+        order = rng.permutation(n)
+        for start in range(0, n, batch_size):
+            if max_steps is not None and len(plan) >= max_steps:
+                break
+            plan.append(order[start : start + batch_size])
+    return plan
+
+
 class ModelRunner:
     """A Keras model with compiled train and predict steps, for any weights.
 
@@ -289,19 +314,13 @@ class ModelRunner:
                 slot.assign(value)
         step = self._step(prox=prox, offset=offset)
         extra = (tf.constant(proximal_mu, dtype=tf.float32),) if prox else ()
-        rng = np.random.default_rng(seed)
-        losses = []
-        for _ in range(epochs):
-            if max_steps is not None and len(losses) >= max_steps:
-                break
-            order = rng.permutation(len(x))
-            xs, ys = x[order], self._target(y[order])
-            for start in range(0, len(order), batch_size):
-                if max_steps is not None and len(losses) >= max_steps:
-                    break
-                xb = tf.constant(xs[start : start + batch_size])
-                yb = tf.constant(ys[start : start + batch_size])
-                losses.append(step(xb, yb, *extra))
+        plan = batch_indices(
+            len(x), epochs=epochs, batch_size=batch_size, seed=seed, max_steps=max_steps
+        )
+        losses = [
+            step(tf.constant(x[rows]), tf.constant(self._target(y[rows])), *extra)
+            for rows in plan
+        ]
         self.last_steps = len(losses)
         self.last_train_loss = (
             float(np.mean([float(v) for v in losses])) if losses else float("nan")

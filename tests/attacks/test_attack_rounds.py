@@ -18,7 +18,8 @@ from fedpipe.config import layout
 from fedpipe.core.jsonio import read_json
 from fedpipe.data.splits import ClientData, FederatedData
 from fedpipe.federation.attacks import ATTACKS, AttackPlan, flipped, make_attack
-from fedpipe.federation.round import RoundInputs, client_jobs, run_client
+from fedpipe.federation.round import RoundInputs, client_jobs
+from fedpipe.model.trainer import run_client
 from fedpipe.model.training import ModelSpec, initial_weights
 from fedpipe.observe.doctor import codes, diagnose
 from fedpipe.strategy import make_strategy

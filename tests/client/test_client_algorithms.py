@@ -22,7 +22,7 @@ from fedpipe.client import (
 )
 from fedpipe.client.personal import Ditto
 from fedpipe.data.splits import ClientData
-from fedpipe.federation.round import KerasTrainer
+from fedpipe.model.trainer import KerasTrainer
 from fedpipe.model.training import ModelRunner, ModelSpec
 
 LR = 0.1

@@ -27,13 +27,8 @@ from fedpipe.federation.build import (
     model_spec,
     strategy_for,
 )
-from fedpipe.federation.round import (
-    ClientResult,
-    RoundInputs,
-    RoundOutputs,
-    run_here,
-    run_round,
-)
+from fedpipe.federation.round import RoundInputs, RoundOutputs, run_round
+from fedpipe.model.trainer import ClientResult, run_here
 from fedpipe.model.training import ModelRunner
 from fedpipe.model.zoo import build_model
 from fedpipe.strategy import STRATEGIES, Strategy

@@ -1,0 +1,280 @@
+"""The one client trainer: a client's job, run on a compiled model.
+
+A client job (:class:`ClientJob`) is self-contained and picklable: the model spec,
+the client algorithm, its task and its data. :func:`run_client` runs one on a
+compiled model (:class:`fedpipe.model.training.ModelRunner`) through a
+:class:`KerasTrainer`; :func:`run_job` runs one on any
+:class:`fedpipe.client.base.LocalTrainer` (a cohort's trainer too,
+:mod:`fedpipe.model.cohort`). A job that raises comes back, when guarded, as a
+:class:`ClientFailure` naming the error in one line, so one failing client never
+fails the others trained with it.
+
+How a round's jobs are run is a :data:`MapClients`: :func:`run_here` runs them one
+after another in this process; :func:`fedpipe.model.cohort.cohort_map` in
+vectorized cohorts; the orchestration layer as Prefect tasks, locally or on Dask::
+
+    results = run_here(runner)(jobs)  # = [run_client(job, runner) for job in jobs]
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fedpipe.client.base import (
+    ClientAlgorithm,
+    ClientState,
+    ClientTask,
+    LocalFit,
+    LocalTrainer,
+    LocalTraining,
+)
+from fedpipe.strategy.base import ClientUpdate
+
+if TYPE_CHECKING:
+    # types only: `fedpipe status` imports this module (ClientFailure, through
+    # the doctor and fedpipe.federation.failures) and loads neither TensorFlow
+    # nor pandas
+    from fedpipe.data.splits import ClientData
+    from fedpipe.model.training import ModelRunner, ModelSpec
+
+log = logging.getLogger("fedpipe")
+
+MESSAGE_CHARS = 200
+"""A failure's message is cut to this many characters (one line in a record)."""
+
+# ---------------------------------------------------------------- the trainer
+
+
+class KerasTrainer(LocalTrainer):
+    """:class:`LocalTrainer` on a compiled model and one client's data."""
+
+    def __init__(
+        self, runner: ModelRunner, data: ClientData, training: LocalTraining
+    ) -> None:
+        self.runner = runner
+        self.data = data
+        self.training = training
+        self.n_train = len(data.y_train)
+
+    @property
+    def trainable(self) -> list[int]:
+        return self.runner.trainable_indices()
+
+    def fit(
+        self,
+        weights: Sequence[np.ndarray],
+        *,
+        seed: int,
+        proximal_mu: float = 0.0,
+        anchor: Sequence[np.ndarray] | None = None,
+        gradient_offset: Sequence[np.ndarray] | None = None,
+        epochs: int | None = None,
+    ) -> LocalFit:
+        """Train on the client's training split. With ``epochs`` given, that many
+        whole epochs (fine-tuning); otherwise ``train.epochs`` capped at
+        ``train.local_steps``."""
+        n_epochs, max_steps = fit_length(self.training, epochs)
+        return fit_client(
+            self.runner,
+            self.data,
+            weights,
+            epochs=n_epochs,
+            batch_size=self.training.batch_size,
+            max_steps=max_steps,
+            seed=seed,
+            proximal_mu=proximal_mu,
+            anchor=anchor,
+            gradient_offset=gradient_offset,
+        )
+
+    def evaluate(self, weights: Sequence[np.ndarray]) -> dict[str, float]:
+        return self.runner.evaluate(list(weights), self.data.x_test, self.data.y_test)
+
+
+def fit_length(
+    training: LocalTraining, epochs: int | None = None
+) -> tuple[int, int | None]:
+    """A fit's epochs and step cap (:meth:`LocalTrainer.fit`): ``train.epochs``
+    capped at ``train.local_steps``; with ``epochs`` given (fine-tuning), that
+    many whole epochs."""
+    if epochs is None:
+        return training.epochs, training.max_steps
+    return epochs, None
+
+
+def fit_client(
+    runner: ModelRunner,
+    data: ClientData,
+    weights: Sequence[np.ndarray],
+    *,
+    epochs: int,
+    batch_size: int,
+    max_steps: int | None,
+    seed: int,
+    proximal_mu: float = 0.0,
+    anchor: Sequence[np.ndarray] | None = None,
+    gradient_offset: Sequence[np.ndarray] | None = None,
+) -> LocalFit:
+    """One fit of ``weights`` on ``data``'s training split, one step at a time on
+    ``runner`` (:meth:`fedpipe.model.training.ModelRunner.fit`, which says what
+    each argument does): the trained weights, steps taken and mean data loss."""
+    trained = runner.fit(
+        list(weights),
+        data.x_train,
+        data.y_train,
+        epochs=epochs,
+        batch_size=batch_size,
+        seed=seed,
+        proximal_mu=proximal_mu,
+        anchor=anchor,
+        gradient_offset=gradient_offset,
+        max_steps=max_steps,
+    )
+    return LocalFit(trained, runner.last_steps, runner.last_train_loss)
+
+
+# ---------------------------------------------------------------- jobs
+
+
+@dataclass(frozen=True)
+class ClientJob:
+    """Everything one client's training needs, to run anywhere.
+
+    A ``guarded`` job (every job of :func:`fedpipe.federation.round.run_round`)
+    that raises returns a :class:`ClientFailure` instead: one failing client never
+    fails the others trained with it (in one Prefect task, one cohort).
+    """
+
+    spec: ModelSpec
+    algorithm: ClientAlgorithm
+    task: ClientTask
+    data: ClientData = field(repr=False)
+    training: LocalTraining
+    guarded: bool = False
+
+
+@dataclass(frozen=True)
+class ClientResult:
+    """A selected client's outcome.
+
+    Attributes
+    ----------
+    update : ClientUpdate
+        What the strategy aggregates (weights, sample count, extras).
+    n_test : int
+        Size of the client's local test split.
+    local : dict
+        Its locally trained model's metrics on its local test split.
+    train_loss : float
+        Mean local training loss.
+    state : ClientState
+        What the client keeps from this round (namespaces it replaced).
+    """
+
+    update: ClientUpdate
+    n_test: int
+    local: dict[str, float]
+    train_loss: float = float("nan")
+    state: ClientState = field(default_factory=dict, repr=False)
+
+    @property
+    def client(self) -> int:
+        return self.update.client
+
+
+@dataclass(frozen=True)
+class ClientFailure:
+    """A client whose job raised: what comes back instead of its result.
+
+    Attributes
+    ----------
+    client : int
+        The client's id.
+    message : str
+        The error as one line, ``ExceptionType: first line of the message``.
+    """
+
+    client: int
+    message: str
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: lines of a framework's error message that say where, not what (TensorFlow and
+#: Keras wrap the cause in traceback excerpts and headers)
+_WHERE = ("File ", "\u2022", "[[", "raise ", "Detected at node", "Arguments received")
+
+
+def one_line(exc: BaseException) -> str:
+    """``ExceptionType: what went wrong`` in one line of at most MESSAGE_CHARS.
+
+    The message's lines that say what (not headers ending in ``:``, traceback
+    excerpts, argument lists) are joined: TensorFlow's ``Graph execution error:``
+    becomes the op's complaint, Keras's ``in user code:`` the layer's.
+    """
+    lines, after_file = [], False
+    for raw in _ANSI.sub("", str(exc)).splitlines():
+        line = raw.strip()
+        source, after_file = after_file, line.startswith("File ")
+        if (
+            line
+            and not source
+            and not line.endswith(":")
+            and not line.startswith(_WHERE)
+        ):
+            lines.append(line)
+    text = " ".join(lines)
+    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return line if len(line) <= MESSAGE_CHARS else line[: MESSAGE_CHARS - 3] + "..."
+
+
+# ---------------------------------------------------------------- running jobs
+
+
+def run_client(job: ClientJob, runner: ModelRunner) -> ClientResult | ClientFailure:
+    """Run one client's job on a compiled model of ``job.spec``."""
+    return run_job(job, KerasTrainer(runner, job.data, job.training))
+
+
+def run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult | ClientFailure:
+    """Run one client's job on ``trainer`` (bound to the job's data): its
+    algorithm's round, then its local model on its local test split. A guarded
+    job's exception comes back as a :class:`ClientFailure` (logged)."""
+    if not job.guarded:
+        return _run_job(job, trainer)
+    try:
+        return _run_job(job, trainer)
+    except Exception as exc:  # one client's failure, left out by the round
+        message = one_line(exc)
+        log.warning("round %d: client %d failed: %s", job.task.round,
+                    job.task.client, message)  # fmt: skip
+        log.debug("client %d's traceback", job.task.client, exc_info=True)
+        return ClientFailure(job.task.client, message)
+
+
+def _run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult:
+    reply = job.algorithm.train(job.task, trainer)
+    local_model = reply.weights if reply.local_model is None else reply.local_model
+    return ClientResult(
+        update=ClientUpdate(
+            job.task.client, list(reply.weights), trainer.n_train, dict(reply.extras)
+        ),
+        n_test=len(job.data.y_test),
+        local=trainer.evaluate(local_model),
+        train_loss=float(reply.train_loss),
+        state=dict(reply.state),
+    )
+
+
+MapClients = Callable[[Sequence[ClientJob]], Sequence[ClientResult | ClientFailure]]
+"""Runs a round's client jobs and returns their results in the same order."""
+
+
+def run_here(runner: ModelRunner) -> MapClients:
+    """Run client jobs one after another on ``runner`` (tests, benchmarks)."""
+    return lambda jobs: [run_client(job, runner) for job in jobs]
