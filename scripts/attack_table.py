@@ -108,6 +108,7 @@ def run_cell(cell: Cell, setup: Setup) -> tuple[Cell, float, float]:
     from fedpipe.client import make_client
     from fedpipe.client.base import LocalTraining
     from fedpipe.federation.attacks import AttackPlan, choose_malicious, make_attack
+    from fedpipe.federation.build import round_steps
     from fedpipe.federation.round import ClientEvaluation, RoundInputs, run_round
     from fedpipe.model.trainer import run_here
     from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
@@ -143,7 +144,8 @@ def run_cell(cell: Cell, setup: Setup) -> tuple[Cell, float, float]:
                 algorithm=make_client("sgd"),
                 training=LocalTraining(setup.epochs, setup.batch_size, setup.lr),
                 clients_per_round=setup.clients,
-                evaluation=ClientEvaluation(clients="none"), attack=plan,
+                evaluation=ClientEvaluation(clients="none"),
+                steps=round_steps(attack=plan),
             ),
             map_clients=run_here(runner),
             runner=runner,

@@ -36,6 +36,7 @@ from fedpipe.config.privacy import Privacy
 from fedpipe.data.ingest import ingest_arrays, open_features, read_samples, read_schema
 from fedpipe.data.sources import DatasetSpec, load_mnist5k
 from fedpipe.data.splits import FederatedData, federated_data, partition_table
+from fedpipe.federation.build import private_strategy
 from fedpipe.federation.privacy.accountant import noise_for_epsilon
 from fedpipe.federation.round import RoundInputs, run_round
 from fedpipe.model.cohort import cohort_map
@@ -109,11 +110,10 @@ def run(
                 global_weights=weights,
                 server_state=state,
                 client_states=states,
-                strategy=strategy,
+                strategy=private_strategy(strategy, privacy, seed=seed),
                 algorithm=make_client("sgd"),
                 training=LocalTraining(epochs=1, batch_size=32, lr=lr),
                 clients_per_round=per_round,
-                privacy=privacy,
             ),
             map_clients=cohort_map(runner, cohort_size),
             runner=runner,

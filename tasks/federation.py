@@ -24,7 +24,6 @@ from fedpipe.core.jsonio import write_json
 from fedpipe.core.weights import load_state, load_weights, save_state, save_weights
 from fedpipe.data.sources import prepared_spec
 from fedpipe.federation.build import (
-    attack_plan_for,
     client_algorithm_for,
     client_evaluation,
     failure_policy,
@@ -32,6 +31,8 @@ from fedpipe.federation.build import (
     model_spec,
     planted_faults,
     privacy_for,
+    private_strategy,
+    round_steps_for,
     strategy_for,
 )
 from fedpipe.federation.clientstate import load_client_states, save_client_states
@@ -113,16 +114,14 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         global_weights=load_weights(layout.model_weights(round_ - 1)),
         server_state=load_state(layout.server_state(round_ - 1)),
         client_states=load_client_states(layout.client_state(round_ - 1)),
-        strategy=strategy,
+        strategy=private_strategy(strategy, privacy_for(params), seed=params.seed),
         algorithm=client_algorithm_for(params, spec, strategy),
         training=local_training(params),
         clients_per_round=params.federation.clients_per_round(),
-        weight_sum_fault=params.faults.aggregation_weight_sum,
         evaluation=client_evaluation(params),
         failures=failure_policy(params),
         planted=planted_faults(params),
-        privacy=privacy_for(params),
-        attack=attack_plan_for(params),
+        steps=round_steps_for(params),
     )
 
 

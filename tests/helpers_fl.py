@@ -47,7 +47,12 @@ from fedpipe.data.splits import (
     partition_table,
 )
 from fedpipe.federation.attacks import AttackPlan
-from fedpipe.federation.build import client_algorithm_for, privacy_for
+from fedpipe.federation.build import (
+    client_algorithm_for,
+    privacy_for,
+    private_strategy,
+    round_steps,
+)
 from fedpipe.federation.failures import FailurePolicy
 from fedpipe.federation.faults import PlantedFaults
 from fedpipe.federation.round import RoundFailed, RoundInputs, run_round
@@ -217,7 +222,8 @@ def run_federation(
     )
     if client_update is not None:
         algorithm = _Tampered(algorithm, client_update)
-    private = privacy_for(params)
+    server = private_strategy(strategy_, privacy_for(params), seed=seed)
+    steps = round_steps(attack=attack, weight_sum_fault=weight_sum_fault)
     weights = initial_weights(model_spec, seed)
     state = strategy_.init_state(weights)
     client_states: dict = {}
@@ -231,15 +237,13 @@ def run_federation(
             global_weights=weights,
             server_state=state,
             client_states=client_states,
-            strategy=strategy_,
+            strategy=server,
             algorithm=algorithm,
             training=LocalTraining(epochs, batch_size, lr),
             clients_per_round=params.federation.clients_per_round(),
-            weight_sum_fault=weight_sum_fault,
             failures=failures or FailurePolicy(),
             planted=planted or PlantedFaults(),
-            privacy=private,
-            attack=attack,
+            steps=steps,
         )
         try:
             out = run_round(inputs, map_clients=run_here(runner), runner=runner)

@@ -227,6 +227,15 @@ class ClientAlgorithm(Component, abc.ABC):
         that stay on the clients)."""
         return ()
 
+    def after_aggregation(self, before: Weights, after: Weights) -> Weights:
+        """The new global weights as the server keeps them: the :attr:`frozen`
+        positions (layers that stay on the clients) hold their values of
+        ``before``; ``after`` itself when nothing is frozen."""
+        frozen = set(self.frozen)
+        if not frozen:
+            return after
+        return [before[j] if j in frozen else w for j, w in enumerate(after)]
+
     def personal_model(
         self,
         task: ClientTask,

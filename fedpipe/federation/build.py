@@ -12,11 +12,18 @@ from fedpipe.config.params import Params, ParamsError
 from fedpipe.config.privacy import Privacy
 from fedpipe.core.plugins import is_reference
 from fedpipe.data.sources import DatasetSpec
-from fedpipe.federation.attacks import AttackPlan, choose_malicious, make_attack
+from fedpipe.federation.attacks import (
+    AttackPlan,
+    AttackStep,
+    choose_malicious,
+    make_attack,
+)
 from fedpipe.federation.failures import FailurePolicy
-from fedpipe.federation.faults import PlantedFaults
+from fedpipe.federation.faults import MisweightedAggregation, PlantedFaults
 from fedpipe.federation.personalization import Personalization, resolve
+from fedpipe.federation.privacy.rounds import PrivateStrategy
 from fedpipe.federation.round import ClientEvaluation
+from fedpipe.federation.steps import RoundStep
 from fedpipe.model.training import ModelSpec, model_spec_for
 from fedpipe.model.zoo import layer_groups, normalization_layers
 from fedpipe.strategy import Strategy, make_strategy, strategy_class
@@ -40,6 +47,37 @@ def strategy_for(params: Params) -> Strategy:
         raise
     except (TypeError, ValueError) as exc:
         raise ParamsError(f"params.yaml: {exc}") from None
+
+
+def private_strategy(
+    strategy: Strategy, privacy: Privacy | None, *, seed: int
+) -> Strategy:
+    """``strategy`` wrapped by ``privacy``'s mechanism (itself without privacy)."""
+    if privacy is None:
+        return strategy
+    return PrivateStrategy(strategy, privacy, seed=seed)
+
+
+def round_steps_for(params: Params) -> tuple[RoundStep, ...]:
+    """What every round of the run adds to the plain round (``attack.*``,
+    ``faults.aggregation_weight_sum``)."""
+    return round_steps(
+        attack=attack_plan_for(params),
+        weight_sum_fault=params.faults.aggregation_weight_sum,
+    )
+
+
+def round_steps(
+    *, attack: AttackPlan | None = None, weight_sum_fault: float | None = None
+) -> tuple[RoundStep, ...]:
+    """The round's steps for a planted attack and the planted weight-sum fault
+    (each left out when None)."""
+    steps: list[RoundStep] = []
+    if attack is not None:
+        steps.append(AttackStep(attack))
+    if weight_sum_fault is not None:
+        steps.append(MisweightedAggregation(weight_sum_fault))
+    return tuple(steps)
 
 
 def personalization_for(params: Params, spec: ModelSpec) -> Personalization:

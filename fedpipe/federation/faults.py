@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from fedpipe.client.base import ClientAlgorithm, ClientReply, ClientTask, LocalTrainer
+from fedpipe.federation.steps import RoundStep
 
 Fault = Literal["raise", "nonfinite"]
 
@@ -122,3 +123,34 @@ def _nan_like(weights: Sequence[np.ndarray]) -> list[np.ndarray]:
         else np.asarray(w)
         for w in weights
     ]
+
+
+# ---------------------------------------------------------------- as a step
+
+
+class MisweightedAggregation(RoundStep):
+    """The planted weight-sum fault (``faults.aggregation_weight_sum``) as a step
+    of the round: the new global weights scaled by :func:`misweighted_aggregate`,
+    and the recorded aggregation weight sum with them.
+
+    Parameters
+    ----------
+    weight_sum : float
+        What the faulty aggregation weights add up to.
+    """
+
+    def __init__(self, weight_sum: float) -> None:
+        self.weight_sum = weight_sum
+
+    def __repr__(self) -> str:
+        return f"MisweightedAggregation({self.weight_sum!r})"
+
+    def after_aggregate(
+        self, before: Sequence[np.ndarray], weights: Sequence[np.ndarray]
+    ) -> list[np.ndarray]:
+        return misweighted_aggregate(before, weights, self.weight_sum)
+
+    def record(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """``fields`` with the aggregation weight sum scaled by the fault."""
+        total = fields["aggregation_weight_sum"] * self.weight_sum
+        return {**fields, "aggregation_weight_sum": total}

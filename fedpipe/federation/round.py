@@ -32,19 +32,19 @@ from fedpipe.client.base import (
 )
 from fedpipe.core.seeds import rng_for
 from fedpipe.data.splits import ClientData, FederatedData
-from fedpipe.federation.attacks import AttackPlan, tampered_results
 from fedpipe.federation.clientstate import ClientStates, merged
 from fedpipe.federation.failures import (
     NONFINITE,
     FailurePolicy,
+    RoundPlan,
     lost_message,
     nonfinite_update,
     plan_round,
 )
-from fedpipe.federation.faults import PlantedFaults, misweighted_aggregate
+from fedpipe.federation.faults import PlantedFaults
 from fedpipe.federation.health import round_health
-from fedpipe.federation.privacy import rounds as dp
 from fedpipe.federation.records import RoundRecord
+from fedpipe.federation.steps import RoundStep, wrapped
 from fedpipe.model.metrics import classification_metrics
 from fedpipe.model.probe import PROBE_SAMPLES, dead_unit_shares
 from fedpipe.model.trainer import (
@@ -141,23 +141,22 @@ class RoundInputs:
     global_weights, server_state, client_states
         The state after round K-1.
     strategy, algorithm
-        The server strategy and the (composed) client algorithm.
+        The server strategy (a :class:`~fedpipe.federation.steps.StrategyWrapper`
+        around it under ``privacy.*``) and the (composed) client algorithm.
     training : LocalTraining
         ``train.*``.
     clients_per_round : int
         Clients sampled this round.
-    weight_sum_fault : float or None
-        ``faults.aggregation_weight_sum``: applied after aggregation.
     evaluation : ClientEvaluation
         ``evaluation.*``: which clients the new global model is scored on.
     failures : FailurePolicy
         ``federation.*``: dropout, deadline, stragglers, usable updates needed.
     planted : PlantedFaults
         ``faults.failing_clients`` / ``faults.nonfinite_clients``.
-    privacy : Privacy or None
-        ``privacy.*``: the round's DP mechanism and budget (None: no privacy).
-    attack : AttackPlan or None
-        ``attack.*``: who is malicious and what they do (None: nobody).
+    steps : tuple of RoundStep
+        What the run adds to every round (``attack.*``,
+        ``faults.aggregation_weight_sum``), in order
+        (:mod:`fedpipe.federation.steps`).
     """
 
     round: int
@@ -171,11 +170,10 @@ class RoundInputs:
     algorithm: ClientAlgorithm
     training: LocalTraining
     clients_per_round: int
-    weight_sum_fault: float | None = None
     evaluation: ClientEvaluation = ClientEvaluation()
     failures: FailurePolicy = FailurePolicy()
     planted: PlantedFaults = PlantedFaults()
-    privacy: dp.Privacy | None = None
+    steps: tuple[RoundStep, ...] = ()
 
     def sampled(self, round_: int) -> list[int]:
         """The clients sampled in ``round_`` (this federation's sampling)."""
@@ -185,8 +183,6 @@ class RoundInputs:
             seed=self.seed,
             round_=round_,
         )
-
-    attack: AttackPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -247,116 +243,60 @@ def client_jobs(
 def run_round(
     inputs: RoundInputs, *, map_clients: MapClients, runner: ModelRunner
 ) -> RoundOutputs:
-    """Run round K: sample, train the selected clients, aggregate, evaluate.
-
-    Parameters
-    ----------
-    inputs : RoundInputs
-        The state after round K-1 and the round's settings.
-    map_clients : MapClients
-        Runs the client jobs (any order, any place) and returns results in job
-        order.
-    runner : ModelRunner
-        A compiled model of ``inputs.spec`` for evaluation in this process.
-
-    Clients that drop out, fail, send non-finite values or miss the deadline
-    are left out (:mod:`fedpipe.federation.failures`) and named in the record and health.
-
-    Raises
-    ------
-    ClientsLost
-        Fewer than ``federation.min_clients`` usable updates remained.
-    RoundFailed
-        The strategy refused the updates (with the round's health record).
-    PrivacyBudgetExceeded
-        The round would pass ``privacy.target_epsilon`` (raised before any work).
+    """Round K: sample, plan, map the clients, the steps on their results,
+    aggregate, evaluate, record. ``map_clients`` runs the jobs (anywhere) and
+    returns their results in job order; ``runner`` evaluates here. Clients that
+    drop out, fail, send non-finite values or miss the deadline are left out
+    and named (:mod:`fedpipe.federation.failures`). Raises :class:`ClientsLost`
+    (fewer than ``federation.min_clients`` usable updates), :class:`RoundFailed`
+    (the strategy refused the updates) or what a step's ``start`` raises before
+    any work (``PrivacyBudgetExceeded``).
     """
-    epsilon = dp.spend(inputs.privacy, inputs.round, inputs.sampled)
+    strategy = wrapped(inputs.strategy).start(inputs.round, inputs.sampled)
+    steps = [step.start(inputs.round, inputs.sampled) for step in inputs.steps]
     selected = inputs.sampled(inputs.round)
-    plan = plan_round(
-        selected,
-        n_train={c: len(inputs.data.clients[c].y_train) for c in selected},
-        training=inputs.training,
-        policy=inputs.failures,
-        seed=inputs.seed,
-        round_=inputs.round,
-        n_clients=len(inputs.data.clients),
-    )
+    plan = _plan(inputs, selected)
     returned = list(map_clients(client_jobs(inputs, list(plan.train), plan.train)))
-    got = [r.client for r in returned]
-    if got != list(plan.train):
-        raise RuntimeError(
-            f"map_clients returned clients {got}, expected {list(plan.train)}"
-        )
+    _check_order(returned, list(plan.train))
     results, excluded = _usable(returned, plan.excluded)
     usable = [r for r in results if r.client not in excluded]
     if len(usable) < max(1, inputs.failures.min_clients):
         raise _lost(inputs, runner, results, excluded, len(usable), len(selected))
     before = inputs.global_weights
-    # the attackers' updates replaced (after the non-finite ones were left out: an
-    # omniscient attack computed over a NaN would be NaN); health sees them too
-    usable = tampered_results(inputs.attack, inputs.round, before, usable)
+    for step in steps:  # health sees what the server received, too
+        usable = step.on_results(inputs.round, before, usable)
     tampered = {r.client: r for r in usable}
     results = [tampered.get(r.client, r) for r in results]
     states = merged(inputs.client_states, {r.client: r.state for r in usable})
     try:
-        weights, server_state, private = dp.aggregate_round(
-            inputs.privacy,
-            inputs.strategy,
-            before,
-            [r.update for r in usable],
-            inputs.server_state,
-            seed=inputs.seed,
-            round_=inputs.round,
+        weights, server_state = strategy.aggregate_round(
+            before, [r.update for r in usable], inputs.server_state
         )
     except AggregationError as exc:
         health = _health(inputs, runner, results, after=None, excluded=excluded)
         health.pop("seconds")
         raise RoundFailed(str(exc), health) from exc
-    weight_sum = float(normalized([r.update.n_samples for r in usable]).sum())
-    weights = _after_aggregation(inputs, before, weights)
-    if inputs.weight_sum_fault is not None:
-        weight_sum *= inputs.weight_sum_fault
+    weights = inputs.algorithm.after_aggregation(before, weights)
+    for step in steps:
+        weights = step.after_aggregate(before, weights)
     scored = inputs.evaluation.clients_for(
         inputs.round, [r.client for r in usable], len(inputs.data.clients), inputs.seed
     )
-    personalized = (
-        _personalized(inputs, runner, weights, states, scored)
-        if inputs.algorithm.personalized
-        else None
-    )
+    personalized = _personalized(inputs, runner, weights, states, scored)
     held_out, on_clients, probs, losses = _evaluate_global(
         runner, weights, inputs.data, scored
     )
     # the model holds the new global weights (the evaluation set them)
     dead = dead_unit_shares(runner.model, inputs.data.x_test_lazy[:PROBE_SAMPLES])
-    clients = inputs.data.clients
-    record = RoundRecord(
-        round=inputs.round,
-        selected=list(selected),
-        n_test={c: len(clients[c].y_test) for c in sorted({*scored, *selected})},
-        global_test=held_out,
-        global_clients=on_clients,
-        local={r.client: r.local for r in results},
-        aggregation_weight_sum=weight_sum,
-        personalized=personalized,
-        n_clients=len(clients),
-        excluded=excluded,
-        partial=dict(plan.partial),
-        privacy=dp.with_epsilon(private, inputs.privacy, epsilon),
-        malicious=_malicious(inputs, selected),
-    )
-    health = _health(
-        inputs,
-        runner,
-        results,
-        after=weights,
-        record=record,
-        probs=probs,
-        losses=losses,
-        excluded=excluded,
-        dead_units=dead,
-    )
+    fields = _record_fields(inputs, selected, scored, usable, results)
+    fields.update(global_test=held_out, global_clients=on_clients, excluded=excluded)
+    fields.update(partial=dict(plan.partial), personalized=personalized)
+    for step in [*steps, strategy]:
+        fields = step.record(fields)
+    record = RoundRecord(**fields)
+    health = _health(inputs, runner, results, after=weights, record=record,
+                     probs=probs, losses=losses, excluded=excluded,
+                     dead_units=dead)  # fmt: skip
     seconds = float(health.pop("seconds"))
     return RoundOutputs(weights, server_state, states, record, health, seconds)
 
@@ -404,30 +344,56 @@ def _lost(
     return ClientsLost(message, health)
 
 
+def _plan(inputs: RoundInputs, selected: Sequence[int]) -> RoundPlan:
+    """Who of ``selected`` trains this round, with what budget, and who is left
+    out before training (:func:`fedpipe.federation.failures.plan_round`)."""
+    return plan_round(
+        selected,
+        n_train={c: len(inputs.data.clients[c].y_train) for c in selected},
+        training=inputs.training,
+        policy=inputs.failures,
+        seed=inputs.seed,
+        round_=inputs.round,
+        n_clients=len(inputs.data.clients),
+    )
+
+
+def _check_order(
+    returned: Sequence[ClientResult | ClientFailure], expected: Sequence[int]
+) -> None:
+    """``map_clients`` must return one result per job, in job order."""
+    got = [r.client for r in returned]
+    if got != list(expected):
+        raise RuntimeError(f"map_clients returned clients {got}, expected {expected}")
+
+
 def _client_data(inputs: RoundInputs, client: int) -> ClientData:
-    """What ``client`` trains on this round (``attack.*`` may poison it)."""
+    """What ``client`` trains on this round (a step may poison it)."""
     data = inputs.data.clients[client]
-    if inputs.attack is None:
-        return data
-    return inputs.attack.poisoned(inputs.round, data, inputs.spec.n_classes)
+    for step in inputs.steps:
+        data = step.client_data(inputs.round, data, inputs.spec.n_classes)
+    return data
 
 
-def _malicious(inputs: RoundInputs, selected: Sequence[int]) -> list[int] | None:
-    """The round's attackers for its record (None: no ``attack.*``)."""
-    if inputs.attack is None:
-        return None
-    return inputs.attack.attackers(inputs.round, selected)
-
-
-def _after_aggregation(inputs: RoundInputs, before: Weights, after: Weights) -> Weights:
-    """Steps after aggregation: layers that stay on clients keep their global
-    values; the planted fault (``faults.aggregation_weight_sum``) scales."""
-    frozen = set(inputs.algorithm.frozen)
-    if frozen:
-        after = [before[j] if j in frozen else w for j, w in enumerate(after)]
-    if inputs.weight_sum_fault is not None:
-        after = misweighted_aggregate(before, after, inputs.weight_sum_fault)
-    return after
+def _record_fields(
+    inputs: RoundInputs,
+    selected: Sequence[int],
+    scored: Sequence[int],
+    usable: Sequence[ClientResult],
+    results: Sequence[ClientResult],
+) -> dict[str, Any]:
+    """The round record's fields known from the clients (the steps add theirs)."""
+    clients = inputs.data.clients
+    return {
+        "round": inputs.round,
+        "selected": list(selected),
+        "n_test": {c: len(clients[c].y_test) for c in sorted({*scored, *selected})},
+        "local": {r.client: r.local for r in results},
+        "aggregation_weight_sum": float(
+            normalized([r.update.n_samples for r in usable]).sum()
+        ),
+        "n_clients": len(clients),
+    }
 
 
 def _personalized(
@@ -436,8 +402,11 @@ def _personalized(
     weights: Weights,
     states: Mapping[int, ClientState],
     scored: Sequence[int],
-) -> dict[int, dict[str, float]]:
-    """The scored clients' personalized models, each on its own local test split."""
+) -> dict[int, dict[str, float]] | None:
+    """The scored clients' personalized models, each on its own local test split
+    (None: the client algorithm has none)."""
+    if not inputs.algorithm.personalized:
+        return None
     out = {}
     for c in scored:
         client = inputs.data.clients[c]
@@ -497,7 +466,6 @@ def _health(
         excluded=excluded,
         dead_units=dead_units,
     )
-    malicious = _malicious(inputs, [r.client for r in results])
-    if malicious is not None:
-        health["malicious"] = malicious
+    for step in inputs.steps:
+        health = step.health(inputs.round, [r.client for r in results], health)
     return health

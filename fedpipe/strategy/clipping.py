@@ -30,19 +30,28 @@ CLIP_QUANTILE = Setting(
 )
 
 
-def update_norm(delta: Weights) -> float:
-    """L2 norm of a delta over all its layers (float64)."""
-    return math.sqrt(sum(float(np.sum(np.square(d))) for d in delta))
+def update_norm(delta: Sequence[np.ndarray]) -> float:
+    """L2 norm of a delta over all its layers (float64, layer by layer)."""
+    return math.sqrt(sum(float(np.sum(np.square(d, dtype=np.float64))) for d in delta))
 
 
-def clipped(delta: Weights, bound: float) -> Weights:
-    """``delta · min(1, bound / ||delta||)``: unchanged (the same arrays) when its
-    norm is within ``bound``."""
+def clipped_with_norm(
+    delta: Sequence[np.ndarray], bound: float
+) -> tuple[Weights, float]:
+    """``delta · min(1, bound / ||delta||)`` and ``||delta||``: the one L2
+    clipping of fedpipe (this strategy's and the privacy mechanisms'). The same
+    arrays when the norm is within ``bound``; else each layer times
+    ``bound / ||delta||``."""
     norm = update_norm(delta)
     if norm <= bound:
-        return list(delta)
+        return list(delta), norm
     factor = bound / norm
-    return [d * factor for d in delta]
+    return [d * factor for d in delta], norm
+
+
+def clipped(delta: Sequence[np.ndarray], bound: float) -> Weights:
+    """``delta · min(1, bound / ||delta||)`` (:func:`clipped_with_norm`)."""
+    return clipped_with_norm(delta, bound)[0]
 
 
 class Clipping(Strategy):

@@ -18,6 +18,7 @@ from fedpipe.config import layout
 from fedpipe.core.jsonio import read_json
 from fedpipe.data.splits import ClientData, FederatedData
 from fedpipe.federation.attacks import ATTACKS, AttackPlan, flipped, make_attack
+from fedpipe.federation.build import round_steps
 from fedpipe.federation.round import RoundInputs, client_jobs
 from fedpipe.model.trainer import run_client
 from fedpipe.model.training import ModelSpec, initial_weights
@@ -123,7 +124,7 @@ def test_label_flip_trains_a_real_keras_client_on_flipped_labels() -> None:
             algorithm=make_client("sgd"),
             training=LocalTraining(1, 16, 0.1),
             clients_per_round=1,
-            attack=attack,
+            steps=round_steps(attack=attack),
         )
         (job,) = client_jobs(inputs, [0])
         return run_client(job, runner).update.weights

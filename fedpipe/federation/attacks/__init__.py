@@ -3,12 +3,13 @@
 
 Pure NumPy. Which clients are malicious is drawn once per run
 (:func:`choose_malicious`, seeded by ``rng_for(seed, "attack")``) and held, with
-the attack and its first round, by an :class:`AttackPlan`. The round calls two
-hooks: :meth:`AttackPlan.poisoned` when it builds a client's job (data
-poisoning, trained inside the job, so also on Dask) and
-:func:`tampered_results` after the clients' results are in and before the
-strategy aggregates them (model poisoning, omniscient attacks included). The
-strategy never learns who is malicious; the round's record does.
+the attack and its first round, by an :class:`AttackPlan`. The round applies it
+as a step (:class:`AttackStep`) whose hooks call :meth:`AttackPlan.poisoned`
+when it builds a client's job (data poisoning, trained inside the job, so also
+on Dask) and :func:`tampered_results` after the clients' results are in and
+before the strategy aggregates them (model poisoning, omniscient attacks
+included). The strategy never learns who is malicious; the round's record and
+health do.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from fedpipe.federation.attacks.label_flip import LabelFlip
 from fedpipe.federation.attacks.labels import flipped
 from fedpipe.federation.attacks.scaling import Scaling
 from fedpipe.federation.attacks.sign_flip import SignFlip
+from fedpipe.federation.steps import RoundStep
 from fedpipe.strategy.base import ClientUpdate
 
 if TYPE_CHECKING:  # the data layer (pandas) is not needed to read the attacks
@@ -176,11 +178,48 @@ def tampered_results(
     ]
 
 
+class AttackStep(RoundStep):
+    """A planted attack as a step of the round: the malicious clients' data
+    poisoned, their updates forged, and who they were in the record and health.
+
+    Parameters
+    ----------
+    plan : AttackPlan
+        Who attacks, how, and from which round.
+    """
+
+    def __init__(self, plan: AttackPlan) -> None:
+        self.plan = plan
+
+    def __repr__(self) -> str:
+        return f"AttackStep({self.plan!r})"
+
+    def client_data(self, round_: int, data: ClientData, n_classes: int) -> ClientData:
+        return self.plan.poisoned(round_, data, n_classes)
+
+    def on_results(self, round_: int, before: Weights, results: list[D]) -> list[D]:
+        # after the non-finite results were left out: an omniscient attack
+        # computed over a NaN would be NaN
+        return tampered_results(self.plan, round_, before, results)
+
+    def record(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """``fields`` with the round's attackers among the selected clients."""
+        attackers = self.plan.attackers(fields["round"], fields["selected"])
+        return {**fields, "malicious": attackers}
+
+    def health(
+        self, round_: int, clients: Sequence[int], health: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``health`` with the attackers among ``clients``."""
+        return {**health, "malicious": self.plan.attackers(round_, clients)}
+
+
 __all__ = [
     "ATTACKS",
     "Alie",
     "Attack",
     "AttackPlan",
+    "AttackStep",
     "FlippedLabels",
     "Gaussian",
     "Ipm",

@@ -5,7 +5,8 @@ local DP, fixed or adaptive clipping, and an RDP accountant.
   and the checks of ``privacy.*`` against the federation and strategy;
 - :mod:`~fedpipe.federation.privacy.mechanism`: clipping, noise, the adaptive clip;
 - :mod:`~fedpipe.federation.privacy.accountant`: epsilon per round (dp_accounting, RDP);
-- :mod:`~fedpipe.federation.privacy.rounds`: what :func:`fedpipe.federation.round.run_round` calls.
+- :mod:`~fedpipe.federation.privacy.rounds`: :class:`PrivateStrategy`, the strategy
+  wrapper :func:`fedpipe.federation.round.run_round` aggregates with.
 
 This package's own import is light (``fedpipe.config.params`` reads the settings
 checks); dp_accounting is imported with the accountant. See docs/privacy.md.

@@ -37,6 +37,7 @@ import numpy as np
 from fedpipe.config.privacy import Privacy
 from fedpipe.core.seeds import rng_for
 from fedpipe.strategy.aggregate import Weights
+from fedpipe.strategy.clipping import clipped_with_norm, update_norm
 
 #: server-state key of the adaptive clip norm (a float64 scalar)
 CLIP_KEY = "privacy/clip"
@@ -66,17 +67,15 @@ class Clipped:
         return sum(n <= self.clip for n in self.norms)
 
 
-def global_norm(layers: Sequence[np.ndarray]) -> float:
-    """L2 norm over every layer together (float64)."""
-    return math.sqrt(sum(float(np.sum(np.square(a, dtype=np.float64))) for a in layers))
+global_norm = update_norm
+"""L2 norm over every layer together (float64): the clipping's own norm."""
 
 
 def clip_to_norm(delta: Sequence[np.ndarray], clip: float) -> tuple[Weights, float]:
-    """``delta`` scaled to L2 norm at most ``clip`` (over all layers), and its
-    norm before: ``delta * min(1, clip / ||delta||)``."""
-    norm = global_norm(delta)
-    scale = 1.0 if norm <= clip else clip / norm
-    return [np.asarray(d, dtype=np.float64) * scale for d in delta], norm
+    """``delta`` in float64 scaled to L2 norm at most ``clip`` (over all layers),
+    and its norm before: ``delta * min(1, clip / ||delta||)``, by the one
+    clipping (:func:`fedpipe.strategy.clipping.clipped_with_norm`)."""
+    return clipped_with_norm([np.asarray(d, dtype=np.float64) for d in delta], clip)
 
 
 def clipped_deltas(before: Weights, updates: Sequence[Weights], clip: float) -> Clipped:

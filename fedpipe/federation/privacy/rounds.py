@@ -1,11 +1,11 @@
-"""What a round does with ``privacy.*``: :func:`spend` and :func:`aggregate_round`.
+"""What a round does with ``privacy.*``: the :class:`PrivateStrategy` wrapper.
 
-:func:`fedpipe.federation.round.run_round` calls :func:`spend` before any client trains
-(it stops the federation with :class:`PrivacyBudgetExceeded` if the round would
-pass ``privacy.target_epsilon``) and :func:`aggregate_round` in place of the
-strategy's, which returns what the round's record keeps (epsilon, the clip, the
-noise against the signal). With ``privacy`` None both are the strategy's own
-path, bit for bit.
+:func:`fedpipe.federation.round.run_round` starts it before any client trains
+(:func:`spend`: it stops the federation with :class:`PrivacyBudgetExceeded` if
+the round would pass ``privacy.target_epsilon``) and aggregates with it in place
+of the strategy (:func:`aggregate_round`); its record hook adds what the round's
+record keeps (epsilon, the clip, the noise against the signal). With
+``privacy`` None both functions are the strategy's own path, bit for bit.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import numpy as np
 from fedpipe.config.privacy import Privacy, finite_or_inf
 from fedpipe.federation.privacy.accountant import (
     PrivacyBudgetExceeded,
-    Sampler,
     check_budget,
 )
 from fedpipe.federation.privacy.mechanism import (
@@ -31,16 +30,77 @@ from fedpipe.federation.privacy.mechanism import (
     noised_mean,
     privacy_rng,
 )
+from fedpipe.federation.steps import Sampler, StrategyWrapper
 from fedpipe.strategy import AggregationError, ClientUpdate, State, Strategy
 from fedpipe.strategy.aggregate import Weights, first_non_finite, normalized
 
 __all__ = [
     "Privacy",
     "PrivacyBudgetExceeded",
+    "PrivateStrategy",
     "aggregate_round",
     "spend",
     "with_epsilon",
 ]
+
+
+class PrivateStrategy(StrategyWrapper):
+    """A strategy under ``privacy.*``'s mechanism: the inner strategy's server
+    step on the clipped, noised updates (:func:`aggregate_round`).
+
+    :meth:`start` checks the budget before any client trains
+    (:class:`PrivacyBudgetExceeded`) and binds the round (its noise seed, the
+    epsilon spent); :meth:`record` adds the round's privacy record.
+
+    Parameters
+    ----------
+    inner : Strategy
+        The server strategy.
+    privacy : Privacy
+        The mechanism and the budget.
+    seed : int
+        The experiment's seed (the noise derives from it).
+    """
+
+    def __init__(self, inner: Strategy, privacy: Privacy, *, seed: int) -> None:
+        super().__init__(inner)
+        self.privacy, self.seed = privacy, seed
+        self.round: int | None = None
+        self.epsilon: float | None = None
+        self.report: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"PrivateStrategy({self.inner!r}, {self.privacy!r})"
+
+    def start(self, round_: int, sampled: Sampler) -> PrivateStrategy:
+        """This strategy for round ``round_`` (a new object), once the budget
+        allows it."""
+        epsilon = spend(self.privacy, round_, sampled)
+        bound = PrivateStrategy(self.inner, self.privacy, seed=self.seed)
+        bound.round, bound.epsilon = round_, epsilon
+        return bound
+
+    def aggregate_round(
+        self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State
+    ) -> tuple[Weights, State]:
+        if self.round is None:
+            raise RuntimeError("PrivateStrategy.start(round) before aggregate_round")
+        weights, new_state, self.report = aggregate_round(
+            self.privacy,
+            self.inner,
+            global_weights,
+            updates,
+            state,
+            seed=self.seed,
+            round_=self.round,
+        )
+        return weights, new_state
+
+    def record(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """``fields`` with the round's privacy record (epsilon, delta, clip,
+        noise against signal)."""
+        private = with_epsilon(self.report, self.privacy, self.epsilon)
+        return {**fields, "privacy": private}
 
 
 def spend(privacy: Privacy | None, round_: int, sampled: Sampler) -> float | None:
