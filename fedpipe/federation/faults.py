@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 
 from fedpipe.client.base import ClientAlgorithm, ClientReply, ClientTask, LocalTrainer
+from fedpipe.core.errors import FedpipeError
 
 Fault = Literal["raise", "nonfinite"]
 
@@ -56,7 +57,7 @@ def misweighted_aggregate(
 # ---------------------------------------------------------------- faulty clients
 
 
-class PlantedClientFailure(RuntimeError):
+class PlantedClientFailure(FedpipeError, RuntimeError):
     """What a client of ``faults.failing_clients`` raises in its own job."""
 
 

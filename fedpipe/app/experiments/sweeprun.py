@@ -73,6 +73,7 @@ from fedpipe.app.experiments.variants import dvc_command
 from fedpipe.config import layout
 from fedpipe.config.overrides import set_params
 from fedpipe.config.params import ParamsError, load_params
+from fedpipe.core.errors import FedpipeError
 from fedpipe.core.jsonio import read_json
 
 RUN_MARKER = ".dvc/tmp/sweep-run"  # in the slot; git ignores .dvc/tmp
@@ -201,7 +202,7 @@ def open_slot(root: Path, base: str, path: Path, cache: Path) -> bool:
 # ---------------------------------------------------------------- one run
 
 
-class RunFailed(Exception):
+class RunFailed(FedpipeError):
     """A command of one run exited non-zero (message names it and its log)."""
 
 
