@@ -42,6 +42,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from fedpipe.core.errors import FedpipeError
+
 LOCK_PATH = Path(".dvc/tmp/lock")  # DVC's repo lock, relative to the project
 RWLOCK_PATH = Path(".dvc/tmp/rwlock")  # DVC's per-path locks of running stages
 HOLDER_ENV = "FEDPIPE_REPO_LOCK"  # pid of the run holding it, for its children
@@ -50,7 +52,7 @@ ORPHAN_WAIT_S = 60.0  # for the recorder of a killed run to land its record
 _held: dict[Path, int] = {}  # project root -> locked descriptor (this process)
 
 
-class ProjectBusy(RuntimeError):
+class ProjectBusy(FedpipeError, RuntimeError):
     """Another process holds the project's DVC repo lock."""
 
 

@@ -37,6 +37,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from fedpipe.core.errors import FedpipeError
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4200
 STARTUP_TIMEOUT_S = 90.0
@@ -45,7 +47,7 @@ LOST_AFTER_S = 10.0  # connections refused for this long: the server is gone
 SILENT_AFTER_S = 25.0  # no answer at all (a hung server, a lost network) this long
 
 
-class PrefectServerError(RuntimeError):
+class PrefectServerError(FedpipeError, RuntimeError):
     """No Prefect API could be reached or started."""
 
 

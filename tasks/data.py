@@ -10,12 +10,13 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from fedpipe.config.params import DataParams, ValidationParams
+from fedpipe.core.errors import FedpipeError
 from fedpipe.core.jsonio import read_json, write_json
 from fedpipe.data import sources as fdata
 from fedpipe.data.splits import partition_table
 
 
-class ValidationFailed(RuntimeError):
+class ValidationFailed(FedpipeError, RuntimeError):
     """The data failed validation; the message is the summary a person acts on."""
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from helpers_fl import run_federation
 
-from fedpipe.app.cli import _known_failure
+from fedpipe.app.exits import known_failure as _known_failure
 from fedpipe.client import LocalTraining, make_client
 from fedpipe.config.params import ParamsError, parse_params, round_chain
 from fedpipe.data.sources import DatasetSpec

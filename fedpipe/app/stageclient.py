@@ -46,6 +46,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from fedpipe.core.errors import FedpipeError
+
 ENABLE_ENV = "FEDPIPE_WARM"  # 0/false/no/off: every stage in its own process
 DIR_ENV = "FEDPIPE_WARM_DIR"  # where sockets, locks and worker logs live
 IDLE_ENV = "FEDPIPE_WARM_IDLE"  # seconds a worker waits for the next stage
@@ -60,7 +62,7 @@ _OFF = {"0", "false", "no", "off"}
 IN_WORKER = False
 
 
-class WorkerUnavailable(RuntimeError):
+class WorkerUnavailable(FedpipeError, RuntimeError):
     """No worker could be reached or started (the stage runs in-process)."""
 
 

@@ -2,11 +2,20 @@
 
 The CLI catches :class:`FedpipeError` once and exits with the error's
 :attr:`~FedpipeError.exit_code` (Flower's ``serverapp/exception.py`` does the same).
+Each error class stays in the module that raises it and derives from
+:class:`FedpipeError` as well as from the built-in it always was (``ValueError``,
+``RuntimeError``), so every ``except ValueError`` still catches it.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
+
+EXIT_FAILED = 1
+"""Exit status of a command that failed in a way a person can act on."""
+
+EXIT_BAD_PARAMS = 2
+"""Exit status of bad input: ``params.yaml``, a command's arguments or target."""
 
 
 class FedpipeError(Exception):
@@ -16,13 +25,14 @@ class FedpipeError(Exception):
     Attributes
     ----------
     exit_code : int
-        The CLI's exit status for this error (1 unless a subclass says otherwise).
+        The CLI's exit status for this error (:data:`EXIT_FAILED` unless a
+        subclass says otherwise).
     """
 
-    exit_code: ClassVar[int] = 1
+    exit_code: ClassVar[int] = EXIT_FAILED
 
 
 class ParamsError(FedpipeError, ValueError):
     """``params.yaml`` is missing, malformed or holds a bad value (exit status 2)."""
 
-    exit_code = 2
+    exit_code = EXIT_BAD_PARAMS

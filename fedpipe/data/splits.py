@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedpipe.core.errors import FedpipeError
 from fedpipe.core.jsonio import read_json
 from fedpipe.core.seeds import rng_for
 from fedpipe.data.ingest import (
@@ -519,7 +520,7 @@ def forget_opened() -> None:
         _opened.clear()
 
 
-class StoreChanged(RuntimeError):
+class StoreChanged(FedpipeError, RuntimeError):
     """A data reference names files this process cannot open as they were."""
 
 

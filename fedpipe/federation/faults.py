@@ -16,6 +16,7 @@ from typing import Any, Literal
 import numpy as np
 
 from fedpipe.client.base import ClientAlgorithm, ClientReply, ClientTask, LocalTrainer
+from fedpipe.core.errors import FedpipeError
 from fedpipe.federation.steps import RoundStep
 
 Fault = Literal["raise", "nonfinite"]
@@ -57,7 +58,7 @@ def misweighted_aggregate(
 # ---------------------------------------------------------------- faulty clients
 
 
-class PlantedClientFailure(RuntimeError):
+class PlantedClientFailure(FedpipeError, RuntimeError):
     """What a client of ``faults.failing_clients`` raises in its own job."""
 
 

@@ -22,10 +22,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedpipe.core.errors import FedpipeError
+
 Weights = list[np.ndarray]
 
 
-class AggregationError(ValueError):
+class AggregationError(FedpipeError, ValueError):
     """Raised when client updates cannot be aggregated (names the client)."""
 
 

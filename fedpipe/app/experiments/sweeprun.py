@@ -73,6 +73,7 @@ from fedpipe.app.experiments.variants import dvc_command
 from fedpipe.config import layout
 from fedpipe.config.overrides import set_params
 from fedpipe.config.params import ParamsError, load_params
+from fedpipe.core.errors import FedpipeError
 from fedpipe.core.git import git
 from fedpipe.core.jsonio import read_json
 
@@ -199,7 +200,7 @@ def open_slot(root: Path, base: str, path: Path, cache: Path) -> bool:
 # ---------------------------------------------------------------- one run
 
 
-class RunFailed(Exception):
+class RunFailed(FedpipeError):
     """A command of one run exited non-zero (message names it and its log)."""
 
 

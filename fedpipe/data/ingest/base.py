@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedpipe.core.errors import FedpipeError
 
-class IngestError(ValueError):
+
+class IngestError(FedpipeError, ValueError):
     """A data source that cannot be ingested as configured.
 
     The message names the file (and row, where there is one), the parameter key at

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from fedpipe.core.component import Component, Setting
+from fedpipe.core.errors import FedpipeError
 
 MIN_SAMPLES = Setting(
     "min_samples",
@@ -34,7 +35,7 @@ MIN_SAMPLES = Setting(
 it as a key of its own: at least 1, default 10)."""
 
 
-class PartitionError(ValueError):
+class PartitionError(FedpipeError, ValueError):
     """A partitioning request that cannot be satisfied.
 
     The message names the configuration key at fault (for example

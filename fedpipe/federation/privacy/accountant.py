@@ -34,6 +34,7 @@ from dp_accounting.rdp import RdpAccountant
 from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon as rdp_epsilon
 
 from fedpipe.config.privacy import Privacy
+from fedpipe.core.errors import FedpipeError
 
 NeighborRel = dp_accounting.privacy_accountant.NeighboringRelation
 
@@ -41,7 +42,7 @@ NeighborRel = dp_accounting.privacy_accountant.NeighboringRelation
 REPLACE_ONE_SENSITIVITY = 2.0
 
 
-class PrivacyBudgetExceeded(ValueError):
+class PrivacyBudgetExceeded(FedpipeError, ValueError):
     """Running the next round would spend more than ``privacy.target_epsilon``."""
 
 

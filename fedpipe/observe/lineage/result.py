@@ -10,13 +10,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from fedpipe.core.errors import EXIT_BAD_PARAMS, FedpipeError
 from fedpipe.observe.lineage.git import GitState
 
 __all__ = ["Check", "Flag", "Lineage", "LineageError", "RawData", "StageAudit"]
 
 
-class LineageError(ValueError):
-    """The target cannot be resolved (unknown round, path no stage produces, ...)."""
+class LineageError(FedpipeError, ValueError):
+    """The target cannot be resolved (unknown round, path no stage produces, ...)
+    or there is no ``dvc.lock`` to trace (exit status 2: a bad target)."""
+
+    exit_code = EXIT_BAD_PARAMS
 
 
 @dataclass(frozen=True)

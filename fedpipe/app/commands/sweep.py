@@ -1,7 +1,8 @@
 """``fedpipe sweep`` and ``fedpipe sweep plot``: the command line of a sweep.
 
 :mod:`fedpipe.app.experiments.sweep` expands the grid and builds the table,
-:mod:`fedpipe.app.experiments.sweeprun` runs it, :mod:`fedpipe.app.experiments.sweepplot` draws it.
+:mod:`fedpipe.app.experiments.sweeprun` runs it,
+:mod:`fedpipe.app.experiments.sweepplot` draws it.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from pathlib import Path
 
 import yaml
 
+from fedpipe.app.commands.common import PARAMS, HelpWithExamples, examples_epilog
 from fedpipe.config.params import ParamsError
 
-PARAMS = "params.yaml"
+NAME = "sweep"
 EXAMPLES = [
     ("fedpipe sweep -S model.depth=1,2,4 -S model.width=32,256 --seeds 3",
      "a product grid, 3 seeds"),
@@ -27,32 +29,18 @@ EXAMPLES = [
 ]  # fmt: skip
 
 
-def _epilog() -> str:
-    width = max(len(cmd) for cmd, _ in EXAMPLES)
-    return "examples:\n" + "\n".join(f"  {c:<{width}}  # {w}" for c, w in EXAMPLES)
-
-
-class _Help(argparse.HelpFormatter):
-    """Wraps descriptions; keeps the examples' lines as written."""
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        if text.startswith("examples:"):
-            return text
-        return super()._fill_text(text, width, indent)
-
-
-def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``fedpipe sweep`` (and ``fedpipe sweep plot``) on ``sub``."""
     sweep = sub.add_parser(
-        "sweep",
+        NAME,
         help="run a grid of params as DVC experiments (seeds, resumable)",
         description="Run every point of a grid (DVC's -S syntax: -S key=v1,v2 per "
         "axis, the cartesian product; or --grid FILE) once per seed, each as a DVC "
         "experiment NAME-<point>-s<seed> that `dvc exp show` lists. Run the same "
         "command again after an interruption: finished runs are skipped. Results: "
         "OUT/runs.csv, table.csv, table.md (mean ± std over seeds), layers.json.",
-        epilog=_epilog(),
-        formatter_class=_Help,
+        epilog=examples_epilog(EXAMPLES),
+        formatter_class=HelpWithExamples,
     )
     sweep.add_argument(
         "-S", "--set-param", action="append", default=[], metavar="KEY=V1,V2",
@@ -92,6 +80,7 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     plot.add_argument("--y", default="gap", help="a metric of the table (gap)")
     plot.add_argument("--hue", help="a swept key: one line per value")
     plot.set_defaults(func=cmd_sweep_plot)
+    return sweep
 
 
 def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]

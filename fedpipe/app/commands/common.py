@@ -1,0 +1,121 @@
+"""What several commands share: the params file, loading and checking it, the
+Prefect connection, the console options, and the examples at the end of a help."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fedpipe.config.params import Params
+
+PARAMS = "params.yaml"  # the file dvc.yaml's stages track; there is no other
+
+Examples = Sequence[tuple[str, str]]
+"""A command's examples: (command line, what it does)."""
+
+
+def load(params_file: str, *, sync: bool) -> Params:
+    """``params_file`` read and checked before any work: the user code it names
+    imports and builds, ``dvc.yaml`` lists that code, the data is there.
+
+    With ``sync``, params.yaml's round_chain and dvc.yaml's code dependencies are
+    brought up to date first (each change said in one line).
+    """
+    from fedpipe.config.params import load_params, sync_round_chain
+    from fedpipe.core.plugins import check_code_deps, code_files, sync_code_deps
+    from fedpipe.data.preflight import preflight
+
+    if sync and Path(params_file).is_file() and sync_round_chain(params_file):
+        print(f"{params_file}: round_chain regenerated for federation.rounds")
+    params = load_params(params_file)
+    if _names_user_code(params):
+        from fedpipe.federation.build import check_code  # imports TensorFlow
+
+        check_code(params)
+    if sync and Path("dvc.yaml").is_file() and sync_code_deps(code_files(params)):
+        print("dvc.yaml: code dependencies updated for your code in params.yaml")
+    check_code_deps(params)
+    preflight(params)
+    return params
+
+
+def _names_user_code(params: Params) -> bool:
+    from fedpipe.core.plugins import is_reference
+
+    names = (params.model.name, params.strategy.name, params.client.algorithm or "")
+    return any(is_reference(n) for n in names)
+
+
+def verbosity(args: argparse.Namespace) -> int:
+    """``-v`` (1), ``-q`` (-1) or neither (0)."""
+    return int(getattr(args, "verbose", False)) - int(getattr(args, "quiet", False))
+
+
+def connect(args: argparse.Namespace) -> str:
+    """The Prefect API the command's runs report to (a local server is started
+    unless ``--no-server-start``); its URL."""
+    from fedpipe.config.params import ParamsError
+    from orchestration.console import QUIET, quiet_user_errors, quiet_workers
+    from orchestration.server import ensure_api
+
+    quiet_workers(verbosity(args))  # before Prefect is imported
+    quiet_user_errors((ParamsError,))
+    url = ensure_api(start=not args.no_server_start)
+    ui = url.removesuffix("/api")
+    if verbosity(args) > QUIET:
+        print(f"Prefect: runs report to {url} (UI: {ui})", flush=True)
+    return url
+
+
+def add_no_server_start(parser: argparse.ArgumentParser) -> None:
+    """``--no-server-start``, as the commands that start Prefect runs take it."""
+    parser.add_argument(
+        "--no-server-start",
+        action="store_true",
+        help="fail instead of starting a local Prefect server when none answers",
+    )
+
+
+def add_console_options(parser: argparse.ArgumentParser) -> None:
+    """``--no-server-start``, ``-v`` and ``-q`` of ``fedpipe run`` and ``stage``."""
+    add_no_server_start(parser)
+    talk = parser.add_mutually_exclusive_group()
+    talk.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also show Prefect's logs (every task run, tracebacks) on the "
+        "console; they always go to logs/fedpipe-*.log and the Prefect UI",
+    )
+    talk.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="show only the final table and errors",
+    )
+
+
+def examples_epilog(rows: Examples) -> str:
+    """``rows`` as a help's closing ``examples:`` block, comments aligned."""
+    width = max((len(cmd) for cmd, _ in rows), default=0)
+    return "examples:\n" + "\n".join(
+        f"  {cmd:<{width}}  # {what}" for cmd, what in rows
+    )
+
+
+class HelpWithExamples(argparse.HelpFormatter):
+    """Wraps descriptions as usual; keeps the examples' lines as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return text
+        return super()._fill_text(text, width, indent)
+
+
+def with_examples(parser: argparse.ArgumentParser, rows: Examples) -> None:
+    """``parser``'s help ends with ``rows``."""
+    parser.epilog = examples_epilog(rows)
+    parser.formatter_class = HelpWithExamples

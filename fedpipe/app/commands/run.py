@@ -1,0 +1,155 @@
+"""``fedpipe run``: the whole pipeline in one process, each stage in dvc.lock."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from pathlib import Path
+
+from fedpipe.app import exits
+from fedpipe.app.commands.common import (
+    PARAMS,
+    HelpWithExamples,
+    add_console_options,
+    connect,
+    examples_epilog,
+    load,
+    verbosity,
+)
+from fedpipe.core import stopping
+
+NAME = "run"
+EXAMPLES = [
+    ("fedpipe run", "bring every stage up to date"),
+    ("fedpipe run -S train.lr=0.1 -S strategy.name=fedadam", "change params"),
+    ("fedpipe run --exp lr-high -S train.lr=0.1", "a named DVC experiment"),
+    ("fedpipe run -q", "only the final table and errors (-v: Prefect's logs)"),
+    ("dvc repro", "the same stages, through a warm worker"),
+]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``fedpipe run`` on ``sub``."""
+    run = sub.add_parser(
+        NAME,
+        help="run the whole pipeline in one process, recording each stage in dvc.lock",
+        description="Validate, partition, train every round and summarize, as one "
+        "Prefect flow run. Stages already up to date in dvc.lock are skipped, so an "
+        "interrupted "
+        "run resumes where it stopped.",
+        epilog=examples_epilog(EXAMPLES),
+        formatter_class=HelpWithExamples,
+    )
+    run.add_argument(
+        "--force", action="store_true", help="rerun stages even if up to date"
+    )
+    run.add_argument(
+        "--no-report",
+        action="store_true",
+        help="skip the doctor and the HTML report at the end (about 2 s); "
+        "`fedpipe doctor` / `fedpipe report` make them later",
+    )
+    run.add_argument(
+        "-S",
+        "--set-param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="set a param (dotted key, YAML value) in params.yaml before the run, "
+        "as `dvc exp run -S` does; repeatable, e.g. -S federation.rounds=20",
+    )
+    run.add_argument(
+        "--exp",
+        metavar="NAME",
+        help="run as the named DVC experiment (`dvc exp run --temp -n NAME`, with "
+        "the -S values) and leave the workspace's params.yaml as it is; "
+        "`dvc exp show` lists it",
+    )
+    run.set_defaults(func=cmd_run)
+    add_console_options(run)
+    return run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``fedpipe run``: under the project's lock (a second run here refuses)."""
+    if getattr(args, "exp", None):  # `dvc exp run`: DVC takes its own lock
+        return int(_overrides(args) or 0)
+    from orchestration.repolock import hold
+
+    # before anything is written (-S): a second run here refuses, naming the first
+    with hold(Path("."), command="fedpipe run"):
+        return _run_locked(args)
+
+
+def _overrides(args: argparse.Namespace) -> int | None:
+    """``-S key=value`` and ``--exp NAME`` of ``fedpipe run``: the overrides are
+    written into params.yaml (None: go on with the run), or the run is a DVC
+    experiment (its exit status)."""
+    sets = getattr(args, "set_param", None) or []
+    if getattr(args, "exp", None):
+        from fedpipe.app.experiments.variants import run_experiment
+
+        return run_experiment(
+            args.exp, sets, params_file=PARAMS, force=bool(args.force)
+        )
+    if sets:
+        from fedpipe.config.overrides import apply_overrides, yaml_scalar
+
+        for key, value in apply_overrides(PARAMS, sets).items():
+            print(f"{PARAMS}: {key} = {yaml_scalar(value)}")
+    return None
+
+
+def _run_locked(args: argparse.Namespace) -> int:
+    _overrides(args)
+    params = load(PARAMS, sync=True)
+    url = connect(args)
+    from flows.pipeline import run_pipeline
+    from orchestration import console
+    from orchestration.server import ServerWatch
+
+    stopping.install()  # Prefect's flow engine raises its own inside
+    quiet = verbosity(args) == console.QUIET
+    with (
+        console.session(
+            "run", verbosity=verbosity(args), said_by_cli=exits.said_by_cli
+        ) as log,
+        ServerWatch(url, functools.partial(_server_lost, args)),
+    ):
+        args.log_file = log
+        if not quiet:
+            print(f"log: {log}", flush=True)
+        ran = run_pipeline(params, force=args.force, report=not args.no_report)
+    if not quiet:
+        print(
+            f"done: {len(ran)} stage(s) ran" + (f" ({', '.join(ran)})" if ran else "")
+        )
+    summary = Path("reports/summary.md")
+    if summary.is_file():
+        print(summary.read_text())
+    if not quiet:
+        print(f"log: {log}")
+    return 0
+
+
+def _server_lost(args: argparse.Namespace, url: str, silent_s: float) -> None:
+    """The run's Prefect server is gone (:class:`orchestration.server.ServerWatch`): say
+    so in one line and end the process now. Its Prefect client would retry every
+    call for a minute and take minutes to exit; what is recorded in dvc.lock is
+    complete, and the stage that was running is redone by the next run."""
+    from orchestration import console
+    from orchestration.dvclock import freeze
+    from orchestration.server import server_lost_message
+
+    freeze(timeout=10.0)  # a record being written lands first
+    line = server_lost_message(url, silent_s, console.last_recorded_round())
+    console.close_display()
+    log = getattr(args, "log_file", None)
+    if log is not None:
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(f"error: {line}\n")
+    print(f"error: {line}", file=sys.stderr, flush=True)
+    exits.name_log(args)
+    sys.stdout.flush()
+    os._exit(exits.EXIT_FAILED)

@@ -1,0 +1,43 @@
+"""``fedpipe sync``: params.yaml's round_chain and dvc.yaml's code dependencies."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fedpipe.app.commands.common import PARAMS, HelpWithExamples, examples_epilog
+
+NAME = "sync"
+EXAMPLES = [
+    ("fedpipe sync && dvc repro", "after changing federation.rounds"),
+]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``fedpipe sync`` on ``sub``."""
+    sync = sub.add_parser(
+        NAME,
+        help="regenerate params.yaml's round_chain from federation.rounds and "
+        "dvc.yaml's dependencies on your own code (model/strategy/client files)",
+        epilog=examples_epilog(EXAMPLES),
+        formatter_class=HelpWithExamples,
+    )
+    sync.set_defaults(func=cmd_sync)
+    return sync
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    """``fedpipe sync``: each file said updated or already in sync."""
+    from fedpipe.config.params import load_params, sync_round_chain
+    from fedpipe.core.plugins import code_files, sync_code_deps
+
+    changed = sync_round_chain(PARAMS)
+    params = load_params(PARAMS)
+    state = "updated" if changed else "already in sync"
+    print(f"{PARAMS}: round_chain {state} ({params.federation.rounds} rounds)")
+    files = code_files(params)
+    if Path("dvc.yaml").is_file():
+        state = "updated" if sync_code_deps(files) else "already in sync"
+        listed = sorted({f for fs in files.values() for f in fs})
+        print(f"dvc.yaml: code dependencies {state} ({', '.join(listed) or 'none'})")
+    return 0
