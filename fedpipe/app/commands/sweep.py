@@ -12,10 +12,8 @@ import signal
 import sys
 from pathlib import Path
 
-import yaml
-
 from fedpipe.app.commands.common import PARAMS, HelpWithExamples, examples_epilog
-from fedpipe.config.params import ParamsError
+from fedpipe.core.errors import ParamsError
 
 NAME = "sweep"
 EXAMPLES = [
@@ -107,6 +105,8 @@ def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         raise ParamsError("-S seed: give the seeds with --seeds N or --seed-list ...")
     if not Path(PARAMS).is_file():
         raise ParamsError(f"{PARAMS}: not found (run from the project root, or -C)")
+    import yaml
+
     raw = yaml.safe_load(Path(PARAMS).read_text()) or {}
     defaults = with_overrides(raw, base)
     keys, points = expand(axes, grids, defaults=defaults)
