@@ -1,11 +1,11 @@
 """Bytes a federation round sends to Dask: client data by reference against by value.
 
 The default workload (the 5,000 MNIST digits, 10 IID clients, small_cnn, every
-client each round) runs ``--rounds`` rounds of :func:`fedpipe.federation.round.run_round`
-twice on one 2-worker ``LocalCluster`` (single-threaded worker processes, as
-``runtime.runner: dask`` starts): once with the clients' data as
-:func:`fedpipe.data.splits.open_federated` gives it (a reference to the prepared
-files, opened by each worker), once with every client's float32 arrays held in
+client each round) runs ``--rounds`` rounds of
+:func:`fedpipe.federation.round.run_round` twice on one 2-worker ``LocalCluster``
+(single-threaded worker processes, as ``runtime.runner: dask`` starts): once with the
+clients' data as :func:`fedpipe.data.splits.open_federated` gives it (a reference to the
+prepared files, opened by each worker), once with every client's float32 arrays held in
 its job (what a job carried before). Per round it reports
 
 * the pickled jobs' size (``cloudpickle.dumps(job)``, summed over the clients);

@@ -10,8 +10,8 @@ on the held-out set and every client, the local models' evaluations, the health
 record, the round's versioned outputs, the dvc.lock records, the summary stage, the
 doctor and the HTML report.
 
-A third variant runs fedpipe's own library (:func:`fedpipe.federation.round.run_round`, the
-same work as fedpipe's rounds) as a plain loop: fedpipe against it is the cost of
+A third variant runs fedpipe's own library (:func:`fedpipe.federation.round.run_round`,
+the same work as fedpipe's rounds) as a plain loop: fedpipe against it is the cost of
 orchestration and versioning alone.
 
 Two figures per variant: seconds per round in the steady state (the median of

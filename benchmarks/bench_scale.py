@@ -11,8 +11,8 @@ about 26 training samples each, at least 20), trained with the MLP for
   from the times its round metrics files were written (rounds 2..R, so start-up
   and compilation are left out), and the peak
   resident memory of the process (``wait4``; the data stages included);
-- the library loop: :func:`fedpipe.federation.round.run_round` on the same inputs, one round
-  after another in a plain process, no Prefect, no files, no DVC (rounds 2..R);
+- the library loop: :func:`fedpipe.federation.round.run_round` on the same inputs, one
+  round after another in a plain process, no Prefect, no files, no DVC (rounds 2..R);
   fedpipe against it is the cost of orchestration and versioning; its peak
   resident memory is that of the rounds alone;
 - bytes each round adds to ``.dvc/cache`` (new cache objects of its outs, as

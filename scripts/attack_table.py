@@ -1,11 +1,11 @@
 """Attacks x defenses: final global accuracy under 20% malicious clients.
 
-Every attack of ``fedpipe.federation.attacks`` against FedAvg, median, trimmed mean, Krum,
-Multi-Krum, Bulyan and norm clipping, on the default data (the 5,000 built-in
+Every attack of ``fedpipe.federation.attacks`` against FedAvg, median, trimmed mean,
+Krum, Multi-Krum, Bulyan and norm clipping, on the default data (the 5,000 built-in
 MNIST digits), IID and Dirichlet(0.5), beside the clean run of each defense. Each
 cell is a whole federation through the library's round
-(:func:`fedpipe.federation.round.run_round`, the function the round stage calls) with a small
-model and few rounds; the table gives the final held-out accuracy, mean ± std
+(:func:`fedpipe.federation.round.run_round`, the function the round stage calls) with a
+small model and few rounds; the table gives the final held-out accuracy, mean ± std
 over seeds (the seed also draws the partition, the malicious clients and the
 initial model). Cells run in ``-j`` worker processes. Writes Markdown and CSV.
 

@@ -1,7 +1,7 @@
 """A tiny in-process federation that writes a run's files, for doctor tests.
 
-The library's own round (:func:`fedpipe.federation.round.run_round`) after the same ingest
-and partition as a real run, without Prefect or DVC, on a few hundred
+The library's own round (:func:`fedpipe.federation.round.run_round`) after the same
+ingest and partition as a real run, without Prefect or DVC, on a few hundred
 of the built-in MNIST digits and a tiny model, so a test can produce a symptom on
 purpose and run the doctor on the files:
 
@@ -113,8 +113,8 @@ def run_federation(
 ) -> list[dict[str, Any]]:
     """Run a small federation through the library's round and write its files.
 
-    Every round is :func:`fedpipe.federation.round.run_round`, as in a real run; the files
-    are the ones the round stage writes.
+    Every round is :func:`fedpipe.federation.round.run_round`, as in a real run; the
+    files are the ones the round stage writes.
 
     Writes ``params.yaml``, ``data/prepared``, ``data/partition/manifest.json`` and
     per round ``metrics/rounds``, ``metrics/clients`` and ``metrics/health``. Stops

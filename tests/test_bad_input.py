@@ -3,8 +3,8 @@
 Every case of the corpus breaks a tiny project the same way the script does, then
 goes through what `fedpipe run` calls before any training, in process and without
 Prefect or DVC: params loading (fedpipe.config.params), preflight, ingest
-(fedpipe.data.sources.ingest) and validation (fedpipe.data.validation.validate_prepared, with
-the validate stage's arguments). The message must name what the case names: the
+(fedpipe.data.sources.ingest) and validation (fedpipe.data.validation.validate_prepared,
+with the validate stage's arguments). The message must name what the case names: the
 file, the row or the param key. The script runs the same cases through the real
 CLI and also checks the exit code, the absence of a traceback and that nothing
 versioned was lost (tests/e2e/test_own_data.py runs it on two cases).

@@ -1,4 +1,5 @@
-"""Tests for fedpipe.config.params: parsing, loading, round_chain sync, and preflight."""
+"""Tests for fedpipe.config.params: parsing, loading, round_chain sync, and
+preflight."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""orchestration/console.py without a run: which records reach the console, the interrupt
-line, the log file's name. The displays themselves: tests/e2e/test_console.py."""
+"""orchestration/console.py without a run: which records reach the console, the
+interrupt line, the log file's name. The displays themselves:
+tests/e2e/test_console.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Tests for fedpipe.observe.doctor: each finding, produced on purpose by a real tiny run.
+"""Tests for fedpipe.observe.doctor: each finding, produced on purpose by a real tiny
+run.
 
 Every scenario is a small federation (tests/helpers_fl.py: the built-in digits,
 ModelRunner, the strategies, round_health) with one thing broken; the test checks

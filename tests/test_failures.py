@@ -1,7 +1,8 @@
-"""Failures a round survives (fedpipe.federation.failures, fedpipe.federation.faults), through run_round.
+"""Failures a round survives (fedpipe.federation.failures, fedpipe.federation.faults),
+through run_round.
 
-Every round here is the library's own :func:`fedpipe.federation.round.run_round` on a tiny
-MLP and a few hundred random rows (10 clients): clients that drop out, raise,
+Every round here is the library's own :func:`fedpipe.federation.round.run_round` on a
+tiny MLP and a few hundred random rows (10 clients): clients that drop out, raise,
 send NaN or miss the round's step deadline are left out and named; too few
 usable updates stop the round with one line.
 """

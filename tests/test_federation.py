@@ -1,4 +1,5 @@
-"""Client sampling (fedpipe.federation.round), round records (fedpipe.federation.records), seeds."""
+"""Client sampling (fedpipe.federation.round), round records
+(fedpipe.federation.records), seeds."""
 
 from __future__ import annotations
 

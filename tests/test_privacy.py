@@ -1,5 +1,5 @@
-"""Differential privacy (fedpipe.federation.privacy): clipping and noise math, seeded bits,
-the accountant against a published figure and a direct dp_accounting call, the
+"""Differential privacy (fedpipe.federation.privacy): clipping and noise math, seeded
+bits, the accountant against a published figure and a direct dp_accounting call, the
 budget stop, bad input, and the doctor's finding."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Tests for fedpipe.model.probe: dead ReLU units from one forward pass, no side effects."""
+"""Tests for fedpipe.model.probe: dead ReLU units from one forward pass, no side
+effects."""
 
 from __future__ import annotations
 

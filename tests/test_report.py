@@ -1,4 +1,5 @@
-"""fedpipe.observe.report: the run's HTML page from synthetic run files (contract formats)."""
+"""fedpipe.observe.report: the run's HTML page from synthetic run files (contract
+formats)."""
 
 from __future__ import annotations
 

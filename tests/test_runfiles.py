@@ -1,4 +1,5 @@
-"""fedpipe.observe.runfiles: a run's recorded files read once, and the shared text helpers."""
+"""fedpipe.observe.runfiles: a run's recorded files read once, and the shared text
+helpers."""
 
 from __future__ import annotations
 

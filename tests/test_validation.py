@@ -333,7 +333,10 @@ def test_summary_json_is_deterministic(
 
 
 def test_import_does_not_load_great_expectations() -> None:
-    code = "import sys, fedpipe.data.validation; print('great_expectations' in sys.modules)"
+    code = (
+        "import sys, fedpipe.data.validation; "
+        "print('great_expectations' in sys.modules)"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )

@@ -1,4 +1,5 @@
-"""The warm worker behind ``fedpipe stage`` (the client: :mod:`fedpipe.app.stageclient`).
+"""The warm worker behind ``fedpipe stage`` (the client:
+:mod:`fedpipe.app.stageclient`).
 
 One process per project and environment, started by the first ``fedpipe stage``
 that finds none. It runs one stage at a time, each through the same
@@ -6,8 +7,8 @@ that finds none. It runs one stage at a time, each through the same
 and stderr on its own descriptors 0-2 for the length of the stage, in the client's
 working directory; what it keeps between stages is what ``fedpipe run`` keeps
 between its stages in one process: the imported modules, the Prefect client, the
-compiled models and loaded arrays of :mod:`orchestration.runtime` (keyed by what they were
-made from).
+compiled models and loaded arrays of :mod:`orchestration.runtime` (keyed by what they
+were made from).
 
 It exits (removing its socket) after ``$FEDPIPE_WARM_IDLE`` seconds without a
 stage, once the ``dvc`` process that ran its last stage has ended, after a stage
@@ -303,7 +304,8 @@ def _receive(conn: socket.socket) -> tuple[dict | None, list[int]]:
 
 
 def main() -> None:
-    """``python -P -c 'from fedpipe.app.warm import main; main()' SOCKET KEY SYS_PATH``."""
+    """The worker's entry point, run as
+    ``python -P -c 'from fedpipe.app.warm import main; main()' SOCKET KEY SYS_PATH``."""
     path, key, search_path = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     sys.path[:] = search_path
     stageclient.IN_WORKER = True

@@ -45,7 +45,8 @@ def server_state(round_: int) -> Path:
 
 
 def client_state(round_: int) -> Path:
-    """Folder of what each client keeps across rounds (:mod:`fedpipe.federation.clientstate`)."""
+    """Folder of what each client keeps across rounds
+    (:mod:`fedpipe.federation.clientstate`)."""
     return model_dir(round_) / "clients"
 
 

@@ -170,8 +170,8 @@ def set_params(path: str | Path, values: Mapping[str, Any]) -> dict[str, Any]:
 
     Only the lines holding those keys change (and the generated ``round_chain``
     when ``federation.rounds`` does). The result must still be valid params
-    (:func:`fedpipe.config.params.load_params`); otherwise the file is left as it was and
-    :class:`ParamsError` names the key.
+    (:func:`fedpipe.config.params.load_params`); otherwise the file is left as it was
+    and :class:`ParamsError` names the key.
 
     Returns
     -------

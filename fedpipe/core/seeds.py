@@ -20,7 +20,8 @@ PURPOSES = {
     "ditto": 8,
     "centralized": 9,
     "evaluate": 10,
-    # fedpipe.federation.failures (numbers far from the others: merged branches add theirs)
+    # fedpipe.federation.failures (numbers far from the others: merged branches add
+    # theirs)
     "dropout": 31,
     "slow": 32,
     "privacy": 11,

@@ -3,7 +3,8 @@
 Pure NumPy. :func:`round_health` turns what a round already has in memory (the
 global weights before and after aggregation, each selected client's trained
 weights, the new global model's held-out predictions) into the JSON record
-``metrics/health/round-K.json`` that :mod:`fedpipe.observe.doctor` reads. The quantities:
+``metrics/health/round-K.json`` that :mod:`fedpipe.observe.doctor` reads. The
+quantities:
 
 * per client: the update ``Δ_k = w_k - w_before`` (trainable weights), its norm,
   its cosine to the mean update, and the weight the server effectively gave it;
@@ -332,9 +333,9 @@ def round_health(
         sigmoid or ``(n, C)`` softmax), labels and per-sample losses
         (``ModelRunner.predict``).
     record : RoundRecord or dict, optional
-        The round's :class:`fedpipe.federation.records.RoundRecord` or its ``summary()``:
-        global loss/accuracy and the gap between the global model on client tests
-        and the local models.
+        The round's :class:`fedpipe.federation.records.RoundRecord` or its
+        ``summary()``: global loss/accuracy and the gap between the global model on
+        client tests and the local models.
     excluded : mapping of int to str, optional
         Clients left out of aggregation and why (:mod:`fedpipe.federation.failures`);
         written as ``excluded`` when not empty. Those whose update came back

@@ -45,8 +45,8 @@ class RoundRecord:
         Client id -> the steps a straggler completed (its partial work used).
     privacy : dict, optional
         The round's differential privacy (``privacy.*``): epsilon at delta after
-        this round, the clip, the noise against the signal (:mod:`fedpipe.federation.privacy`).
-    malicious : list of int, optional
+        this round, the clip, the noise against the signal
+    (:mod:`fedpipe.federation.privacy`). malicious : list of int, optional
         The selected clients that attacked this round (``attack.*``); None when
         the run plants no attack (and then not in the summary).
 

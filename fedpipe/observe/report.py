@@ -1,11 +1,12 @@
 """One self-contained HTML page per run: metrics, health, data, findings, lineage.
 
-:func:`write_report` reads a run's files once (:func:`fedpipe.observe.runfiles.load_run`;
-paths relative to the project root, see :mod:`fedpipe.config.layout`) and writes a single
-HTML file with inline CSS and inline SVG plots, so it opens offline and can be
-mailed or archived as it is. Every section is built independently: a missing
-input becomes a "not recorded (run ...)" note in its section, and an unreadable
-one a note naming the file and the error, never a failed report.
+:func:`write_report` reads a run's files once
+(:func:`fedpipe.observe.runfiles.load_run`; paths relative to the project root, see
+:mod:`fedpipe.config.layout`) and writes a single HTML file with inline CSS and inline
+SVG plots, so it opens offline and can be mailed or archived as it is. Every section is
+built independently: a missing input becomes a "not recorded (run ...)" note in its
+section, and an unreadable one a note naming the file and the error, never a failed
+report.
 
 Sections, each from its own files:
 

@@ -5,8 +5,8 @@ from :mod:`fedpipe.config.layout`) into one frozen :class:`RunFiles`: the per-ro
 metrics, health records and client tables, ``params.yaml`` (as written and as
 typed settings), the prepared data's schema and labels, the partition manifest and
 report, the outputs ``dvc.lock`` records and the git commit. The doctor
-(:mod:`fedpipe.observe.doctor`) and the report (:mod:`fedpipe.observe.report`) both read a run
-through it, so each file format is parsed in one place.
+(:mod:`fedpipe.observe.doctor`) and the report (:mod:`fedpipe.observe.report`) both read
+a run through it, so each file format is parsed in one place.
 
 Every part may be missing (left empty or ``None``). A part that exists but cannot
 be read does not stop the others: its exception is kept in
@@ -114,9 +114,9 @@ class RunFiles:
     rounds : dict of int to dict
         ``metrics/rounds/round-K.json`` by ascending round K.
     health : dict of int to dict
-        ``metrics/health/round-K.json`` (:func:`fedpipe.federation.health.round_health`).
-    clients : dict of int to pandas.DataFrame
-        ``metrics/clients/round-K.csv``: one row per client.
+        ``metrics/health/round-K.json``
+    (:func:`fedpipe.federation.health.round_health`). clients : dict of int to
+        pandas.DataFrame ``metrics/clients/round-K.csv``: one row per client.
     history : pandas.DataFrame or None
         ``metrics/history.csv``, read only when no round file exists (the report
         falls back to it).

@@ -41,8 +41,9 @@ class Reason:
     ``kind`` is ``params`` (``key`` changed from ``old`` to ``new``), ``data`` or
     ``code`` (the input ``path`` is ``change``: modified, deleted, new),
     ``output`` (the stage's own output ``path`` changed or is missing),
-    ``command`` (``dvc.yaml`` gives the stage another command) or
-    ``not recorded`` (``dvc.lock`` has no entry: the stage never ran).
+    ``command`` (``dvc.yaml`` gives the stage another command),
+    ``not recorded`` (``dvc.lock`` has no entry: the stage never ran) or
+    ``always changed`` (``always_changed: true`` in ``dvc.yaml``).
     """
 
     kind: str
@@ -60,7 +61,9 @@ class Reason:
             return f"{self.kind} {self.path} {change}"
         if self.kind == "command":
             return "command changed in dvc.yaml"
-        return "never ran (not in dvc.lock)"
+        if self.kind == "not recorded":
+            return "never ran (not in dvc.lock)"
+        return self.kind  # DVC's own words: "always changed", ...
 
 
 @dataclass(frozen=True)

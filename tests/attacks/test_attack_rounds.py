@@ -1,5 +1,5 @@
-"""Every attack and defense end to end through fedpipe.federation.round.run_round (tiny MLP,
-2 rounds), label flipping through a real Keras client, and the doctor naming the
+"""Every attack and defense end to end through fedpipe.federation.round.run_round (tiny
+MLP, 2 rounds), label flipping through a real Keras client, and the doctor naming the
 sign-flip attackers of a planted run from its health records alone."""
 
 from __future__ import annotations

@@ -57,8 +57,8 @@ def _dead_pid() -> int:
 
 
 def _ensure_api(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """``orchestration.server.ensure_api()`` in a fresh process (what ``fedpipe run`` calls
-    before Prefect is imported); its last line is the URL."""
+    """``orchestration.server.ensure_api()`` in a fresh process (what ``fedpipe run``
+    calls before Prefect is imported); its last line is the URL."""
     return subprocess.run(
         [sys.executable, "-c", ENSURE_API],
         env=env,

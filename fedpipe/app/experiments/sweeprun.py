@@ -1,4 +1,5 @@
-"""Running a sweep (:mod:`fedpipe.app.experiments.sweep`): slots, processes, DVC experiments.
+"""Running a sweep (:mod:`fedpipe.app.experiments.sweep`): slots, processes, DVC
+experiments.
 
 How the runs happen, and why (measured on the tiny project of the e2e tests,
 2 rounds, a CPU shared with other work):

@@ -1,4 +1,5 @@
-"""Prepared data sets (``fedpipe.data.ingest``), validated from their per-sample summary."""
+"""Prepared data sets (``fedpipe.data.ingest``), validated from their per-sample
+summary."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ Google's ``dp_accounting`` (Rényi DP, Mironov 2017) does the arithmetic; this
 module says which mechanism a round is:
 
 * **central** -- the round samples m of the n clients uniformly *without
-  replacement* (what :func:`fedpipe.federation.round.sample_clients` does), then releases
-  the sum of clipped updates plus Gaussian noise. That is dp_accounting's
+  replacement* (what :func:`fedpipe.federation.round.sample_clients` does), then
+  releases the sum of clipped updates plus Gaussian noise. That is dp_accounting's
   ``SampledWithoutReplacementDpEvent`` (Wang, Balle and Kasiviswanathan, 2019,
   Theorem 27), which holds for the *replace-one* relation: one client's data
   replaced by another's. Replacing a client moves the clipped sum by up to 2C, so

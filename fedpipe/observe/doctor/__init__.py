@@ -14,20 +14,20 @@ read and checks that cannot run on a record are listed, never raised
 (:mod:`~fedpipe.observe.doctor.reading`).
 
 One check per module (:mod:`~fedpipe.observe.doctor.labels`,
-:mod:`~fedpipe.observe.doctor.learning_rate`, :mod:`~fedpipe.observe.doctor.aggregation`,
-:mod:`~fedpipe.observe.doctor.outliers`, :mod:`~fedpipe.observe.doctor.attackers`,
-:mod:`~fedpipe.observe.doctor.norm_statistics`,
-:mod:`~fedpipe.observe.doctor.drift`, :mod:`~fedpipe.observe.doctor.loss_rising`,
-:mod:`~fedpipe.observe.doctor.not_learning`, :mod:`~fedpipe.observe.doctor.health_present`,
-:mod:`~fedpipe.observe.doctor.failures`, :mod:`~fedpipe.observe.doctor.privacy`,
-:mod:`~fedpipe.observe.doctor.server_step`, :mod:`~fedpipe.observe.doctor.collapse`,
-:mod:`~fedpipe.observe.doctor.predictions`, :mod:`~fedpipe.observe.doctor.dead_units`), each
-with its thresholds as named constants and the reason for their values. They are
-set so that a healthy run (the default: small_cnn, IID, 10 clients, lr 0.05, 10
-rounds) has no findings, and each symptom produced on purpose in
-``tests/test_doctor.py`` is found. The finding codes are in
-:mod:`~fedpipe.observe.doctor.codes`; :mod:`~fedpipe.observe.doctor.findings` ranks and explains
-findings, :mod:`~fedpipe.observe.doctor.format` prints them.
+:mod:`~fedpipe.observe.doctor.learning_rate`,
+:mod:`~fedpipe.observe.doctor.aggregation`, :mod:`~fedpipe.observe.doctor.outliers`,
+:mod:`~fedpipe.observe.doctor.attackers`,
+:mod:`~fedpipe.observe.doctor.norm_statistics`, :mod:`~fedpipe.observe.doctor.drift`,
+:mod:`~fedpipe.observe.doctor.loss_rising`, :mod:`~fedpipe.observe.doctor.not_learning`,
+:mod:`~fedpipe.observe.doctor.health_present`, :mod:`~fedpipe.observe.doctor.failures`,
+:mod:`~fedpipe.observe.doctor.privacy`, :mod:`~fedpipe.observe.doctor.server_step`,
+:mod:`~fedpipe.observe.doctor.collapse`, :mod:`~fedpipe.observe.doctor.predictions`,
+:mod:`~fedpipe.observe.doctor.dead_units`), each with its thresholds as named constants
+and the reason for their values. They are set so that a healthy run (the default:
+small_cnn, IID, 10 clients, lr 0.05, 10 rounds) has no findings, and each symptom
+produced on purpose in ``tests/test_doctor.py`` is found. The finding codes are in
+:mod:`~fedpipe.observe.doctor.codes`; :mod:`~fedpipe.observe.doctor.findings` ranks and
+explains findings, :mod:`~fedpipe.observe.doctor.format` prints them.
 """
 
 from __future__ import annotations

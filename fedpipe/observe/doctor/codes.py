@@ -28,7 +28,8 @@ SERVER_STEP_TOO_LARGE = "server-step-too-large"
 ACCURACY_COLLAPSED = "accuracy-collapsed"
 PREDICTIONS_CONSTANT = "predictions-constant"
 DEAD_UNITS = "dead-units"
-# files the doctor could not read, checks it could not run (fedpipe.observe.doctor.reading)
+# files the doctor could not read, checks it could not run
+# (fedpipe.observe.doctor.reading)
 RECORDS_UNREADABLE = "records-unreadable"
 
 #: every code, root causes before the symptoms they cause

@@ -1,9 +1,9 @@
 """(i) Clients left out of rounds: dropped out, failed, non-finite; a round stopped.
 
-The round (:func:`fedpipe.federation.round.run_round`, :mod:`fedpipe.federation.failures`) leaves out
-clients that drop out, whose job raises, whose update holds NaN or inf, or that
-miss the round's step deadline, and records who and why (``excluded`` in
-``metrics/health/round-K.json`` and ``clients_excluded`` in
+The round (:func:`fedpipe.federation.round.run_round`,
+:mod:`fedpipe.federation.failures`) leaves out clients that drop out, whose job raises,
+whose update holds NaN or inf, or that miss the round's step deadline, and records who
+and why (``excluded`` in ``metrics/health/round-K.json`` and ``clients_excluded`` in
 ``metrics/rounds/round-K.json``). When fewer usable updates than
 ``federation.min_clients`` remain, the round stops (``stopped`` in its health
 record). This check reads those records only, never the ``faults.*`` params: a
