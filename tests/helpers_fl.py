@@ -110,6 +110,7 @@ def run_federation(
     strategy_settings: Mapping[str, Any] | None = None,
     attack: AttackPlan | None = None,
     personalization: Mapping[str, Any] | None = None,
+    weights_out: list[Weights] | None = None,
 ) -> list[dict[str, Any]]:
     """Run a small federation through the library's round and write its files.
 
@@ -136,6 +137,8 @@ def run_federation(
     personalization : mapping, optional
         ``personalization.*`` settings (e.g. ``{"method": "fedper"}``): the
         client algorithm is then the run's own (``client_algorithm_for``).
+    weights_out : list, optional
+        Receives the initial global weights, then each round's.
 
     Returns
     -------
@@ -226,6 +229,8 @@ def run_federation(
     steps = round_steps(attack=attack, weight_sum_fault=weight_sum_fault)
     weights = initial_weights(model_spec, seed)
     state = strategy_.init_state(weights)
+    if weights_out is not None:
+        weights_out.append(weights)
     client_states: dict = {}
     summaries = []
     for k in range(1, rounds + 1):
@@ -258,6 +263,8 @@ def run_federation(
         out.record.client_table().to_csv(table, index=False, float_format="%.6g")
         summaries.append(summary)
         weights, state, client_states = out.weights, out.server_state, out.client_states
+        if weights_out is not None:
+            weights_out.append(weights)
     return summaries
 
 
