@@ -75,6 +75,14 @@ def test_no_command_prints_where_to_start(capsys: pytest.CaptureFixture) -> None
     assert main([]) == 0
     out = capsys.readouterr().out
     assert "Start here:" in out and "fedpipe run" in out and "fedpipe doctor" in out
+    lines = out.splitlines()
+    steps = [line.split()[1] for line in lines if line.startswith("  fedpipe")]
+    assert len(steps) == len(set(steps)), f"a command listed twice: {steps}"
+    # every command named there exists
+    from fedpipe.app.cli import build_parser
+
+    for command in steps:
+        build_parser().parse_args([command] if command != "init" else [command, "x"])
 
 
 def test_every_command_help_ends_with_examples_that_parse() -> None:

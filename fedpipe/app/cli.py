@@ -61,7 +61,6 @@ Start here:
   fedpipe init my-study && cd my-study   a new project (dvc.yaml, params.yaml)
   fedpipe run                            every stage, each recorded in dvc.lock
   fedpipe status                         where the project stands, what is stale
-  fedpipe status                         where the project stands, what is stale
   fedpipe doctor                         what went wrong, with the fix
   fedpipe report                         one HTML page about the run
   fedpipe lineage                        every round's model back to data, params, code
