@@ -11,7 +11,7 @@ from helpers_store import CountingStore
 
 from fedpipe.client import make_client
 from fedpipe.client.base import LocalTraining
-from fedpipe.config.params import ParamsError, parse_params
+from fedpipe.config.params import EvaluationParams, ParamsError, parse_params
 from fedpipe.data.sources import DatasetSpec
 from fedpipe.data.splits import ClientData, Features, FederatedData
 from fedpipe.federation.clientstate import (
@@ -28,6 +28,7 @@ from fedpipe.model.training import (
     initial_weights,
     predict_batch,
 )
+from fedpipe.observe.history import progress_line
 from fedpipe.strategy import make_strategy
 
 # ---------------------------------------------------------------- which clients
@@ -48,6 +49,25 @@ def test_full_every_k_rounds_and_none_between() -> None:
     plan = ClientEvaluation("none", full_every=3, rounds=10)
     scored = [len(plan.clients_for(k, [1], 6, seed=0)) for k in range(1, 11)]
     assert scored == [0, 0, 6, 0, 0, 6, 0, 0, 6, 6]
+
+
+def test_auto_scores_everyone_in_a_small_federation() -> None:
+    plan = ClientEvaluation("auto", rounds=30)
+    assert plan.clients_for(2, [3, 7], 100, seed=1) == list(range(100))
+    assert ClientEvaluation().clients == "auto"  # the library's default, as params'
+    assert EvaluationParams().clients == "auto"
+
+
+def test_auto_scores_the_participants_of_a_large_one_and_everyone_every_10() -> None:
+    plan = ClientEvaluation("auto", rounds=25)
+    scored = [len(plan.clients_for(k, [5, 9], 1000, seed=0)) for k in range(1, 26)]
+    full = [k for k, n in enumerate(scored, start=1) if n == 1000]
+    assert full == [10, 20, 25]
+    assert set(scored) == {2, 1000}
+    # a full_every of the user's own is kept
+    own = ClientEvaluation("auto", full_every=4, rounds=25)
+    assert own.clients_for(4, [5], 101, seed=0) == list(range(101))
+    assert own.clients_for(5, [5], 101, seed=0) == [5]
 
 
 def test_sample_is_seeded_per_round_and_not_the_training_draw() -> None:
@@ -120,11 +140,13 @@ def test_a_participants_round_scores_and_tables_only_its_clients(setting) -> Non
     assert table["client"].tolist() == selected
     summary = out.record.summary()
     assert summary["clients_scored"] == 3
+    assert "(3 clients, global scored on 3, 1.0 s)" in progress_line(summary, 4, 1.0)
     # the same clients, scored as part of a complete round, give the same numbers
     # (to float32 rounding: their rows sit elsewhere in the prediction batches, and
     # on some CPUs a row's logits depend on its batch's shape in the last bit)
     full = _round(setting, 1, ClientEvaluation("all", rounds=4))
     assert "clients_scored" not in full.record.summary()
+    assert "scored on" not in progress_line(full.record.summary(), 4, 1.0)
     for c in selected:
         scored, complete = out.record.global_clients[c], full.record.global_clients[c]
         assert scored.keys() == complete.keys()

@@ -458,15 +458,18 @@ class EvaluationParams(Section):
     """Which clients' local test splits the new global model is scored on each round.
 
     The held-out test set is scored every round. On the clients' splits:
-    ``clients: all`` scores every client (and each personalized model) every round;
-    ``participants`` only the round's selected clients; ``sample`` a seeded
-    ``sample_size`` clients per round; ``none`` no client. Rounds that are a
-    multiple of ``full_every``, and the last round, always score every client.
-    With many clients, anything but ``all`` keeps a round's cost proportional to
-    the clients that train in it.
+    ``clients: auto`` (the default) is ``all`` for a federation of at most
+    :data:`~fedpipe.federation.round.AUTO_ALL_UP_TO` clients and, above that,
+    ``participants`` with every client scored every ``full_every`` rounds
+    (:data:`~fedpipe.federation.round.AUTO_FULL_EVERY` when unset); ``all`` scores
+    every client (and each personalized model) every round; ``participants`` only
+    the round's selected clients; ``sample`` a seeded ``sample_size`` clients per
+    round; ``none`` no client. Rounds that are a multiple of ``full_every``, and the
+    last round, always score every client. With many clients, anything but ``all``
+    keeps a round's cost proportional to the clients that train in it.
     """
 
-    clients: Literal["all", "participants", "sample", "none"] = "all"
+    clients: Literal["auto", "all", "participants", "sample", "none"] = "auto"
     sample_size: int | None = Field(None, ge=1)
     full_every: int | None = Field(None, ge=1)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -75,6 +75,17 @@ def sample_clients(
     return sorted(int(c) for c in rng.choice(n_clients, size=per_round, replace=False))
 
 
+AUTO_ALL_UP_TO = 100
+"""``evaluation.clients: auto`` scores every client every round up to this many
+clients. Scoring a client's test split costs about what training on it costs
+(1,000 clients: 0.8-0.9 s a round against 0.2-0.3 s at 100 on 2 cores), so past a
+hundred clients a round that scored everyone would cost more than its training."""
+
+AUTO_FULL_EVERY = 10
+"""``evaluation.clients: auto`` above :data:`AUTO_ALL_UP_TO` clients scores every
+client every this many rounds (and in the last) when ``full_every`` is unset."""
+
+
 @dataclass(frozen=True)
 class ClientEvaluation:
     """Which clients' test splits the new global model is scored on (``evaluation.*``).
@@ -82,7 +93,9 @@ class ClientEvaluation:
     Attributes
     ----------
     clients : str
-        ``all``, ``participants``, ``sample`` or ``none``.
+        ``auto``, ``all``, ``participants``, ``sample`` or ``none``. ``auto`` is
+        ``all`` up to :data:`AUTO_ALL_UP_TO` clients, else ``participants`` with
+        a complete round every ``full_every`` (:data:`AUTO_FULL_EVERY`) rounds.
     sample_size : int or None
         For ``sample``: clients scored per round (seeded per round).
     full_every : int or None
@@ -91,15 +104,29 @@ class ClientEvaluation:
         The federation's last round, which always scores every client.
     """
 
-    clients: str = "all"
+    clients: str = "auto"
     sample_size: int | None = None
     full_every: int | None = None
     rounds: int | None = None
+
+    def resolved(self, n_clients: int) -> ClientEvaluation:
+        """This plan with ``auto`` replaced by what it means for ``n_clients``."""
+        if self.clients != "auto":
+            return self
+        if n_clients <= AUTO_ALL_UP_TO:
+            return replace(self, clients="all")
+        return replace(
+            self, clients="participants", full_every=self.full_every or AUTO_FULL_EVERY
+        )
 
     def clients_for(
         self, round_: int, selected: Sequence[int], n_clients: int, seed: int
     ) -> list[int]:
         """The clients scored in ``round_``, sorted by id."""
+        if self.clients == "auto":
+            return self.resolved(n_clients).clients_for(
+                round_, selected, n_clients, seed
+            )
         complete = (
             self.clients == "all"
             or round_ == self.rounds

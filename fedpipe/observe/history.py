@@ -56,6 +56,8 @@ def progress_line(summary: Mapping[str, Any], rounds: int, seconds: float) -> st
         if out
         else f"{selected} clients"
     )
+    if "clients_scored" in summary:  # not every client's test split this round
+        clients += f", global scored on {summary['clients_scored']}"
 
     def fmt(v: float | None) -> str:
         return "  nan " if v is None else f"{v:.4f}"
