@@ -713,27 +713,7 @@ class Runner:
         self.env = self._base_env()
 
     def _base_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-        bin_dir = str(Path(sys.executable).parent)
-        shared = self.work / "shared"
-        for sub in ("dvc-site-cache", "dvc-remote"):
-            (shared / sub).mkdir(parents=True, exist_ok=True)
-        env.update(
-            PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
-            PREFECT_API_URL=self.api_url,
-            PREFECT_SERVER_ANALYTICS_ENABLED="false",
-            DVC_NO_ANALYTICS="1",
-            DVC_SITE_CACHE_DIR=str(shared / "dvc-site-cache"),
-            FEDPIPE_DVC_REMOTE=str(shared / "dvc-remote"),
-            FEDPIPE_WARM="0",
-            GX_ANALYTICS_ENABLED="false",
-            TF_CPP_MIN_LOG_LEVEL="3",
-            GIT_AUTHOR_NAME="compare_trees",
-            GIT_AUTHOR_EMAIL="compare-trees@fedpipe.invalid",
-            GIT_COMMITTER_NAME="compare_trees",
-            GIT_COMMITTER_EMAIL="compare-trees@fedpipe.invalid",
-        )
-        return env
+        return run_env(self.work / "shared", self.api_url)
 
     def abort(self) -> None:
         """Stop every running command and start no new one."""
@@ -866,6 +846,33 @@ class Runner:
 
 class CommandFailed(Exception):
     """A command of a run failed: one line saying which and how."""
+
+
+def run_env(shared: Path, api_url: str) -> dict[str, str]:
+    """The environment of a project's commands: this interpreter's ``bin`` first on
+    ``PATH``, the Prefect server at ``api_url``, no analytics, a DVC site cache and
+    remote under ``shared`` (nothing under ``~``), no warm stage worker, a git
+    identity (scripts/chaos.py uses it too)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    bin_dir = str(Path(sys.executable).parent)
+    for sub in ("dvc-site-cache", "dvc-remote"):
+        (shared / sub).mkdir(parents=True, exist_ok=True)
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        PREFECT_API_URL=api_url,
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        DVC_NO_ANALYTICS="1",
+        DVC_SITE_CACHE_DIR=str(shared / "dvc-site-cache"),
+        FEDPIPE_DVC_REMOTE=str(shared / "dvc-remote"),
+        FEDPIPE_WARM="0",
+        GX_ANALYTICS_ENABLED="false",
+        TF_CPP_MIN_LOG_LEVEL="3",
+        GIT_AUTHOR_NAME="compare_trees",
+        GIT_AUTHOR_EMAIL="compare-trees@fedpipe.invalid",
+        GIT_COMMITTER_NAME="compare_trees",
+        GIT_COMMITTER_EMAIL="compare-trees@fedpipe.invalid",
+    )
+    return env
 
 
 def _write_params(project: Path, params: Mapping[str, Any]) -> None:
