@@ -336,6 +336,9 @@ class FaultsParams(Section):
     from_round: int = Field(1, ge=1)
 
 
+NOISE_KEYS = ("secret", "params_not_private")
+
+
 class PrivacyParams(Section):
     """Differential privacy of the federation (null ``mechanism``: none).
 
@@ -347,8 +350,15 @@ class PrivacyParams(Section):
     ``target_quantile`` of update norms (Andrew et al., 2021) with ``clip_lr`` and
     a noised clipped count (``count_noise_multiplier``, null: clients per round /
     10). Epsilon at ``delta`` is recorded after every round; ``target_epsilon``
-    stops the federation before the round that would pass it. See
-    docs/privacy.md and :mod:`fedpipe.federation.privacy`.
+    stops the federation before the round that would pass it.
+
+    ``noise_key``: ``secret`` (the default) keys the noise by the project's secret
+    key file (``.fedpipe/dp.key``, created at first use, ignored by git and DVC),
+    so nobody with ``params.yaml`` and the published weights can subtract it;
+    ``params_not_private`` derives it from ``seed`` alone, for debugging only:
+    anyone with the params can then remove the noise, and every round record
+    says the guarantee does not hold. See docs/privacy.md and
+    :mod:`fedpipe.federation.privacy`.
     """
 
     mechanism: Literal["central", "local"] | None = None
@@ -360,6 +370,7 @@ class PrivacyParams(Section):
     target_quantile: float = Field(0.5, gt=0.0, lt=1.0)
     clip_lr: float = Field(0.2, gt=0.0)
     count_noise_multiplier: float | None = Field(None, gt=0.0)
+    noise_key: Literal[NOISE_KEYS] = "secret"  # type: ignore[valid-type]
 
 
 ATTACK_NAMES = registry.names("attack")
