@@ -168,7 +168,7 @@ def test_the_attack_step_forges_poisons_and_names_as_the_branch() -> None:
     assert step.on_results(1, BEFORE, results) == results  # before from_round
     assert step.record({"round": 2, "selected": [1, 2, 3]})["malicious"] == [2]
     assert step.health(2, [2, 4], {"round": 2})["malicious"] == [2, 4]
-    flip = AttackStep(AttackPlan(make_attack("label_flip"), (0,)))
+    flip = AttackStep(AttackPlan(make_attack("label_flip_all"), (0,)))
     data = ClientData(0, np.zeros((3, 1)), np.array([0, 1, 2]), np.zeros((1, 1)),
                       np.zeros(1))  # fmt: skip
     poisoned = flip.client_data(1, data, 3)

@@ -379,12 +379,16 @@ ATTACK_NAMES = registry.names("attack")
 class AttackParams(ComponentSection):
     """Malicious clients planted on purpose (off by default: ``name: null``).
 
-    ``name`` is the attack (see :mod:`fedpipe.federation.attacks`): ``label_flip``
-    (train on labels ``C - 1 - y``), ``sign_flip`` (send ``-scale`` times the update),
+    ``name`` is the attack (see :mod:`fedpipe.federation.attacks`):
+    ``label_flip_targeted`` (train with ``source_class`` labelled
+    ``target_class``), ``label_flip_all`` (train on labels ``C - 1 - y``),
+    ``sign_flip`` (send ``-scale`` times the update),
     ``scaling`` (send ``scale`` times it; default the round's client count: model
     replacement), ``gaussian`` (send noise of std ``noise_std``), ``alie`` (``mean
     - z std`` of the benign updates; ``z`` from the round's counts unless given)
-    or ``ipm`` (``-epsilon`` times their mean); those keys are the settings the
+    or ``ipm`` (``-epsilon`` times their mean; ``epsilon`` from the round's counts,
+    reversing the mean, unless given); ``alie`` and ``ipm`` read the benign
+    updates and are refused with ``privacy.*``; those keys are the settings the
     attacks declare on their classes. Who: ``share`` of the federation's
     clients drawn once per run from the seed, or the ids in ``clients``; from
     round ``from_round`` on. The server never learns who; the round records do.
@@ -432,6 +436,7 @@ def _check_attack(params: Params) -> None:
                 f"attack.clients: {bad} out of range; allowed: client ids 0..{n - 1} "
                 f"(federation.clients={n})"
             )
+    _check_attack_privacy(params)
     name = params.strategy.name
     bound = _strategy_trait(name, "robust_share")
     if attack.name is not None and bound is not None:
@@ -443,6 +448,26 @@ def _check_attack(params: Params) -> None:
                 "malicious clients: lower attack.share (or attack.clients) or "
                 "study it with strategy.name: fedavg"
             )
+
+
+def _check_attack_privacy(params: Params) -> None:
+    """An attack that reads the benign clients' raw updates (its ``omniscient``
+    trait) is outside differential privacy's threat model: DP keeps each
+    client's update from everyone but its owner (the server sees one noised sum
+    under ``central``, noised updates under ``local``)."""
+    attack, mechanism = params.attack, params.privacy.mechanism
+    if attack.name is None or mechanism is None:
+        return
+    if registry.get("attack", attack.name).omniscient:
+        allowed = [
+            n for n, cls in registry.classes("attack").items() if not cls.omniscient
+        ]
+        raise ValueError(
+            f"attack.name={attack.name} reads the benign clients' raw updates, "
+            f"which privacy.mechanism={mechanism} keeps from everyone but their "
+            f"owner; with privacy use attack.name in {', '.join(allowed)}, or "
+            "privacy.mechanism: null to study this attack"
+        )
 
 
 def _strategy_trait(name: str, trait: str) -> Any:
