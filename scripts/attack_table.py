@@ -28,7 +28,10 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-ATTACKS = ("label_flip", "sign_flip", "scaling", "gaussian", "alie", "ipm")
+ATTACKS = (
+    "label_flip_targeted", "label_flip_all", "sign_flip", "scaling", "gaussian",
+    "alie", "ipm",
+)  # fmt: skip
 DEFENSES = (
     "fedavg", "fedmedian", "fedtrimmedavg", "krum", "multikrum", "bulyan", "clipping",
 )  # fmt: skip

@@ -410,10 +410,10 @@ VARIANTS: tuple[Variant, ...] = (
     ),
     Variant(
         "label-flip-krum",
-        "attack label_flip (share 0.2) against krum",
+        "attack label_flip_all (share 0.2) against krum",
         _fed(5)
         | _strategy("krum", num_byzantine=1)
-        | {"attack": {"name": "label_flip", "share": 0.2}},
+        | {"attack": {"name": "label_flip_all", "share": 0.2}},
     ),
     Variant(
         "scaling-clipping",

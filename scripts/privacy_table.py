@@ -14,7 +14,8 @@ amplifies privacy, which is why DP-FedAvg is run with many clients.
         [--federations 10:10 100:20 500:100] [--cohort-size 50] [--out DIR]
 
 Prints the table as Markdown and writes ``privacy_table.md`` / ``.json`` to
-``--out``.
+``--out``. The noise is keyed by the project's secret key (``.fedpipe/dp.key``
+in the working directory, created at first use), as in a run.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ import numpy as np
 
 from fedpipe.client import make_client
 from fedpipe.client.base import LocalTraining
+from fedpipe.config import layout
 from fedpipe.config.params import PartitionParams
 from fedpipe.config.privacy import Privacy
+from fedpipe.core.secretkey import load_or_create_key
 from fedpipe.data.ingest import ingest_arrays, open_features, read_samples, read_schema
 from fedpipe.data.sources import DatasetSpec, load_mnist5k
 from fedpipe.data.splits import FederatedData, federated_data, partition_table
@@ -94,6 +97,7 @@ def run(
     lr: float,
     seed: int,
     cohort_size: int | None,
+    key: bytes | None = None,
 ) -> dict[str, Any]:
     """One federation of ``rounds`` rounds; its last round's numbers."""
     strategy = make_strategy("fedavg")
@@ -110,7 +114,9 @@ def run(
                 global_weights=weights,
                 server_state=state,
                 client_states=states,
-                strategy=private_strategy(strategy, privacy, seed=seed),
+                strategy=private_strategy(
+                    strategy, privacy, seed=seed, key=key if privacy else None
+                ),
                 algorithm=make_client("sgd"),
                 training=LocalTraining(epochs=1, batch_size=32, lr=lr),
                 clients_per_round=per_round,
@@ -189,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                     lr=args.lr,
                     seed=args.seed,
                     cohort_size=args.cohort_size,
+                    key=load_or_create_key(layout.DP_KEY),
                 )
                 spent = (last.get("privacy") or {}).get("epsilon")
                 rows.append(

@@ -21,6 +21,7 @@ from prefect.cache_policies import NO_CACHE
 from fedpipe.config import layout
 from fedpipe.config.params import Params
 from fedpipe.core.jsonio import write_json
+from fedpipe.core.secretkey import load_or_create_key
 from fedpipe.core.weights import load_state, load_weights, save_state, save_weights
 from fedpipe.data.sources import prepared_spec
 from fedpipe.federation.build import (
@@ -29,6 +30,7 @@ from fedpipe.federation.build import (
     failure_policy,
     local_training,
     model_spec,
+    needs_key,
     planted_faults,
     privacy_for,
     private_strategy,
@@ -114,7 +116,9 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         global_weights=load_weights(layout.model_weights(round_ - 1)),
         server_state=load_state(layout.server_state(round_ - 1)),
         client_states=load_client_states(layout.client_state(round_ - 1)),
-        strategy=private_strategy(strategy, privacy_for(params), seed=params.seed),
+        strategy=private_strategy(
+            strategy, privacy_for(params), seed=params.seed, key=noise_key(params)
+        ),
         algorithm=client_algorithm_for(params, spec, strategy),
         training=local_training(params),
         clients_per_round=params.federation.clients_per_round(),
@@ -123,6 +127,13 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         planted=planted_faults(params),
         steps=round_steps_for(params),
     )
+
+
+def noise_key(params: Params) -> bytes | None:
+    """The project's secret key of DP noise (``.fedpipe/dp.key``, created at
+    first use), or None: no privacy, or ``privacy.noise_key:
+    params_not_private``."""
+    return load_or_create_key(layout.DP_KEY) if needs_key(params) else None
 
 
 @task(name="train-clients", cache_policy=NO_CACHE, retries=1)

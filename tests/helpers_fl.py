@@ -38,6 +38,8 @@ from fedpipe.client import (
 from fedpipe.config import layout
 from fedpipe.config.params import Params, round_chain
 from fedpipe.core.jsonio import write_json
+from fedpipe.core.secretkey import load_or_create_key
+from fedpipe.core.weights import save_weights
 from fedpipe.data.ingest import ingest_arrays, open_features, read_samples, read_schema
 from fedpipe.data.sources import DatasetSpec, load_mnist5k
 from fedpipe.data.splits import (
@@ -49,6 +51,7 @@ from fedpipe.data.splits import (
 from fedpipe.federation.attacks import AttackPlan
 from fedpipe.federation.build import (
     client_algorithm_for,
+    needs_key,
     privacy_for,
     private_strategy,
     round_steps,
@@ -111,6 +114,8 @@ def run_federation(
     attack: AttackPlan | None = None,
     personalization: Mapping[str, Any] | None = None,
     weights_out: list[Weights] | None = None,
+    dp_key: bytes | None = None,
+    save_models: bool = False,
 ) -> list[dict[str, Any]]:
     """Run a small federation through the library's round and write its files.
 
@@ -139,6 +144,12 @@ def run_federation(
         client algorithm is then the run's own (``client_algorithm_for``).
     weights_out : list, optional
         Receives the initial global weights, then each round's.
+    dp_key : bytes, optional
+        The secret key of DP noise; default, as the round stage: the key file
+        ``root/.fedpipe/dp.key`` (created at first use) when privacy needs one.
+    save_models : bool
+        Also write every round's global weights (``models/round-K/weights.npz``,
+        round 0 the initial model), as the pipeline publishes them.
 
     Returns
     -------
@@ -225,7 +236,9 @@ def run_federation(
     )
     if client_update is not None:
         algorithm = _Tampered(algorithm, client_update)
-    server = private_strategy(strategy_, privacy_for(params), seed=seed)
+    if dp_key is None and needs_key(params):
+        dp_key = load_or_create_key(root / layout.DP_KEY)
+    server = private_strategy(strategy_, privacy_for(params), seed=seed, key=dp_key)
     steps = round_steps(attack=attack, weight_sum_fault=weight_sum_fault)
     weights = initial_weights(model_spec, seed)
     state = strategy_.init_state(weights)
@@ -233,6 +246,8 @@ def run_federation(
         weights_out.append(weights)
     client_states: dict = {}
     summaries = []
+    if save_models:
+        save_weights(root / layout.model_weights(0), weights)
     for k in range(1, rounds + 1):
         inputs = RoundInputs(
             round=k,
@@ -262,6 +277,8 @@ def run_federation(
         table.parent.mkdir(parents=True, exist_ok=True)
         out.record.client_table().to_csv(table, index=False, float_format="%.6g")
         summaries.append(summary)
+        if save_models:
+            save_weights(root / layout.model_weights(k), out.weights)
         weights, state, client_states = out.weights, out.server_state, out.client_states
         if weights_out is not None:
             weights_out.append(weights)

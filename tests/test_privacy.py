@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from helpers_fl import run_federation  # noqa: E402
 
 BEFORE = [np.zeros((2, 2), np.float32), np.zeros(3, np.float32)]
+KEY = bytes(range(32))  # a fixed secret key for the math tests
 
 
 def _update(client: int, scale: float) -> ClientUpdate:
@@ -80,10 +81,10 @@ def test_clip_scales_the_whole_update_to_the_norm_over_all_layers() -> None:
 def test_central_mean_is_unweighted_clipped_sum_plus_noise_over_m() -> None:
     privacy = _central(sigma=0.7)
     weights, _, report = aggregate_round(
-        privacy, make_strategy("fedavg"), BEFORE, UPDATES, {}, seed=3, round_=2
+        privacy, make_strategy("fedavg"), BEFORE, UPDATES, {}, seed=3, round_=2, key=KEY
     )
     clipped = [clip_to_norm(u.weights, 1.0)[0] for u in UPDATES]
-    rng = privacy_rng(3, 2)
+    rng = privacy_rng(3, 2, key=KEY)
     noise = [rng.normal(0.0, 0.7 * 1.0, size=w.shape) for w in BEFORE]
     expected = [(sum(c[j] for c in clipped) + noise[j]) / 3 for j in range(len(BEFORE))]
     for got, want in zip(weights, expected, strict=True):
@@ -97,12 +98,12 @@ def test_central_mean_is_unweighted_clipped_sum_plus_noise_over_m() -> None:
 def test_server_optimizer_takes_the_noised_mean_as_its_pseudo_gradient() -> None:
     privacy = _central()
     avg, _, _ = aggregate_round(
-        privacy, make_strategy("fedavg"), BEFORE, UPDATES, {}, seed=1, round_=1
+        privacy, make_strategy("fedavg"), BEFORE, UPDATES, {}, seed=1, round_=1, key=KEY
     )
     momentum = make_strategy("fedavgm", server_lr=1.0, server_momentum=0.0)
     state = momentum.init_state(BEFORE)
     plain, new_state, _ = aggregate_round(
-        privacy, momentum, BEFORE, UPDATES, state, seed=1, round_=1
+        privacy, momentum, BEFORE, UPDATES, state, seed=1, round_=1, key=KEY
     )
     for a, b in zip(avg, plain, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
@@ -119,6 +120,7 @@ def test_same_seed_same_bits_and_rounds_draw_new_noise() -> None:
             {},
             seed=5,
             round_=round_,
+            key=KEY,
         )[0]
 
     first, again, other = run(1), run(1), run(2)
@@ -130,7 +132,7 @@ def test_without_privacy_the_strategy_path_is_unchanged() -> None:
     strategy = make_strategy("fedavg")
     plain, _ = strategy.aggregate_round(BEFORE, UPDATES, {})
     got, _, report = aggregate_round(
-        None, strategy, BEFORE, UPDATES, {}, seed=0, round_=1
+        None, strategy, BEFORE, UPDATES, {}, seed=0, round_=1, key=None
     )
     assert report is None
     assert all(a.tobytes() == b.tobytes() for a, b in zip(plain, got, strict=True))
@@ -139,13 +141,13 @@ def test_without_privacy_the_strategy_path_is_unchanged() -> None:
 def test_local_dp_noises_each_client_then_weights_as_usual() -> None:
     privacy = _central(sigma=0.5, mechanism="local")
     weights, _, _ = aggregate_round(
-        privacy, make_strategy("fedavg"), BEFORE, UPDATES, {}, seed=2, round_=4
+        privacy, make_strategy("fedavg"), BEFORE, UPDATES, {}, seed=2, round_=4, key=KEY
     )
     shares = np.array([u.n_samples for u in UPDATES], float)
     shares /= shares.sum()
     sent = []
     for u in UPDATES:
-        rng = privacy_rng(2, 4, u.client)
+        rng = privacy_rng(2, 4, u.client, key=KEY)
         clipped = clip_to_norm(u.weights, 1.0)[0]
         sent.append([c + rng.normal(0, 0.5, size=c.shape) for c in clipped])
     for j, got in enumerate(weights):
@@ -160,11 +162,18 @@ def test_adaptive_clip_moves_geometrically_towards_the_quantile() -> None:
         sigma=0.0, clip_norm=100.0, adaptive_clip=True, count_noise_multiplier=1e-9
     )
     _, state, report = aggregate_round(
-        privacy, make_strategy("fedavg"), BEFORE, UPDATES, {}, seed=0, round_=1
+        privacy, make_strategy("fedavg"), BEFORE, UPDATES, {}, seed=0, round_=1, key=KEY
     )
     assert float(state[CLIP_KEY]) == pytest.approx(100.0 * math.exp(-0.2 * 0.5))
     _, state2, report2 = aggregate_round(
-        privacy, make_strategy("fedavg"), BEFORE, UPDATES, state, seed=0, round_=2
+        privacy,
+        make_strategy("fedavg"),
+        BEFORE,
+        UPDATES,
+        state,
+        seed=0,
+        round_=2,
+        key=KEY,
     )
     assert report2["clip_norm"] == pytest.approx(float(state[CLIP_KEY]), rel=1e-6)
     assert float(state2[CLIP_KEY]) < float(state[CLIP_KEY])

@@ -32,6 +32,7 @@ from fedpipe.strategy import ClientUpdate, make_strategy
 from fedpipe.strategy.clipping import clipped
 
 BEFORE = [np.zeros((2, 2), dtype=np.float32), np.zeros(3, dtype=np.float32)]
+KEY = bytes(32)  # a secret key of DP noise (any 32 bytes)
 UPDATES = [
     ClientUpdate(
         c, [np.full((2, 2), 0.5 * c, np.float32), np.full(3, -c, np.float32)], 10 + c
@@ -106,13 +107,13 @@ def test_the_private_strategy_aggregates_and_records_as_the_branch(
 ) -> None:
     privacy = _privacy(mechanism=mechanism)
     inner = make_strategy("fedavg")
-    server = private_strategy(inner, privacy, seed=3)
+    server = private_strategy(inner, privacy, seed=3, key=KEY)
     assert isinstance(server, PrivateStrategy)
-    assert private_strategy(inner, None, seed=3) is inner
+    assert private_strategy(inner, None, seed=3, key=None) is inner
     bound = server.start(2, lambda k: [1, 2, 3, 4])
     got, state = bound.aggregate_round(BEFORE, UPDATES, {})
     want, want_state, report = aggregate_round(
-        privacy, inner, BEFORE, UPDATES, {}, seed=3, round_=2
+        privacy, inner, BEFORE, UPDATES, {}, seed=3, round_=2, key=KEY
     )
     assert _same(got, want) and state == want_state
     record = bound.record({"round": 2})
@@ -122,7 +123,7 @@ def test_the_private_strategy_aggregates_and_records_as_the_branch(
 
 def test_the_private_strategy_checks_the_budget_before_the_round() -> None:
     server = private_strategy(
-        make_strategy("fedavg"), _privacy(target_epsilon=1e-3), seed=0
+        make_strategy("fedavg"), _privacy(target_epsilon=1e-3), seed=0, key=KEY
     )
     with pytest.raises(PrivacyBudgetExceeded):
         server.start(1, lambda k: [0, 1, 2, 3])  # type: ignore[union-attr]
@@ -167,7 +168,7 @@ def test_the_attack_step_forges_poisons_and_names_as_the_branch() -> None:
     assert step.on_results(1, BEFORE, results) == results  # before from_round
     assert step.record({"round": 2, "selected": [1, 2, 3]})["malicious"] == [2]
     assert step.health(2, [2, 4], {"round": 2})["malicious"] == [2, 4]
-    flip = AttackStep(AttackPlan(make_attack("label_flip"), (0,)))
+    flip = AttackStep(AttackPlan(make_attack("label_flip_all"), (0,)))
     data = ClientData(0, np.zeros((3, 1)), np.array([0, 1, 2]), np.zeros((1, 1)),
                       np.zeros(1))  # fmt: skip
     poisoned = flip.client_data(1, data, 3)

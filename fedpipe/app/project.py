@@ -12,9 +12,13 @@ from importlib import resources
 from pathlib import Path
 
 TEMPLATE_FILES = ("dvc.yaml", "params.yaml")
+# the secret key of DP noise (fedpipe.core.secretkey): in no commit, no DVC
+# output or dependency, never pushed
+SECRET_DIR = ".fedpipe/"
 # written by every run but not versioned: the HTML report is rebuilt from the
 # versioned metrics (`fedpipe report`)
-GITIGNORED = ("reports/report.html", "logs/")
+GITIGNORED = ("reports/report.html", "logs/", SECRET_DIR)
+DVCIGNORED = (SECRET_DIR,)
 
 REMOTE_NAME = "storage"
 # Outside every clone, the same for every clone of a project on this machine: DVC
@@ -65,12 +69,9 @@ def init_project(
             raise FileExistsError(f"{target}: already exists; not overwriting it")
     for name in TEMPLATE_FILES:
         (directory / name).write_text(template_text(name))
-    ignore = directory / ".gitignore"
-    present = ignore.read_text().splitlines() if ignore.exists() else []
-    missing = [line for line in GITIGNORED if line not in present]
-    if missing:
-        with ignore.open("a") as f:
-            f.write("".join(f"{line}\n" for line in missing))
+    _ignore(directory / ".gitignore", GITIGNORED)
+    # `dvc init` keeps a .dvcignore that exists
+    _ignore(directory / ".dvcignore", DVCIGNORED)
     if git:
         env = dict(os.environ, DVC_NO_ANALYTICS="1")
         if not (directory / ".git").exists():
@@ -86,6 +87,15 @@ def init_project(
                 env=env,
             )
     return directory.resolve()
+
+
+def _ignore(path: Path, lines: tuple[str, ...]) -> None:
+    """Append to the ignore file ``path`` those of ``lines`` it lacks."""
+    present = path.read_text().splitlines() if path.exists() else []
+    missing = [line for line in lines if line not in present]
+    if missing:
+        with path.open("a") as f:
+            f.write("".join(f"{line}\n" for line in missing))
 
 
 def _dvc_exe() -> str:

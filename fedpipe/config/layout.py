@@ -26,6 +26,10 @@ CENTRALIZED_METRICS = Path(
     "metrics/centralized.json"
 )  # `fedpipe centralized`  # `fedpipe report`; not a pipeline output
 
+#: the secret key of DP noise (fedpipe.core.secretkey): ignored by git and DVC,
+#: neither a dependency nor an output of any stage
+DP_KEY = Path(".fedpipe/dp.key")
+
 ROUND_STAGE = "round"
 
 

@@ -336,6 +336,9 @@ class FaultsParams(Section):
     from_round: int = Field(1, ge=1)
 
 
+NOISE_KEYS = ("secret", "params_not_private")
+
+
 class PrivacyParams(Section):
     """Differential privacy of the federation (null ``mechanism``: none).
 
@@ -347,8 +350,15 @@ class PrivacyParams(Section):
     ``target_quantile`` of update norms (Andrew et al., 2021) with ``clip_lr`` and
     a noised clipped count (``count_noise_multiplier``, null: clients per round /
     10). Epsilon at ``delta`` is recorded after every round; ``target_epsilon``
-    stops the federation before the round that would pass it. See
-    docs/privacy.md and :mod:`fedpipe.federation.privacy`.
+    stops the federation before the round that would pass it.
+
+    ``noise_key``: ``secret`` (the default) keys the noise by the project's secret
+    key file (``.fedpipe/dp.key``, created at first use, ignored by git and DVC),
+    so nobody with ``params.yaml`` and the published weights can subtract it;
+    ``params_not_private`` derives it from ``seed`` alone, for debugging only:
+    anyone with the params can then remove the noise, and every round record
+    says the guarantee does not hold. See docs/privacy.md and
+    :mod:`fedpipe.federation.privacy`.
     """
 
     mechanism: Literal["central", "local"] | None = None
@@ -360,6 +370,7 @@ class PrivacyParams(Section):
     target_quantile: float = Field(0.5, gt=0.0, lt=1.0)
     clip_lr: float = Field(0.2, gt=0.0)
     count_noise_multiplier: float | None = Field(None, gt=0.0)
+    noise_key: Literal[NOISE_KEYS] = "secret"  # type: ignore[valid-type]
 
 
 ATTACK_NAMES = registry.names("attack")
@@ -368,12 +379,16 @@ ATTACK_NAMES = registry.names("attack")
 class AttackParams(ComponentSection):
     """Malicious clients planted on purpose (off by default: ``name: null``).
 
-    ``name`` is the attack (see :mod:`fedpipe.federation.attacks`): ``label_flip``
-    (train on labels ``C - 1 - y``), ``sign_flip`` (send ``-scale`` times the update),
+    ``name`` is the attack (see :mod:`fedpipe.federation.attacks`):
+    ``label_flip_targeted`` (train with ``source_class`` labelled
+    ``target_class``), ``label_flip_all`` (train on labels ``C - 1 - y``),
+    ``sign_flip`` (send ``-scale`` times the update),
     ``scaling`` (send ``scale`` times it; default the round's client count: model
     replacement), ``gaussian`` (send noise of std ``noise_std``), ``alie`` (``mean
     - z std`` of the benign updates; ``z`` from the round's counts unless given)
-    or ``ipm`` (``-epsilon`` times their mean); those keys are the settings the
+    or ``ipm`` (``-epsilon`` times their mean; ``epsilon`` from the round's counts,
+    reversing the mean, unless given); ``alie`` and ``ipm`` read the benign
+    updates and are refused with ``privacy.*``; those keys are the settings the
     attacks declare on their classes. Who: ``share`` of the federation's
     clients drawn once per run from the seed, or the ids in ``clients``; from
     round ``from_round`` on. The server never learns who; the round records do.
@@ -421,6 +436,7 @@ def _check_attack(params: Params) -> None:
                 f"attack.clients: {bad} out of range; allowed: client ids 0..{n - 1} "
                 f"(federation.clients={n})"
             )
+    _check_attack_privacy(params)
     name = params.strategy.name
     bound = _strategy_trait(name, "robust_share")
     if attack.name is not None and bound is not None:
@@ -432,6 +448,26 @@ def _check_attack(params: Params) -> None:
                 "malicious clients: lower attack.share (or attack.clients) or "
                 "study it with strategy.name: fedavg"
             )
+
+
+def _check_attack_privacy(params: Params) -> None:
+    """An attack that reads the benign clients' raw updates (its ``omniscient``
+    trait) is outside differential privacy's threat model: DP keeps each
+    client's update from everyone but its owner (the server sees one noised sum
+    under ``central``, noised updates under ``local``)."""
+    attack, mechanism = params.attack, params.privacy.mechanism
+    if attack.name is None or mechanism is None:
+        return
+    if registry.get("attack", attack.name).omniscient:
+        allowed = [
+            n for n, cls in registry.classes("attack").items() if not cls.omniscient
+        ]
+        raise ValueError(
+            f"attack.name={attack.name} reads the benign clients' raw updates, "
+            f"which privacy.mechanism={mechanism} keeps from everyone but their "
+            f"owner; with privacy use attack.name in {', '.join(allowed)}, or "
+            "privacy.mechanism: null to study this attack"
+        )
 
 
 def _strategy_trait(name: str, trait: str) -> Any:

@@ -50,6 +50,10 @@ class Privacy:
     count_noise_multiplier : float or None
         z_b: noise multiplier of the clipped count (its std is z_b / 2 on the
         count of clients inside the clip); None: ``per_round / 10``.
+    noise_key : str
+        ``secret``: the noise is keyed by the project's secret key (nobody
+        without it can regenerate it); ``params_not_private``: derived from the
+        seed alone, so the guarantee does not hold (debugging only).
     """
 
     mechanism: str
@@ -63,6 +67,12 @@ class Privacy:
     target_quantile: float = 0.5
     clip_lr: float = 0.2
     count_noise_multiplier: float | None = None
+    noise_key: str = "secret"
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the noise is keyed by a secret (the guarantee can hold)."""
+        return self.noise_key == "secret"
 
     @property
     def count_multiplier(self) -> float:

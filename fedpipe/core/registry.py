@@ -54,7 +54,10 @@ PARTITIONERS = {
 }
 
 ATTACKS = {
-    "label_flip": "fedpipe.federation.attacks.label_flip:LabelFlip",
+    "label_flip_all": "fedpipe.federation.attacks.label_flip_all:LabelFlipAll",
+    "label_flip_targeted": (
+        "fedpipe.federation.attacks.label_flip_targeted:TargetedLabelFlip"
+    ),
     "sign_flip": "fedpipe.federation.attacks.sign_flip:SignFlip",
     "scaling": "fedpipe.federation.attacks.scaling:Scaling",
     "gaussian": "fedpipe.federation.attacks.gaussian:Gaussian",

@@ -3,6 +3,12 @@
 Seeds are derived with :class:`numpy.random.SeedSequence` from the run seed and a
 fixed purpose tag plus coordinates (round, client), never from global state, so
 a round computed in a fresh process draws exactly what it draws mid-run.
+
+Randomness that must stay secret (differential privacy's noise) is keyed as well
+(:func:`keyed_rng`): a secret key's bits enter the ``SeedSequence`` entropy beside
+the seed, purpose and coordinates, and the generator is seeded by the whole
+sequence (not a 31-bit seed), so whoever lacks the key cannot regenerate it from
+the versioned ``params.yaml`` however many seeds they try.
 """
 
 from __future__ import annotations
@@ -38,3 +44,28 @@ def derive_seed(seed: int, purpose: str, *coords: int) -> int:
 def rng_for(seed: int, purpose: str, *coords: int) -> np.random.Generator:
     """A NumPy generator seeded by :func:`derive_seed`."""
     return np.random.default_rng(derive_seed(seed, purpose, *coords))
+
+
+#: bytes of a secret key (:func:`keyed_rng`): 256 bits
+KEY_BYTES = 32
+
+
+def key_words(key: bytes) -> list[int]:
+    """A key's bytes as big-endian 32-bit words (``SeedSequence`` entropy).
+
+    Raises
+    ------
+    ValueError
+        A key of other than :data:`KEY_BYTES` bytes.
+    """
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"a secret key has {KEY_BYTES} bytes, got {len(key)}")
+    return [int(w) for w in np.frombuffer(key, dtype=">u4")]
+
+
+def keyed_rng(key: bytes, seed: int, purpose: str, *coords: int) -> np.random.Generator:
+    """A generator for ``purpose`` at ``coords`` that only the holder of ``key``
+    can regenerate: seeded by the full ``SeedSequence`` of the key's 256 bits,
+    the run seed, the purpose tag and the coordinates (no 31-bit truncation)."""
+    entropy = [*key_words(key), int(seed), PURPOSES[purpose], *(int(c) for c in coords)]
+    return np.random.default_rng(np.random.SeedSequence(entropy))

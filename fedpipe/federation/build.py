@@ -50,12 +50,20 @@ def strategy_for(params: Params) -> Strategy:
 
 
 def private_strategy(
-    strategy: Strategy, privacy: Privacy | None, *, seed: int
+    strategy: Strategy, privacy: Privacy | None, *, seed: int, key: bytes | None
 ) -> Strategy:
-    """``strategy`` wrapped by ``privacy``'s mechanism (itself without privacy)."""
+    """``strategy`` wrapped by ``privacy``'s mechanism (itself without privacy);
+    ``key`` is the project's secret key (bytes, read by the task layer), None
+    only without privacy or with ``privacy.noise_key: params_not_private``."""
     if privacy is None:
         return strategy
-    return PrivateStrategy(strategy, privacy, seed=seed)
+    return PrivateStrategy(strategy, privacy, seed=seed, key=key)
+
+
+def needs_key(params: Params) -> bool:
+    """Whether the run's noise is keyed by the secret key file (DP on, with
+    ``privacy.noise_key: secret``)."""
+    return params.privacy.mechanism is not None and params.privacy.noise_key == "secret"
 
 
 def round_steps_for(params: Params) -> tuple[RoundStep, ...]:
@@ -178,6 +186,7 @@ def privacy_for(params: Params) -> Privacy | None:
         target_quantile=p.target_quantile,
         clip_lr=p.clip_lr,
         count_noise_multiplier=p.count_noise_multiplier,
+        noise_key=p.noise_key,
     )
 
 

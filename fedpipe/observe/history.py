@@ -78,14 +78,18 @@ def privacy_text(summary: Mapping[str, Any], *, short: bool = False) -> str:
     if not p:
         return ""
     eps = "∞" if p.get("epsilon") is None else f"{p['epsilon']:.3g}"
+    void = "guarantee" in p  # privacy.noise_key: params_not_private
     if short:
-        return f"  ε {eps}"
-    return (
+        return f"  ε {eps}" + (" (NOT PRIVATE: noise from params)" if void else "")
+    text = (
         f"Differential privacy ({p['mechanism']}, client level): ε = {eps} at "
         f"δ = {p['delta']:g} after round {summary['round']} "
         f"(noise multiplier {p['noise_multiplier']:g}, clip norm "
         f"{p['clip_norm']:g}, {p['clipped_fraction']:.0%} of updates clipped)"
     )
+    if void:
+        text += f". NOT PRIVATE: guarantee {p['guarantee']}"
+    return text
 
 
 def final_table(summary: Mapping[str, Any]) -> str:

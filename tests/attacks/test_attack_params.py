@@ -50,7 +50,8 @@ def test_a_share_draws_fixed_malicious_clients() -> None:
     ("sections", "key", "says"),
     [
         ({"attack": {"name": "zombie", "share": 0.1}}, "attack.name",
-         "allowed: label_flip, sign_flip, scaling, gaussian, alie, ipm"),
+         "allowed: label_flip_all, label_flip_targeted, sign_flip, scaling, "
+         "gaussian, alie, ipm"),
         ({"attack": {"name": "scaling", "share": 0.1, "scale": 0}}, "attack.scale",
          "> 0"),
         ({"attack": {"name": "sign_flip", "share": 0.1, "scale": -1}},

@@ -129,7 +129,7 @@ def test_label_flip_trains_a_real_keras_client_on_flipped_labels() -> None:
         (job,) = client_jobs(inputs, [0])
         return run_client(job, runner).update.weights
 
-    plan = AttackPlan(make_attack("label_flip"), (0,))
+    plan = AttackPlan(make_attack("label_flip_all"), (0,))
     poisoned = trained(data, plan)
     assert all(
         np.array_equal(a, b)

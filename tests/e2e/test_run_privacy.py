@@ -6,15 +6,22 @@ from __future__ import annotations
 
 import json
 import shutil
+import stat
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from e2e_helpers import BIN, SCRIPTS, TINY, run_cli
 
+from fedpipe.config import layout
+from fedpipe.config.params import load_params
 from fedpipe.config.privacy import Privacy
+from fedpipe.core.seeds import rng_for
+from fedpipe.core.weights import load_weights
 from fedpipe.federation.privacy.accountant import central_epsilon
+from fedpipe.federation.privacy.mechanism import gaussian_like, global_norm, privacy_rng
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -68,6 +75,34 @@ def test_target_epsilon_stops_the_run_and_epsilon_is_a_dvc_metric(
         if "privacy" in values
     }
     assert found["metrics/rounds/round-1.json"] < found["metrics/rounds/round-2.json"]
+    _the_published_files_do_not_give_the_noise_away(project, cli_env, per_round=2)
+
+
+def _the_published_files_do_not_give_the_noise_away(
+    project: Path, cli_env: dict[str, str], *, per_round: int
+) -> None:
+    """The round stage keyed the noise by the project's key file, which git
+    ignores; from params.yaml and the weights alone the noise of round 1 does
+    not come off, with the key it does (central FedAvg, fixed clip 1)."""
+    key_file = project / layout.DP_KEY
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    run_cli(["git", "check-ignore", "-q", str(layout.DP_KEY)], project, cli_env)
+    params = load_params(project / "params.yaml")
+    record = json.loads((project / "metrics/rounds/round-1.json").read_text())
+    signal, noise = record["privacy"]["signal_norm"], record["privacy"]["noise_norm"]
+    before = load_weights(project / layout.model_weights(0))
+    after = load_weights(project / layout.model_weights(1))
+    delta = [np.asarray(a, np.float64) - b for a, b in zip(after, before, strict=True)]
+    sigma = params.privacy.noise_multiplier * params.privacy.clip_norm
+
+    def stripped(rng: np.random.Generator) -> float:
+        z = gaussian_like(rng, delta, sigma)
+        return global_norm([d - n / per_round for d, n in zip(delta, z, strict=True)])
+
+    attacker = stripped(rng_for(params.seed, "privacy", 1))
+    assert abs(attacker - signal) > 0.5 * noise, (attacker, signal, noise)
+    owner = stripped(privacy_rng(params.seed, 1, key=key_file.read_bytes()))
+    assert owner == pytest.approx(signal, rel=1e-3, abs=1e-4)
 
 
 def test_privacy_table_script_at_one_epsilon(

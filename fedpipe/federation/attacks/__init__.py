@@ -27,8 +27,9 @@ from fedpipe.federation.attacks.alie import Alie, alie_z
 from fedpipe.federation.attacks.base import Attack, Weights
 from fedpipe.federation.attacks.gaussian import Gaussian
 from fedpipe.federation.attacks.ipm import Ipm
-from fedpipe.federation.attacks.label_flip import LabelFlip
-from fedpipe.federation.attacks.labels import flipped
+from fedpipe.federation.attacks.label_flip_all import LabelFlipAll
+from fedpipe.federation.attacks.label_flip_targeted import TargetedLabelFlip
+from fedpipe.federation.attacks.labels import flipped, flipped_pair
 from fedpipe.federation.attacks.scaling import Scaling
 from fedpipe.federation.attacks.sign_flip import SignFlip
 from fedpipe.federation.steps import RoundStep
@@ -223,12 +224,14 @@ __all__ = [
     "FlippedLabels",
     "Gaussian",
     "Ipm",
-    "LabelFlip",
+    "LabelFlipAll",
     "Scaling",
     "SignFlip",
+    "TargetedLabelFlip",
     "alie_z",
     "choose_malicious",
     "flipped",
+    "flipped_pair",
     "make_attack",
     "malicious_count",
     "tampered_results",

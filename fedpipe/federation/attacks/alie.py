@@ -28,7 +28,7 @@ def alie_z(n: int, f: int) -> float:
     Examples
     --------
     >>> round(alie_z(10, 2), 4), round(alie_z(20, 4), 4)
-    (0.2533, 0.2533)
+    (0.2533, 0.3853)
     """
     s = max(math.floor(n / 2 + 1) - f, 1)
     cdf = (n - s) / n

@@ -17,9 +17,14 @@ NOISE_STD = Setting(
 class Gaussian(Attack):
     """Send ``Δ_i ~ N(0, σ² I)``, independent of any training.
 
-    The "Gaussian" Byzantine attack of Blanchard et al. (2017) and Flower's
-    FLANDERS baseline; FedML's "random" attack. Noise is drawn per client and
-    round from ``rng_for(seed, "attack", round, client)``, layer by layer.
+    A random Byzantine update in the manner of the Gaussian attack of
+    Blanchard et al. (NeurIPS 2017, "Machine Learning with Adversaries:
+    Byzantine Tolerant Gradient Descent"): zero-mean, with no training behind
+    it. The scale is ``attack.noise_std`` here; other libraries' attacks of the
+    same name (FedML, Flower's baselines) differ in mean, scale or what they
+    replace, and this one is not claimed to equal any of them. Noise is drawn
+    per client and round from ``rng_for(seed, "attack", round, client)``,
+    layer by layer.
 
     Parameters
     ----------

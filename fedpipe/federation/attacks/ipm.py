@@ -1,4 +1,4 @@
-"""Inner product manipulation: the negated, shrunk mean of the benign updates."""
+"""Inner product manipulation: the negated, scaled mean of the benign updates."""
 
 from __future__ import annotations
 
@@ -10,32 +10,55 @@ from fedpipe.core.component import Setting
 from fedpipe.federation.attacks.base import Attack, Weights, check_positive
 
 EPSILON = Setting(
-    "epsilon", float, default=0.5, gt=0.0, help="sends -epsilon x the benign mean"
+    "epsilon",
+    float,
+    gt=0.0,
+    help="sends -epsilon x the benign mean (null: 2(n-m)/m, reverses the mean)",
 )
+
+
+def reversing_epsilon(n: int, m: int) -> float:
+    """The default ``ε = 2 (n - m) / m`` for ``m`` attackers among ``n`` updates.
+
+    With equal weights the mean of ``n - m`` benign updates ``μ`` and ``m``
+    copies of ``-ε μ`` is ``μ (n - m - m ε) / n``: its inner product with ``μ``
+    turns negative only for ``ε > (n - m) / m`` (Xie et al.'s condition against
+    the mean). Twice that bound makes the mean exactly ``-(n - m) / n μ``: the
+    benign clients' contribution, reversed.
+
+    Examples
+    --------
+    >>> reversing_epsilon(20, 4)
+    8.0
+    """
+    return 2.0 * (n - m) / max(m, 1)
 
 
 class Ipm(Attack):
     """Every malicious client sends ``-ε μ`` (omniscient).
 
-    ``μ`` is the mean of the round's benign updates: the aggregate's inner
-    product with the true direction turns negative while each forged update
-    stays small. Xie, Koyejo and Gupta (UAI 2019), "Fall of Empires: Breaking
-    Byzantine-tolerant SGD by Inner Product Manipulation",
-    https://arxiv.org/abs/1903.03936 (they use ε = 0.1 against Krum-like rules
-    and large ε against the mean).
+    ``μ`` is the mean of the round's benign updates. Xie, Koyejo and Gupta
+    (UAI 2019), "Fall of Empires: Breaking Byzantine-tolerant SGD by Inner
+    Product Manipulation", https://arxiv.org/abs/1903.03936: against the mean
+    the attack needs ``ε > (n - m) / m`` to turn the aggregate's inner product
+    with ``μ`` negative (4 for 4 attackers among 20); a small ε (they use 0.1
+    against Krum-like rules) only shrinks FedAvg's update. The default computes
+    ε per round from the round's counts (:func:`reversing_epsilon`), so FedAvg
+    is reversed whatever the share; set ``attack.epsilon`` for a fixed one.
 
     Parameters
     ----------
-    epsilon : float, default 0.5
-        ``ε > 0`` (``attack.epsilon``).
+    epsilon : float or None, default None
+        ``ε > 0`` (``attack.epsilon``); None: :func:`reversing_epsilon` of the
+        round's ``n`` updates and ``m`` attackers.
     """
 
     name = "ipm"
     settings = (EPSILON,)
     omniscient = True
 
-    def __init__(self, *, epsilon: float = 0.5) -> None:
-        self.epsilon = check_positive(EPSILON, epsilon)
+    def __init__(self, *, epsilon: float | None = None) -> None:
+        self.epsilon = None if epsilon is None else check_positive(EPSILON, epsilon)
 
     def forge(
         self,
@@ -45,8 +68,13 @@ class Ipm(Attack):
         n_updates: int,
         rngs: Sequence[np.random.Generator],
     ) -> list[Weights]:
+        epsilon = (
+            reversing_epsilon(n_updates, len(own))
+            if self.epsilon is None
+            else self.epsilon
+        )
         forged = [
-            -self.epsilon * np.stack([b[layer] for b in benign]).mean(axis=0)
+            -epsilon * np.stack([b[layer] for b in benign]).mean(axis=0)
             for layer in range(len(benign[0]))
         ]
         return [[f.copy() for f in forged] for _ in own]

@@ -21,9 +21,16 @@ geometrically, ``C <- C exp(-eta (b - gamma))`` with b the noised share inside a
 gamma ``privacy.target_quantile``. The clip lives in the server state
 (``privacy/clip``), so a round computed in a fresh process uses the same one.
 
-All arithmetic is float64 in client order; noise is drawn from
-``rng_for(seed, "privacy", round)`` (and the client, for local DP): same params,
-same bits.
+All arithmetic is float64 in client order. Noise is keyed by a secret
+(:func:`privacy_rng`): the project's key file (``privacy.noise_key: secret``,
+the default) enters the generator's entropy with the seed and the round, so the
+owner of the key reproduces a run bit for bit and nobody with ``params.yaml`` and
+the published weights can regenerate (and subtract) the noise. Local DP draws
+each client's noise from a key of that client's own (HMAC of the project key
+and its id), which the records and the other clients' keys do not give away.
+``privacy.noise_key: params_not_private`` draws from ``rng_for(seed,
+"privacy", round, *client)`` alone, for debugging: then the guarantee does not
+hold, and every round record says so.
 """
 
 from __future__ import annotations
@@ -35,7 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedpipe.config.privacy import Privacy
-from fedpipe.core.seeds import rng_for
+from fedpipe.core.secretkey import derived_key
+from fedpipe.core.seeds import keyed_rng, rng_for
 from fedpipe.strategy.aggregate import Weights
 from fedpipe.strategy.clipping import clipped_with_norm, update_norm
 
@@ -137,6 +145,26 @@ def locally_noised(
     return sent, clipped.norms[0]
 
 
-def privacy_rng(seed: int, round_: int, *client: int) -> np.random.Generator:
-    """The round's (or a client's) noise generator."""
-    return rng_for(seed, "privacy", round_, *client)
+#: the label of a client's local-DP key (:func:`client_key`)
+LOCAL_KEY_LABEL = "fedpipe/local-dp/client"
+
+
+def client_key(key: bytes, client: int) -> bytes:
+    """Client ``client``'s own local-DP key, derived from the project key."""
+    return derived_key(key, LOCAL_KEY_LABEL, client)
+
+
+def privacy_rng(
+    seed: int, round_: int, *client: int, key: bytes | None
+) -> np.random.Generator:
+    """The round's noise generator (central DP), or client ``client``'s (local
+    DP: keyed by :func:`client_key`).
+
+    ``key`` None is ``privacy.noise_key: params_not_private``: the noise then
+    derives from the seed alone and anyone with ``params.yaml`` regenerates it.
+    """
+    if key is None:
+        return rng_for(seed, "privacy", round_, *client)
+    if client:
+        return keyed_rng(client_key(key, client[0]), seed, "privacy", round_, *client)
+    return keyed_rng(key, seed, "privacy", round_)

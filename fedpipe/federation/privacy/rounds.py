@@ -59,12 +59,18 @@ class PrivateStrategy(StrategyWrapper):
     privacy : Privacy
         The mechanism and the budget.
     seed : int
-        The experiment's seed (the noise derives from it).
+        The experiment's seed (the noise derives from it and ``key``).
+    key : bytes or None
+        The project's secret key (:mod:`fedpipe.core.secretkey`); None only with
+        ``privacy.noise_key: params_not_private``. Never printed or recorded.
     """
 
-    def __init__(self, inner: Strategy, privacy: Privacy, *, seed: int) -> None:
+    def __init__(
+        self, inner: Strategy, privacy: Privacy, *, seed: int, key: bytes | None
+    ) -> None:
         super().__init__(inner)
-        self.privacy, self.seed = privacy, seed
+        check_key(privacy, key)
+        self.privacy, self.seed, self._key = privacy, seed, key
         self.round: int | None = None
         self.epsilon: float | None = None
         self.report: dict[str, Any] | None = None
@@ -76,7 +82,7 @@ class PrivateStrategy(StrategyWrapper):
         """This strategy for round ``round_`` (a new object), once the budget
         allows it."""
         epsilon = spend(self.privacy, round_, sampled)
-        bound = PrivateStrategy(self.inner, self.privacy, seed=self.seed)
+        bound = PrivateStrategy(self.inner, self.privacy, seed=self.seed, key=self._key)
         bound.round, bound.epsilon = round_, epsilon
         return bound
 
@@ -93,6 +99,7 @@ class PrivateStrategy(StrategyWrapper):
             state,
             seed=self.seed,
             round_=self.round,
+            key=self._key,
         )
         return weights, new_state
 
@@ -101,6 +108,35 @@ class PrivateStrategy(StrategyWrapper):
         noise against signal)."""
         private = with_epsilon(self.report, self.privacy, self.epsilon)
         return {**fields, "privacy": private}
+
+
+def check_key(privacy: Privacy, key: bytes | None) -> None:
+    """A secret key where ``privacy.noise_key`` asks for one, none where not.
+
+    Raises
+    ------
+    ValueError
+        ``noise_key: secret`` without a key (the noise would be derivable from
+        the params), or a key with ``params_not_private``.
+    """
+    if privacy.keyed and key is None:
+        raise ValueError(
+            "privacy.noise_key=secret needs the project's secret key (bytes); "
+            "without it the noise would derive from params.yaml alone"
+        )
+    if not privacy.keyed and key is not None:
+        raise ValueError(
+            f"privacy.noise_key={privacy.noise_key} derives the noise from the "
+            "params alone; pass key=None"
+        )
+
+
+#: what every round record of ``privacy.noise_key: params_not_private`` says
+NOT_PRIVATE = (
+    "none: privacy.noise_key=params_not_private derives the noise from params.yaml "
+    "alone, so anyone with it and the weights can subtract the noise; epsilon "
+    "does not hold"
+)
 
 
 def spend(privacy: Privacy | None, round_: int, sampled: Sampler) -> float | None:
@@ -125,9 +161,11 @@ def aggregate_round(
     *,
     seed: int,
     round_: int,
+    key: bytes | None,
 ) -> tuple[Weights, State, dict[str, Any] | None]:
     """The round's new weights and server state, through ``privacy``'s mechanism,
-    and its privacy record (None without privacy).
+    and its privacy record (None without privacy). ``key``: the project's secret
+    key (None only with ``privacy.noise_key: params_not_private``).
 
     Raises
     ------
@@ -138,14 +176,15 @@ def aggregate_round(
     if privacy is None:
         weights, new_state = strategy.aggregate_round(before, updates, state)
         return weights, new_state, None
+    check_key(privacy, key)
     ordered = sorted(updates, key=lambda u: u.client)
     _refuse_non_finite(ordered)
     inner_state = {k: v for k, v in state.items() if k != CLIP_KEY}
     if privacy.mechanism == "central":
         return _central(
-            privacy, strategy, before, ordered, state, inner_state, seed, round_
+            privacy, strategy, before, ordered, state, inner_state, seed, round_, key
         )
-    return _local(privacy, strategy, before, ordered, inner_state, seed, round_)
+    return _local(privacy, strategy, before, ordered, inner_state, seed, round_, key)
 
 
 def _central(
@@ -157,10 +196,11 @@ def _central(
     inner_state: State,
     seed: int,
     round_: int,
+    key: bytes | None,
 ) -> tuple[Weights, State, dict[str, Any]]:
     clip = float(state[CLIP_KEY]) if CLIP_KEY in state else privacy.clip_norm
     clipped = clipped_deltas(before, [u.weights for u in updates], clip)
-    rng = privacy_rng(seed, round_)
+    rng = privacy_rng(seed, round_, key=key)
     mean_delta = noised_mean(clipped, privacy, rng)
     synthetic = [
         np.asarray(g, dtype=np.float64) + d
@@ -188,11 +228,12 @@ def _local(
     inner_state: State,
     seed: int,
     round_: int,
+    key: bytes | None,
 ) -> tuple[Weights, State, dict[str, Any]]:
     sent = []
     for u in updates:
         noised, _ = locally_noised(
-            before, u.weights, privacy, privacy_rng(seed, round_, u.client)
+            before, u.weights, privacy, privacy_rng(seed, round_, u.client, key=key)
         )
         sent.append(ClientUpdate(u.client, noised, u.n_samples, u.extras))
     weights, new_state = strategy.aggregate_round(before, sent, inner_state)
@@ -225,8 +266,11 @@ def _report(
         for j in range(len(clipped.deltas[0]))
     ]
     n = len(clipped.norms)
+    guarantee = {} if privacy.keyed else {"guarantee": NOT_PRIVATE}
     return {
         "mechanism": privacy.mechanism,
+        "noise_key": privacy.noise_key,
+        **guarantee,
         "noise_multiplier": privacy.noise_multiplier,
         "clip_norm": round(clipped.clip, 6),
         "clipped_fraction": round((n - clipped.inside) / n, 6),
