@@ -139,7 +139,10 @@ def test_steps_and_stragglers_planned() -> None:
         n_clients=4,
     )
     assert plan.partial == {2: 5, 3: 5} and plan.excluded == {}
-    assert plan.train[0] is training and plan.train[3].max_steps == 5
+    # under a deadline every client's budget is its round_steps (the trainer holds
+    # it for all its fits together); train.local_steps stays per fit
+    assert plan.train[0] == replace(training, round_steps=5)
+    assert plan.train[3].round_steps == 5 and plan.train[3].max_steps is None
     dropped = plan_round(
         range(4),
         n_train=n_train,

@@ -355,6 +355,7 @@ def _plan(inputs: RoundInputs, selected: Sequence[int]) -> RoundPlan:
         seed=inputs.seed,
         round_=inputs.round,
         n_clients=len(inputs.data.clients),
+        fits=inputs.algorithm.fits_per_round,
     )
 
 
