@@ -109,7 +109,9 @@ def test_a_client_that_took_no_step_adds_nothing() -> None:
 def test_float32_models_come_back_float32() -> None:
     start = [w.astype(np.float32) for w in _weights(0)]
     updates = [
-        ClientUpdate(c, [w.astype(np.float32) for w in _weights(c + 1)], 10, steps=c + 1)
+        ClientUpdate(
+            c, [w.astype(np.float32) for w in _weights(c + 1)], 10, steps=c + 1
+        )
         for c in range(3)
     ]
     got = _aggregate(start, updates)

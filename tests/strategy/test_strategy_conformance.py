@@ -176,7 +176,10 @@ def test_updates_equal_to_the_global_weights_leave_them_unchanged(name: str) -> 
     for _ in range(3):  # also with non-zero server state from earlier rounds
         round_updates = [
             ClientUpdate(
-                c, [w.copy() for w in start], n, {"control_delta": weights(c)},
+                c,
+                [w.copy() for w in start],
+                n,
+                {"control_delta": weights(c)},
                 steps_of(c),
             )
             for c, n in zip(CLIENTS, COUNTS, strict=True)
