@@ -298,6 +298,9 @@ def run_round(
                      probs=probs, losses=losses, excluded=excluded,
                      dead_units=dead)  # fmt: skip
     seconds = float(health.pop("seconds"))
+    expected = strategy.weight_sum([r.update for r in usable])
+    if expected is not None:  # the doctor's reference for this round's weights
+        health["aggregation"]["expected_weight_sum"] = expected
     return RoundOutputs(weights, server_state, states, record, health, seconds)
 
 

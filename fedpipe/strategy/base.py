@@ -301,6 +301,13 @@ class Strategy(Component, abc.ABC):
         """Settings of the :attr:`client_algorithm` (FedProx: ``proximal_mu``)."""
         return {}
 
+    def weight_sum(self, updates: Sequence[ClientUpdate]) -> float | None:
+        """What the weights of this round's step on the client updates
+        (``w_new - w = sum_i a_i (w_i - w)``) sum to, when that depends on the
+        updates (FedNova: their local steps); the round writes it into the health
+        record for the doctor. None: 1, or :attr:`weight_sum_setting`."""
+        return None
+
     def broadcast(self, state: State) -> dict[str, Weights]:
         """What every selected client receives besides the global weights, laid
         out like them (SCAFFOLD: the server control variate ``"c"``). Default:

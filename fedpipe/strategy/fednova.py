@@ -59,6 +59,17 @@ class FedNova(Strategy):
             new.append(w64 - tau_eff * d)
         return cast_like(new, global_weights), {}
 
+    def weight_sum(self, updates: Sequence[ClientUpdate]) -> float:
+        """``sum_i p_i tau_eff / tau_i`` over the clients that took steps: the step
+        is ``sum_i p_i (tau_eff / tau_i) (w_i - w)``, so its weights sum to more
+        than 1 when the clients' steps differ (1 when they are equal)."""
+        taus = [_steps(u) for u in updates]
+        p = normalized([u.n_samples for u in updates])
+        tau_eff = float(np.dot(p, np.asarray(taus, dtype=np.float64)))
+        return float(
+            sum(p_i * tau_eff / t for p_i, t in zip(p, taus, strict=True) if t > 0)
+        )
+
 
 def _steps(update: ClientUpdate) -> int:
     """Client ``update``'s local steps, or AggregationError naming it."""
