@@ -298,9 +298,6 @@ def run_round(
                      probs=probs, losses=losses, excluded=excluded,
                      dead_units=dead)  # fmt: skip
     seconds = float(health.pop("seconds"))
-    expected = strategy.weight_sum([r.update for r in usable])
-    if expected is not None:  # the doctor's reference for this round's weights
-        health["aggregation"]["expected_weight_sum"] = expected
     return RoundOutputs(weights, server_state, states, record, health, seconds)
 
 
@@ -470,6 +467,10 @@ def _health(
         excluded=excluded,
         dead_units=dead_units,
     )
+    aggregated = [r.update for r in results if r.client not in (excluded or {})]
+    expected = inputs.strategy.weight_sum(aggregated) if after is not None else None
+    if expected is not None:  # the doctor's reference for this round's weights
+        health["aggregation"]["expected_weight_sum"] = expected
     for step in inputs.steps:
         health = step.health(inputs.round, [r.client for r in results], health)
     return health
