@@ -9,6 +9,7 @@ usable updates stop the round with one line.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -17,6 +18,7 @@ from helpers_fl import run_federation
 
 from fedpipe.app.exits import known_failure as _known_failure
 from fedpipe.client import LocalTraining, make_client
+from fedpipe.config import layout
 from fedpipe.config.params import ParamsError, parse_params, round_chain
 from fedpipe.data.sources import DatasetSpec
 from fedpipe.data.splits import ClientData, FederatedData
@@ -139,7 +141,10 @@ def test_steps_and_stragglers_planned() -> None:
         n_clients=4,
     )
     assert plan.partial == {2: 5, 3: 5} and plan.excluded == {}
-    assert plan.train[0] is training and plan.train[3].max_steps == 5
+    # under a deadline every client's budget is its round_steps (the trainer holds
+    # it for all its fits together); train.local_steps stays per fit
+    assert plan.train[0] == replace(training, round_steps=5)
+    assert plan.train[3].round_steps == 5 and plan.train[3].max_steps is None
     dropped = plan_round(
         range(4),
         n_train=n_train,
@@ -357,3 +362,31 @@ def test_the_doctor_names_the_round_that_stopped(tmp_path) -> None:
     first = findings[0]
     assert first.code == codes.ROUND_STOPPED_CLIENTS_LOST and first.severity == "error"
     assert first.rounds == [2] and "client 3 (nonfinite)" in first.evidence[0]
+
+
+def test_fednova_with_partial_stragglers_is_not_misweighted(tmp_path) -> None:
+    """FedNova's step weights clients p_i tau_eff / tau_i, which sum to more than 1
+    when their steps differ: the round records that sum, and the doctor checks
+    the fitted weights against it (before, a healthy run got an error)."""
+    slow = FailurePolicy(round_deadline_steps=8, slow_clients=0.3, slow_speed=0.25)
+    run_federation(tmp_path, strategy="fednova", rounds=2, batch_size=8, failures=slow)
+    health = json.loads((tmp_path / layout.health_metrics(1)).read_text())
+    aggregation = health["aggregation"]
+    assert aggregation["expected_weight_sum"] > 1.05  # 2-step and 8-step clients
+    assert aggregation["weight_sum"] == pytest.approx(
+        aggregation["expected_weight_sum"], abs=1e-3
+    )
+    findings = {f.code for f in diagnose(tmp_path)}
+    assert codes.AGGREGATION_WEIGHTS_NOT_NORMALIZED not in findings
+    # a planted weight-sum fault on top is still found
+    (tmp_path / "fault").mkdir()
+    run_federation(
+        tmp_path / "fault",
+        strategy="fednova",
+        rounds=2,
+        batch_size=8,
+        failures=slow,
+        weight_sum_fault=1.8,
+    )
+    findings = {f.code for f in diagnose(tmp_path / "fault")}
+    assert codes.AGGREGATION_WEIGHTS_NOT_NORMALIZED in findings

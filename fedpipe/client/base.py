@@ -27,7 +27,8 @@ An algorithm is a small, stateless object built from its settings (the keys in
 carried between rounds goes through ``state``, so a round can be recomputed from
 files alone. It must be deterministic given the task (seeds come from
 :meth:`ClientTask.seed_for`), must not modify its inputs, and may train as often as
-it likes through the trainer (Ditto trains twice).
+it likes through the trainer (Ditto trains twice), all its fits together
+within the round's step budget (``LocalTraining.round_steps``).
 """
 
 from __future__ import annotations
@@ -60,13 +61,19 @@ class LocalTraining:
     lr : float
         Local learning rate (``train.lr``; SCAFFOLD's control update needs it).
     max_steps : int or None
-        Stop after this many minibatch steps (``train.local_steps``).
+        Stop each fit after this many minibatch steps (``train.local_steps``).
+    round_steps : int or None
+        The client's step budget for the whole round
+        (``federation.round_deadline_steps``, a slow client's share of it): every
+        fit of the round together takes at most this many steps, whatever the
+        algorithm (Ditto fits twice); None: no budget.
     """
 
     epochs: int
     batch_size: int
     lr: float
     max_steps: int | None = None
+    round_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +141,10 @@ class ClientReply:
     local_model : list of ndarray or None
         The client's locally trained model as reported in ``local`` metrics when it
         is not ``weights`` (FedPer sends only its shared layers).
+    steps : int or None
+        Local optimizer steps that produced ``weights`` (:attr:`LocalFit.steps`;
+        FedNova normalizes by them). None: every step the client took this round
+        (what its trainer counted) stands for them.
     """
 
     weights: Weights = field(repr=False)
@@ -141,6 +152,7 @@ class ClientReply:
     extras: Mapping[str, Weights] = field(default_factory=dict, repr=False)
     state: ClientState = field(default_factory=dict, repr=False)
     local_model: Weights | None = field(default=None, repr=False)
+    steps: int | None = None
 
 
 class LocalTrainer(abc.ABC):
@@ -152,10 +164,14 @@ class LocalTrainer(abc.ABC):
     :meth:`fit` minimizes the local objective
     ``L(w) + mu/2 ||w - anchor||^2 + <offset, w>`` (see
     :meth:`fedpipe.model.training.ModelRunner.fit`) with the optimizer of ``train.*``.
+    A trainer serves one client's round: :attr:`steps_taken` counts the steps of
+    all its fits, and with ``training.round_steps`` set no fit goes past that
+    budget (a fit with none left returns its start weights, 0 steps).
     """
 
     training: LocalTraining
     n_train: int
+    steps_taken: int = 0
 
     @property
     @abc.abstractmethod
@@ -215,6 +231,15 @@ class ClientAlgorithm(Component, abc.ABC):
         """One round of local work: receive ``task``, train, reply."""
 
     # ------------------------------------------------------------ personalization
+
+    @property
+    def fits_per_round(self) -> int:
+        """How many fits of ``train.*`` length one :meth:`train` runs (Ditto: its
+        inner algorithm's and one more). A round's deadline counts a client a
+        straggler when these fits together need more steps than its budget
+        (:func:`fedpipe.federation.failures.steps_needed`); the trainer holds the
+        budget whatever this says."""
+        return 1
 
     @property
     def personalized(self) -> bool:

@@ -29,4 +29,4 @@ class FedProxClient(ClientAlgorithm):
             seed=task.seed_for("train"),
             proximal_mu=self.proximal_mu,
         )
-        return ClientReply(fit.weights, train_loss=fit.loss)
+        return ClientReply(fit.weights, train_loss=fit.loss, steps=fit.steps)

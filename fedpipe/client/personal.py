@@ -61,6 +61,10 @@ class Personalized(ClientAlgorithm):
     def frozen(self) -> tuple[int, ...]:
         return self.inner.frozen
 
+    @property
+    def fits_per_round(self) -> int:
+        return self.inner.fits_per_round
+
 
 def _positions(state: Mapping[str, np.ndarray], prefix: str) -> dict[int, np.ndarray]:
     """State entries ``prefix/JJJ`` by position J."""
@@ -155,6 +159,11 @@ class Ditto(Personalized):
     def __init__(self, inner: ClientAlgorithm, *, lam: float = 0.1) -> None:
         super().__init__(inner)
         self.lam = float(lam)
+
+    @property
+    def fits_per_round(self) -> int:
+        """The inner algorithm's fits and the personal model's."""
+        return self.inner.fits_per_round + 1
 
     def train(self, task: ClientTask, trainer: LocalTrainer) -> ClientReply:
         reply = self.inner.train(task, trainer)

@@ -67,6 +67,7 @@ class ScaffoldClient(ClientAlgorithm):
             train_loss=fit.loss,
             extras={CONTROL_DELTA: delta},
             state={self.name: pack(CLIENT_CONTROL, new)},
+            steps=fit.steps,
         )
 
 

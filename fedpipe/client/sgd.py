@@ -13,4 +13,4 @@ class LocalSGD(ClientAlgorithm):
 
     def train(self, task: ClientTask, trainer: LocalTrainer) -> ClientReply:
         fit = trainer.fit(task.global_weights, seed=task.seed_for("train"))
-        return ClientReply(fit.weights, train_loss=fit.loss)
+        return ClientReply(fit.weights, train_loss=fit.loss, steps=fit.steps)

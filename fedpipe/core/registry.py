@@ -36,6 +36,7 @@ STRATEGIES = {
     "scaffold": "fedpipe.strategy.scaffold:Scaffold",
     "bulyan": "fedpipe.strategy.bulyan:Bulyan",
     "clipping": "fedpipe.strategy.clipping:Clipping",
+    "fednova": "fedpipe.strategy.fednova:FedNova",
 }
 
 CLIENT_ALGORITHMS = {

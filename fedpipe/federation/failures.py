@@ -16,10 +16,13 @@ give the same round:
   clients do not train.
 * **stragglers** (``federation.round_deadline_steps``, D): a client may take at
   most D local optimizer steps in a round (a step budget stands in for a time
-  budget: reproducible, unlike wall time). A client that needs more
-  (``train.epochs`` x its batches, capped by ``train.local_steps``) is a
+  budget: reproducible, unlike wall time), all its fits together (Ditto fits
+  twice; the trainer holds the budget, ``LocalTraining.round_steps``). A client
+  that needs more (``train.epochs`` x its batches, capped by
+  ``train.local_steps``, times its algorithm's ``fits_per_round``) is a
   straggler; ``federation.stragglers: partial`` uses the work it finished (its
-  fits stop after its budget), ``drop`` leaves it out (it does not train). So
+  fits stop when its budget is spent, in the order it runs them), ``drop``
+  leaves it out (it does not train). So
   that a homogeneous federation has stragglers at all, a share
   ``federation.slow_clients`` of the clients (fixed for the run, seeded) are
   slow: they complete only ``federation.slow_speed`` x D steps.
@@ -90,8 +93,8 @@ class RoundPlan:
     Attributes
     ----------
     train : dict
-        Client id -> its ``train.*`` for this round (a partial straggler's with
-        its step budget as ``max_steps``), in client order.
+        Client id -> its ``train.*`` for this round (under a deadline with its
+        step budget as ``round_steps``), in client order.
     excluded : dict
         Client id -> why it does not train (``dropout``, ``straggler``).
     partial : dict
@@ -125,11 +128,13 @@ def slow_set(n_clients: int, share: float, seed: int) -> frozenset[int]:
     return frozenset(int(c) for c in chosen)
 
 
-def steps_needed(n_train: int, training: LocalTraining) -> int:
+def steps_needed(n_train: int, training: LocalTraining, fits: int = 1) -> int:
     """Local optimizer steps a client's round takes: ``train.epochs`` x its
-    batches, capped by ``train.local_steps``."""
+    batches, capped by ``train.local_steps``, for each of the algorithm's
+    ``fits`` (``ClientAlgorithm.fits_per_round``)."""
     steps = training.epochs * math.ceil(n_train / training.batch_size)
-    return steps if training.max_steps is None else min(steps, training.max_steps)
+    per_fit = steps if training.max_steps is None else min(steps, training.max_steps)
+    return fits * per_fit
 
 
 def step_budget(client: int, policy: FailurePolicy, slow: frozenset[int]) -> int | None:
@@ -151,11 +156,14 @@ def plan_round(
     seed: int,
     round_: int,
     n_clients: int,
+    fits: int = 1,
 ) -> RoundPlan:
     """Who of the ``selected`` clients trains in ``round_``, with which budget.
 
-    Without dropout and deadline every selected client trains with ``training``
-    unchanged (today's round, bit for bit).
+    ``fits`` is the client algorithm's ``fits_per_round``. Without dropout and
+    deadline every selected client trains with ``training`` unchanged (today's
+    round, bit for bit); under a deadline each trains with its budget as
+    ``round_steps``, which its trainer holds for all its fits together.
     """
     gone = set(dropped_out(selected, dropout=policy.dropout, seed=seed, round_=round_))
     slow = slow_set(n_clients, policy.slow_clients, seed)
@@ -166,12 +174,14 @@ def plan_round(
         budget = step_budget(c, policy, slow)
         if c in gone:
             excluded[c] = DROPOUT
-        elif budget is None or steps_needed(n_train[c], training) <= budget:
+        elif budget is None:
             train[c] = training
+        elif steps_needed(n_train[c], training, fits) <= budget:
+            train[c] = replace(training, round_steps=budget)
         elif policy.stragglers == "drop":
             excluded[c] = STRAGGLER
         else:
-            train[c] = replace(training, max_steps=budget)
+            train[c] = replace(training, round_steps=budget)
             partial[c] = budget
     return RoundPlan(train, excluded, partial)
 

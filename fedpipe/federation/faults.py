@@ -106,6 +106,10 @@ class FaultyClient(ClientAlgorithm):
     def __repr__(self) -> str:
         return f"FaultyClient({self.inner!r}, fault={self.fault!r})"
 
+    @property
+    def fits_per_round(self) -> int:
+        return self.inner.fits_per_round
+
     def train(self, task: ClientTask, trainer: LocalTrainer) -> ClientReply:
         reply = self.inner.train(task, trainer)
         if self.fault == "raise":

@@ -382,6 +382,7 @@ def _plan(inputs: RoundInputs, selected: Sequence[int]) -> RoundPlan:
         seed=inputs.seed,
         round_=inputs.round,
         n_clients=len(inputs.data.clients),
+        fits=inputs.algorithm.fits_per_round,
     )
 
 
@@ -493,6 +494,10 @@ def _health(
         excluded=excluded,
         dead_units=dead_units,
     )
+    aggregated = [r.update for r in results if r.client not in (excluded or {})]
+    expected = inputs.strategy.weight_sum(aggregated) if after is not None else None
+    if expected is not None:  # the doctor's reference for this round's weights
+        health["aggregation"]["expected_weight_sum"] = expected
     for step in inputs.steps:
         health = step.health(inputs.round, [r.client for r in results], health)
     return health

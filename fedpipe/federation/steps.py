@@ -115,6 +115,9 @@ class StrategyWrapper(Strategy, RoundStep):
     def client_settings(self) -> dict[str, Any]:
         return self.inner.client_settings()
 
+    def weight_sum(self, updates: Sequence[ClientUpdate]) -> float | None:
+        return self.inner.weight_sum(updates)
+
     def broadcast(self, state: State) -> dict[str, Weights]:
         return self.inner.broadcast(state)
 

@@ -77,6 +77,7 @@ from fedpipe.model.trainer import (
     fit_length,
     run_here,
     run_job,
+    spent,
 )
 from fedpipe.model.training import ModelRunner, batch_indices
 from fedpipe.model.zoo import layer_kind
@@ -195,6 +196,7 @@ class CohortTrainer(LocalTrainer):
         self.data = data
         self.training = training
         self.n_train = len(data.y_train)
+        self.steps_taken = 0
         self._trainable = trainable
 
     @property
@@ -211,7 +213,9 @@ class CohortTrainer(LocalTrainer):
         gradient_offset: Sequence[np.ndarray] | None = None,
         epochs: int | None = None,
     ) -> LocalFit:
-        n_epochs, max_steps = fit_length(self.training, epochs)
+        n_epochs, max_steps = fit_length(self.training, epochs, self.steps_taken)
+        if max_steps == 0:
+            return spent(weights)
         request = _Fit(
             self.index,
             self.data,
@@ -225,6 +229,7 @@ class CohortTrainer(LocalTrainer):
             gradient_offset=None if gradient_offset is None else list(gradient_offset),
         )
         result: LocalFit = self.barrier.submit(request)
+        self.steps_taken += result.steps
         return result
 
     def evaluate(self, weights: Sequence[np.ndarray]) -> dict[str, float]:

@@ -61,6 +61,7 @@ class KerasTrainer(LocalTrainer):
         self.data = data
         self.training = training
         self.n_train = len(data.y_train)
+        self.steps_taken = 0
 
     @property
     def trainable(self) -> list[int]:
@@ -78,9 +79,12 @@ class KerasTrainer(LocalTrainer):
     ) -> LocalFit:
         """Train on the client's training split. With ``epochs`` given, that many
         whole epochs (fine-tuning); otherwise ``train.epochs`` capped at
-        ``train.local_steps``."""
-        n_epochs, max_steps = fit_length(self.training, epochs)
-        return fit_client(
+        ``train.local_steps``; either within what is left of the round's budget
+        (:func:`fit_length`)."""
+        n_epochs, max_steps = fit_length(self.training, epochs, self.steps_taken)
+        if max_steps == 0:
+            return spent(weights)
+        fit = fit_client(
             self.runner,
             self.data,
             weights,
@@ -92,20 +96,34 @@ class KerasTrainer(LocalTrainer):
             anchor=anchor,
             gradient_offset=gradient_offset,
         )
+        self.steps_taken += fit.steps
+        return fit
 
     def evaluate(self, weights: Sequence[np.ndarray]) -> dict[str, float]:
         return self.runner.evaluate(list(weights), self.data.x_test, self.data.y_test)
 
 
 def fit_length(
-    training: LocalTraining, epochs: int | None = None
+    training: LocalTraining, epochs: int | None = None, taken: int = 0
 ) -> tuple[int, int | None]:
     """A fit's epochs and step cap (:meth:`LocalTrainer.fit`): ``train.epochs``
     capped at ``train.local_steps``; with ``epochs`` given (fine-tuning), that
-    many whole epochs."""
-    if epochs is None:
-        return training.epochs, training.max_steps
-    return epochs, None
+    many whole epochs. With a round budget (``training.round_steps``) the cap is
+    at most what the client's earlier fits this round (``taken`` steps) left of
+    it, so all its fits together keep to the budget (0: nothing left)."""
+    n_epochs, cap = training.epochs, training.max_steps
+    if epochs is not None:
+        n_epochs, cap = epochs, None
+    if training.round_steps is not None:
+        left = max(0, training.round_steps - taken)
+        cap = left if cap is None else min(cap, left)
+    return n_epochs, cap
+
+
+def spent(weights: Sequence[np.ndarray]) -> LocalFit:
+    """The fit of a client whose round budget is spent: its start weights
+    (copies), 0 steps, no loss."""
+    return LocalFit([np.array(w) for w in weights], 0, float("nan"))
 
 
 def fit_client(
@@ -260,9 +278,14 @@ def run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult | ClientFailu
 def _run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult:
     reply = job.algorithm.train(job.task, trainer)
     local_model = reply.weights if reply.local_model is None else reply.local_model
+    steps = trainer.steps_taken if reply.steps is None else reply.steps
     return ClientResult(
         update=ClientUpdate(
-            job.task.client, list(reply.weights), trainer.n_train, dict(reply.extras)
+            job.task.client,
+            list(reply.weights),
+            trainer.n_train,
+            dict(reply.extras),
+            steps=int(steps),
         ),
         n_test=len(job.data.y_test),
         local=trainer.evaluate(local_model),

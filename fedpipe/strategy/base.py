@@ -48,12 +48,16 @@ class ClientUpdate:
         Further per-layer arrays a strategy needs, laid out like ``weights``;
         e.g. Scaffold reads ``extras["control_delta"]``. Other strategies ignore
         them.
+    steps : int or None, default None
+        Local optimizer steps that produced ``weights`` (FedNova normalizes each
+        update by them); None: not reported.
     """
 
     client: int
     weights: Weights
     n_samples: int
     extras: Mapping[str, Weights] = field(default_factory=dict)
+    steps: int | None = None
 
 
 # ---------------------------------------------------------------- state layout
@@ -260,7 +264,7 @@ class Strategy(Component, abc.ABC):
         """Check updates and state, order updates by client id, and aggregate.
 
         Refuses, with :class:`AggregationError` naming the client: no updates, two
-        updates from one client, a negative sample count, a layer count or shape
+        updates from one client, a negative sample or step count, a layer count or shape
         that differs from the global model, NaN or inf in weights or extras, a
         missing required extra. Also refuses a state that does not fit (wrong
         names or shapes) and a result that is not finite. Inputs are not modified.
@@ -297,6 +301,13 @@ class Strategy(Component, abc.ABC):
         """Settings of the :attr:`client_algorithm` (FedProx: ``proximal_mu``)."""
         return {}
 
+    def weight_sum(self, updates: Sequence[ClientUpdate]) -> float | None:
+        """What the weights of this round's step on the client updates
+        (``w_new - w = sum_i a_i (w_i - w)``) sum to, when that depends on the
+        updates (FedNova: their local steps); the round writes it into the health
+        record for the doctor. None: 1, or :attr:`weight_sum_setting`."""
+        return None
+
     def broadcast(self, state: State) -> dict[str, Weights]:
         """What every selected client receives besides the global weights, laid
         out like them (SCAFFOLD: the server control variate ``"c"``). Default:
@@ -309,6 +320,8 @@ class Strategy(Component, abc.ABC):
         who = f"client {update.client}"
         if update.n_samples < 0:
             raise AggregationError(f"{who} reports n_samples = {update.n_samples}")
+        if update.steps is not None and update.steps < 0:
+            raise AggregationError(f"{who} reports steps = {update.steps}")
         weights = _checked_layers(update.weights, reference, who, "")
         missing = [k for k in self.required_extras if k not in update.extras]
         if missing:

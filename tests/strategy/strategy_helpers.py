@@ -28,16 +28,23 @@ def updates(
     dtype: type = np.float32,
     scale: float = 1.0,
 ) -> list[ClientUpdate]:
-    """Updates with distinct weights and a control delta (read only by scaffold)."""
+    """Updates with distinct weights, a control delta (read only by scaffold) and
+    local steps that differ between clients (read only by fednova)."""
     return [
         ClientUpdate(
             client=c,
             weights=weights(100 + c, dtype=dtype, scale=scale),
             n_samples=n,
             extras={"control_delta": weights(500 + c, dtype=dtype)},
+            steps=steps_of(c),
         )
         for c, n in zip(clients, counts, strict=True)
     ]
+
+
+def steps_of(client: int) -> int:
+    """The local steps the suite's client ``client`` reports: 2 .. 6."""
+    return 2 + client % 5
 
 
 def same_bits(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
@@ -61,6 +68,7 @@ def deep_copy(items: Sequence[ClientUpdate]) -> list[ClientUpdate]:
             [w.copy() for w in u.weights],
             u.n_samples,
             {k: [a.copy() for a in v] for k, v in u.extras.items()},
+            u.steps,
         )
         for u in items
     ]

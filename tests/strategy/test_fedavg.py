@@ -190,7 +190,7 @@ def test_make_strategy_returns_fedavg() -> None:
     assert set(STRATEGIES) == {
         "fedavg", "fedprox", "fedavgm", "fedadagrad", "fedadam", "fedyogi",
         "fedmedian", "fedtrimmedavg", "krum", "multikrum", "scaffold", "bulyan",
-        "clipping",
+        "clipping", "fednova",
     }  # fmt: skip
 
 

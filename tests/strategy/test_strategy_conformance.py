@@ -18,6 +18,7 @@ from strategy_helpers import (
     deep_copy,
     same_bits,
     same_state,
+    steps_of,
     updates,
     weights,
 )
@@ -31,8 +32,12 @@ AVERAGING = {
     "bulyan", "clipping",
 }  # fmt: skip
 # a server optimizer on top of the clients' mean: updates equal to the global
-# weights leave them unchanged
-SERVER_OPTIMIZERS = {"fedavgm", "fedadagrad", "fedadam", "fedyogi", "scaffold"}
+# weights leave them unchanged (fednova: a server step of tau_eff mean normalized
+# updates; identical updates with different local steps do not average to
+# themselves)
+SERVER_OPTIMIZERS = {
+    "fedavgm", "fedadagrad", "fedadam", "fedyogi", "scaffold", "fednova",
+}  # fmt: skip
 
 NAMES = sorted(STRATEGIES)
 CLIENTS = [9, 0, 7, 3, 4]
@@ -59,7 +64,7 @@ def _two_rounds(dtype: type = np.float32, scale: float = 1.0):
     first = updates(CLIENTS, COUNTS, dtype=dtype, scale=scale)
     second = [
         ClientUpdate(u.client, [w * 0.5 + 0.1 for w in u.weights], u.n_samples + 1,
-                     u.extras)
+                     u.extras, u.steps)
         for u in updates([1, 2, 5, 6, 8], COUNTS, dtype=dtype, scale=scale)
     ]  # fmt: skip
     return weights(0, dtype=dtype, scale=scale), [first, second]
@@ -170,7 +175,13 @@ def test_updates_equal_to_the_global_weights_leave_them_unchanged(name: str) -> 
     state = strategy.init_state(start)
     for _ in range(3):  # also with non-zero server state from earlier rounds
         round_updates = [
-            ClientUpdate(c, [w.copy() for w in start], n, {"control_delta": weights(c)})
+            ClientUpdate(
+                c,
+                [w.copy() for w in start],
+                n,
+                {"control_delta": weights(c)},
+                steps_of(c),
+            )
             for c, n in zip(CLIENTS, COUNTS, strict=True)
         ]
         new, state = strategy.aggregate_round(start, round_updates, state)

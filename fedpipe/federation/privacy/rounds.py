@@ -235,7 +235,7 @@ def _local(
         noised, _ = locally_noised(
             before, u.weights, privacy, privacy_rng(seed, round_, u.client, key=key)
         )
-        sent.append(ClientUpdate(u.client, noised, u.n_samples, u.extras))
+        sent.append(ClientUpdate(u.client, noised, u.n_samples, u.extras, u.steps))
     weights, new_state = strategy.aggregate_round(before, sent, inner_state)
     clipped = clipped_deltas(before, [u.weights for u in updates], privacy.clip_norm)
     shares = list(normalized([u.n_samples for u in updates]))

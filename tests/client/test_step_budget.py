@@ -1,0 +1,173 @@
+"""The round's step budget holds for every client algorithm, all its fits together.
+
+``federation.round_deadline_steps`` gives each client a budget of local optimizer
+steps per round (``LocalTraining.round_steps``). Ditto fits twice per round; each
+fit used to be capped on its own, so a budget of 3 let a Ditto client take 6
+steps. Here every registered client algorithm, under every personalization method
+(both lists read from fedpipe, so a new one is covered by itself), runs one round
+with a budget of 3 on a model whose optimizer counts its real steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedpipe.client import CLIENT_ALGORITHMS, ClientTask, LocalTraining, make_client
+from fedpipe.config.params import PERSONALIZATION_METHODS
+from fedpipe.data.sources import DatasetSpec
+from fedpipe.data.splits import ClientData, FederatedData
+from fedpipe.federation.failures import FailurePolicy, steps_needed
+from fedpipe.federation.personalization import Personalization
+from fedpipe.federation.round import ClientsLost, RoundInputs, run_round
+from fedpipe.model.cohort import train_cohort
+from fedpipe.model.trainer import ClientJob, ClientResult, run_client, run_here
+from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
+from fedpipe.strategy import make_strategy
+from fedpipe.strategy.scaffold import SERVER_CONTROL
+
+N, D, BATCH, EPOCHS = 40, 3, 8, 2  # 5 batches x 2 epochs: 10 steps a fit
+BUDGET = 3
+SPEC = ModelSpec(
+    name=f"{Path(__file__).parent / 'tiny_models.py'}:logistic",
+    input_shape=(D,),
+    n_classes=2,
+    optimizer="sgd",
+    lr=0.1,
+)
+TRAINING = LocalTraining(EPOCHS, BATCH, SPEC.lr)
+COMBINATIONS = [
+    (a, m) for a in sorted(CLIENT_ALGORITHMS) for m in PERSONALIZATION_METHODS
+]
+
+
+class CountingRunner(ModelRunner):
+    """A runner that adds up its optimizer's ``iterations`` after every fit (each
+    fit starts the optimizer afresh): the real optimizer steps taken."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__(spec)
+        self.optimizer_steps = 0
+
+    def fit(self, *args, **kwargs) -> list[np.ndarray]:
+        out = super().fit(*args, **kwargs)
+        self.optimizer_steps += int(self.optimizer.iterations.numpy())
+        return out
+
+
+@pytest.fixture(scope="module")
+def runner() -> CountingRunner:
+    return CountingRunner(SPEC)
+
+
+def _data(client: int = 0) -> ClientData:
+    rng = np.random.default_rng(10 + client)
+    x = rng.normal(size=(N, D)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    return ClientData(client, x, y, x[:6], y[:6])
+
+
+def _algorithm(name: str, method: str):
+    # which positions stay local does not matter for the step count
+    personal = (1,) if method in ("fedper", "fedbn") else ()
+    return Personalization(method=method, personal=personal).wrap(make_client(name))
+
+
+def _job(name: str, method: str, training: LocalTraining, client: int = 0):
+    start = initial_weights(SPEC, 0)
+    task = ClientTask(
+        client=client,
+        round=2,
+        global_weights=start,
+        broadcast={SERVER_CONTROL: [np.zeros_like(w) for w in start]},
+        seed=7,
+    )
+    return ClientJob(SPEC, _algorithm(name, method), task, _data(client), training)
+
+
+def _steps(runner: CountingRunner, job: ClientJob) -> tuple[int, ClientResult]:
+    before = runner.optimizer_steps
+    result = run_client(job, runner)
+    assert isinstance(result, ClientResult)
+    return runner.optimizer_steps - before, result
+
+
+@pytest.mark.parametrize(("name", "method"), COMBINATIONS)
+def test_every_algorithm_keeps_to_the_round_budget(
+    runner: CountingRunner, name: str, method: str
+) -> None:
+    budgeted = replace(TRAINING, round_steps=BUDGET)
+    taken, result = _steps(runner, _job(name, method, budgeted))
+    assert taken <= BUDGET
+    assert taken == BUDGET  # each needs 10 or more: the budget binds
+    assert result.update.steps is not None and result.update.steps <= BUDGET
+
+
+@pytest.mark.parametrize(("name", "method"), COMBINATIONS)
+def test_fits_per_round_says_what_a_round_takes(
+    runner: CountingRunner, name: str, method: str
+) -> None:
+    """Without a budget a round takes what the deadline plan expects of it
+    (``steps_needed`` x the algorithm's ``fits_per_round``): Ditto 20, others 10."""
+    job = _job(name, method, TRAINING)
+    taken, result = _steps(runner, job)
+    assert taken == steps_needed(N, TRAINING, job.algorithm.fits_per_round)
+    # the update reports the steps of the weights it sends (Ditto: the first fit)
+    assert result.update.steps == steps_needed(N, TRAINING)
+
+
+@pytest.mark.parametrize(("name", "method"), COMBINATIONS)
+def test_a_vectorized_cohort_keeps_the_budget_too(
+    runner: CountingRunner, name: str, method: str
+) -> None:
+    budgeted = replace(TRAINING, round_steps=BUDGET)
+    jobs = [_job(name, method, budgeted, client=c) for c in (0, 1)]
+    alone = [run_client(job, runner) for job in jobs]
+    together = train_cohort(jobs, runner)
+    for a, b in zip(alone, together, strict=True):
+        assert isinstance(b, ClientResult) and b.update.steps == a.update.steps
+        for x, y in zip(a.update.weights, b.update.weights, strict=True):
+            np.testing.assert_allclose(x, y, atol=1e-6, rtol=1e-5)
+        for space, arrays in a.state.items():
+            for key, value in arrays.items():
+                np.testing.assert_allclose(
+                    value, b.state[space][key], atol=1e-6, rtol=1e-5
+                )
+
+
+def _round(runner: ModelRunner, method: str, policy: FailurePolicy):
+    spec = DatasetSpec("random", (0, 1), (D,), (-5.0, 5.0), 1.0, 100)
+    clients = (_data(0), _data(1))
+    strategy = make_strategy("fedavg")
+    start = initial_weights(SPEC, 0)
+    inputs = RoundInputs(
+        round=1,
+        seed=3,
+        spec=SPEC,
+        data=FederatedData(spec, clients[0].x_test, clients[0].y_test, clients),
+        global_weights=start,
+        server_state=strategy.init_state(start),
+        client_states={},
+        strategy=strategy,
+        algorithm=_algorithm("sgd", method),
+        training=replace(TRAINING, epochs=1),  # 5 steps a fit
+        clients_per_round=2,
+        failures=policy,
+    )
+    return run_round(inputs, map_clients=run_here(runner), runner=runner)
+
+
+def test_ditto_is_a_straggler_where_one_fit_would_not_be(
+    runner: CountingRunner,
+) -> None:
+    deadline = FailurePolicy(round_deadline_steps=8)  # one fit 5, Ditto's two 10
+    assert _round(runner, "none", deadline).record.partial == {}
+    before = runner.optimizer_steps
+    ditto = _round(runner, "ditto", deadline)
+    assert ditto.record.partial == {0: 8, 1: 8}
+    assert runner.optimizer_steps - before == 2 * 8  # both clients, all fits
+    with pytest.raises(ClientsLost, match=r"client 0 \(straggler\)"):
+        _round(runner, "ditto", replace(deadline, stragglers="drop"))
