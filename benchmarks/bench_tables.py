@@ -81,7 +81,8 @@ def new_project(
     path: Path, table: pd.DataFrame, env: Mapping[str, str], rounds: int
 ) -> Path:
     """A fedpipe project with ``table`` as its data and the issue's settings."""
-    _run([FEDPIPE, "init", str(path), "--remote", str(path) + "-remote"], path.parent, env)
+    remote = str(path) + "-remote"
+    _run([FEDPIPE, "init", str(path), "--remote", remote], path.parent, env)
     (path / "data").mkdir(exist_ok=True)
     table.to_csv(path / "data/table.csv", index=False)
     settings = {k: dict(v) for k, v in SETTINGS.items()}
@@ -178,12 +179,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "FEDPIPE_WARM": "0",
             }
             results: dict[str, float] = {}
-            project = new_project(root / "breast-cancer", breast_cancer(), env, args.rounds)
+            project = new_project(
+                root / "breast-cancer", breast_cancer(), env, args.rounds
+            )
             for name, preprocess in VARIANTS.items():
                 results[name] = run_variant(project, env, preprocess)
-                print(f"breast cancer, {name:<9} global acc {results[name]:.4f}", flush=True)
+                print(f"{name:<9} global acc {results[name]:.4f}", flush=True)
             results["central"] = central_accuracy(project)
-            print(f"breast cancer, central   global acc {results['central']:.4f}")
+            print(f"central   global acc {results['central']:.4f}", flush=True)
             gappy = new_project(
                 root / "breast-cancer-missing",
                 breast_cancer(args.missing, seed=0),

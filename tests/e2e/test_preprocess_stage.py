@@ -57,11 +57,11 @@ def projects(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) 
 
 
 def test_the_stage_runs_between_partition_and_init(projects: dict) -> None:
-    done = next(
-        line for line in projects["run_out"].stdout.splitlines() if "stage(s) ran" in line
-    )
+    lines = projects["run_out"].stdout.splitlines()
+    done = next(line for line in lines if "stage(s) ran" in line)
     assert "partition, preprocess, init" in done
-    transform = json.loads((projects["run"] / "data/preprocess/transform.json").read_text())
+    path = projects["run"] / "data/preprocess/transform.json"
+    transform = json.loads(path.read_text())
     assert transform["kind"] == "table"
     assert transform["settings"]["missing"] == "mean"
     assert transform["indicators"]  # some column had missing training values
