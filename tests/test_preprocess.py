@@ -351,3 +351,25 @@ def test_image_data_gets_an_identity_transform(tmp_path: Path) -> None:
     assert with_t.spec == without.spec
     np.testing.assert_array_equal(with_t.clients[1].x_train, without.clients[1].x_train)
     np.testing.assert_array_equal(with_t.x_test, without.x_test)
+
+
+def test_a_client_sent_to_another_process_keeps_its_transform(tmp_path: Path) -> None:
+    """Client data travels by reference (Dask): the reference names the
+    transform, so the receiving process reads the same transformed rows."""
+    import pickle
+
+    from fedpipe.data.splits import forget_opened
+
+    table = _prepared_table(tmp_path, missing=True, fit="local")
+    transform = fit_prepared(table["prepared"], table["manifest"], table["settings"])
+    write_json(tmp_path / "transform.json", transform.to_json())
+    data = open_federated(
+        table["prepared"], table["manifest"], tmp_path / "transform.json"
+    )
+    payload = pickle.dumps(data.clients[2])
+    assert len(payload) < 2000  # a reference, not the rows
+    expected = data.clients[2].x_train
+    forget_opened()  # as a fresh worker process
+    client = pickle.loads(payload)
+    np.testing.assert_array_equal(client.x_train, expected)
+    assert client.x_train.shape[1] == 4
