@@ -217,7 +217,7 @@ def main() -> None:
     text = params.read_text()
     params.write_text(re.sub(r"(?m)^  rounds: \d+", f"  rounds: {args.rounds}", text))
     subprocess.run([FEDPIPE, "-C", str(project), "sync"], check=True)
-    for stage in ("mnist5k", "ingest", "validate", "partition", "init"):
+    for stage in ("mnist5k", "ingest", "validate", "partition", "preprocess", "init"):
         subprocess.run(
             [FEDPIPE, "-C", str(project), "stage", stage],
             check=True,

@@ -50,7 +50,10 @@ def ingest_stage(params: Params) -> None:
 def validate_stage(params: Params) -> None:
     """Stage ``validate``: Great Expectations checks on the prepared data."""
     data_tasks.validate(
-        layout.PREPARED_DIR, params.validation, report_dir=layout.VALIDATION_DIR
+        layout.PREPARED_DIR,
+        params.validation,
+        report_dir=layout.VALIDATION_DIR,
+        missing=params.preprocess.missing,
     )
 
 
@@ -70,6 +73,15 @@ def partition_stage(params: Params) -> None:
         local_test_fraction=p.local_test_fraction,
         dedupe=params.data.dedupe,
         settings=p.model_dump(exclude={"method", "local_test_fraction"}),
+    )
+
+
+@flow(name="preprocess", flow_run_name="preprocess")
+def preprocess_stage(params: Params) -> None:
+    """Stage ``preprocess``: the table transform, fitted from the clients'
+    training statistics (``data/preprocess/transform.json``)."""
+    data_tasks.preprocess(
+        layout.PREPARED_DIR, layout.MANIFEST, layout.TRANSFORM, params.preprocess
     )
 
 
@@ -224,6 +236,7 @@ STAGE_FLOWS = {
     "ingest": ingest_stage,
     "validate": validate_stage,
     "partition": partition_stage,
+    "preprocess": preprocess_stage,
     "init": init_stage,
     "summary": summary_stage,
 }

@@ -63,14 +63,17 @@ def where_am_i() -> str:
     return label
 
 
-def data_for(prepared: Path, manifest: Path) -> FederatedData:
-    """The federated data of these files (re-opened when any of them changes).
+def data_for(
+    prepared: Path, manifest: Path, transform: Path | None = None
+) -> FederatedData:
+    """The federated data of these files (re-opened when any of them changes),
+    read through the ``preprocess`` stage's ``transform`` when given.
 
     Features stay memory-mapped and are converted per client when used; a
     client's data pickles as a reference to the files
     (:func:`fedpipe.data.splits.open_federated`).
     """
-    return open_federated(prepared, manifest)
+    return open_federated(prepared, manifest, transform)
 
 
 class DaskScheduler:

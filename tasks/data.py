@@ -1,4 +1,4 @@
-"""Tasks for the data stages: mnist5k, ingest, validate, partition."""
+"""Tasks for the data stages: mnist5k, ingest, validate, partition, preprocess."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from fedpipe.config.params import DataParams, ValidationParams
+from fedpipe.config.params import DataParams, PreprocessParams, ValidationParams
 from fedpipe.core.errors import FedpipeError
 from fedpipe.core.jsonio import read_json, write_json
 from fedpipe.data import sources as fdata
@@ -49,11 +49,21 @@ def ingest(data: DataParams, out_dir: Path) -> int:
 
 
 @task(name="validate", cache_policy=NO_CACHE)
-def validate(prepared: Path, settings: ValidationParams, *, report_dir: Path) -> None:
-    """Validate the prepared data with Great Expectations; raise if a check fails."""
+def validate(
+    prepared: Path,
+    settings: ValidationParams,
+    *,
+    report_dir: Path,
+    missing: str = "refuse",
+) -> None:
+    """Validate the prepared data with Great Expectations; raise if a check fails.
+    ``missing`` (``preprocess.missing``): anything but ``refuse`` lets missing
+    feature values through (the preprocess stage imputes them)."""
     from fedpipe.data.validation import validate_prepared_dir
 
-    report = validate_prepared_dir(prepared, settings, report_dir=report_dir)
+    report = validate_prepared_dir(
+        prepared, settings, report_dir=report_dir, allow_missing=missing != "refuse"
+    )
     logger = get_run_logger()
     for line in report.summary_lines():
         if line.startswith("FAILED"):
@@ -100,6 +110,27 @@ def partition(
         len(manifest["heldout"]), len(manifest["dropped_duplicates"]),
     )  # fmt: skip
     return manifest
+
+
+@task(name="preprocess", cache_policy=NO_CACHE)
+def preprocess(
+    prepared: Path, manifest: Path, out: Path, settings: PreprocessParams
+) -> None:
+    """Fit the table transform from the clients' training statistics; write it."""
+    from fedpipe.data.preprocess import fit_prepared
+
+    transform = fit_prepared(prepared, manifest, settings)
+    write_json(out, transform.to_json())
+    logger = get_run_logger()
+    if transform.is_identity:
+        logger.info("preprocess: identity (%s) -> %s", transform.note, out)
+        return
+    logger.info(
+        "preprocess: %s, fit %s, missing %s over %d columns from %d clients' "
+        "training statistics (%d indicator column(s)) -> %s",
+        settings.numeric, settings.fit, settings.missing, len(transform.columns),
+        transform.statistics["clients"], len(transform.indicators), out,
+    )  # fmt: skip
 
 
 def load_manifest(path: Path) -> dict:

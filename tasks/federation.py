@@ -23,7 +23,7 @@ from fedpipe.config.params import Params
 from fedpipe.core.jsonio import write_json
 from fedpipe.core.secretkey import load_or_create_key
 from fedpipe.core.weights import load_state, load_weights, save_state, save_weights
-from fedpipe.data.sources import prepared_spec
+from fedpipe.data.splits import input_spec
 from fedpipe.federation.build import (
     client_algorithm_for,
     client_evaluation,
@@ -60,7 +60,7 @@ def init_model(params: Params) -> None:
     the clients' (empty) state. Builds the model, strategy and client algorithm
     first, so a bad ``model.*``, ``strategy.*``, ``client.*`` or
     ``personalization.*`` (or user code that does not fit) stops here."""
-    spec = model_spec(params, prepared_spec(layout.PREPARED_DIR))
+    spec = model_spec(params, input_spec(layout.PREPARED_DIR, layout.TRANSFORM))
     strategy = strategy_for(params)
     algorithm = client_algorithm_for(params, spec, strategy)
     weights = initial_weights(spec, params.seed)
@@ -106,13 +106,13 @@ def federation_round(
 def load_round(params: Params, round_: int) -> RoundInputs:
     """Round K's inputs: the data, round K-1's model, server and client state, and
     the round's settings from ``params``."""
-    spec = model_spec(params, prepared_spec(layout.PREPARED_DIR))
+    spec = model_spec(params, input_spec(layout.PREPARED_DIR, layout.TRANSFORM))
     strategy = strategy_for(params)
     return RoundInputs(
         round=round_,
         seed=params.seed,
         spec=spec,
-        data=data_for(layout.PREPARED_DIR, layout.MANIFEST),
+        data=data_for(layout.PREPARED_DIR, layout.MANIFEST, layout.TRANSFORM),
         global_weights=load_weights(layout.model_weights(round_ - 1)),
         server_state=load_state(layout.server_state(round_ - 1)),
         client_states=load_client_states(layout.client_state(round_ - 1)),

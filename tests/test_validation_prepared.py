@@ -10,7 +10,11 @@ from fedpipe.data.validation import ValidationReport, validate_prepared
 
 
 def _validate(
-    tmp_path: Path, text: str, skipped: tuple[str, ...] = (), **kwargs: object
+    tmp_path: Path,
+    text: str,
+    skipped: tuple[str, ...] = (),
+    allow_missing: bool = False,
+    **kwargs: object,
 ) -> ValidationReport:
     path = tmp_path / "t.csv"
     path.write_text(text)
@@ -25,6 +29,7 @@ def _validate(
         min_rows=2,
         imbalance_ratio=2.0,
         skipped=skipped,
+        allow_missing=allow_missing,
     )
 
 
@@ -77,3 +82,22 @@ def test_nothing_skipped_adds_nothing(tmp_path: Path) -> None:
     report = _validate(tmp_path, "x,y\n1,cat\n2,dog\n")
     assert "skipped" not in report.to_dict()
     assert len(report.summary_lines()) == 1
+
+
+def test_missing_features_are_refused_naming_preprocess_missing(
+    tmp_path: Path,
+) -> None:
+    report = _validate(tmp_path, "x,z,y\n1,,0\n2,3,1\n3,4,0\n4,5,1\n")
+    (detail,) = _details(report)
+    assert "must not be NaN or empty (preprocess.missing: refuse)" in detail
+    assert "set preprocess.missing to mean or median" in detail
+    assert report.failures[0].examples == ("row-1",)
+
+
+def test_missing_features_pass_when_the_preprocess_stage_imputes(
+    tmp_path: Path,
+) -> None:
+    report = _validate(
+        tmp_path, "x,z,y\n1,,0\n2,3,1\n3,4,0\n4,5,1\n", allow_missing=True
+    )
+    assert report.success, _details(report)

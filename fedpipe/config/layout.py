@@ -14,6 +14,8 @@ PREPARED_SCHEMA = PREPARED_DIR / "schema.json"
 VALIDATION_DIR = Path("reports/validation")
 MANIFEST = Path("data/partition/manifest.json")
 PARTITION_REPORT_DIR = Path("reports/partition")
+PREPROCESS_DIR = Path("data/preprocess")
+TRANSFORM = PREPROCESS_DIR / "transform.json"
 MODELS_DIR = Path("models")
 ROUND_METRICS_DIR = Path("metrics/rounds")
 CLIENT_METRICS_DIR = Path("metrics/clients")
@@ -72,7 +74,7 @@ def health_metrics(round_: int) -> Path:
 def stage_names(rounds: int) -> list[str]:
     """Every DVC stage of the pipeline, in execution order."""
     return (
-        ["mnist5k", "ingest", "validate", "partition", "init"]
+        ["mnist5k", "ingest", "validate", "partition", "preprocess", "init"]
         + [f"{ROUND_STAGE}@{k}" for k in range(1, rounds + 1)]
         + ["summary"]
     )

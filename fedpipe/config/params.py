@@ -529,6 +529,27 @@ class ValidationParams(Section):
     mixed_sizes: Literal["warn", "fail"] = "warn"
 
 
+class PreprocessParams(Section):
+    """How table columns are transformed before training (the ``preprocess``
+    stage, :mod:`fedpipe.data.preprocess`); image data keeps its /255 scaling.
+
+    The transform is fitted from statistics each client computes on its own
+    training split (count, sum, sum of squares, missing count, min/max, a
+    histogram of ``bins`` fixed bins): ``numeric`` ``standard`` (mean/std),
+    ``robust`` (median/IQR from the federated histogram), ``minmax`` or ``none``;
+    ``fit`` ``federated`` (one transform from every client's statistics) or
+    ``local`` (each client's splits scaled by its own statistics only; the
+    held-out set by the federated fit); ``missing`` ``refuse`` (a missing
+    feature value stops the run at validation) or ``mean`` / ``median``
+    (imputed, plus an indicator column per column that had missing values).
+    """
+
+    numeric: Literal["standard", "robust", "minmax", "none"] = "standard"
+    fit: Literal["federated", "local"] = "federated"
+    missing: Literal["refuse", "mean", "median"] = "refuse"
+    bins: int = Field(256, ge=2, le=65536)
+
+
 class RuntimeParams(Section):
     """Where client training runs. Never changes results (no DVC stage tracks it).
 
@@ -657,6 +678,7 @@ class Params(Section):
     faults: FaultsParams = FaultsParams()
     evaluation: EvaluationParams = EvaluationParams()
     validation: ValidationParams = ValidationParams()
+    preprocess: PreprocessParams = PreprocessParams()
     runtime: RuntimeParams = RuntimeParams()
     privacy: PrivacyParams = PrivacyParams()
     attack: AttackParams = Field(default_factory=AttackParams)

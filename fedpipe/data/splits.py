@@ -16,6 +16,7 @@ process opens the files itself, once (:func:`open_federated` caches per process)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections import OrderedDict
@@ -43,6 +44,8 @@ from fedpipe.data.partition.manifest import (
     check_partition,
     split_heldout,
 )
+from fedpipe.data.preprocess.apply import RowTransform, read_transform, row_transform
+from fedpipe.data.preprocess.fit import Transform
 from fedpipe.data.sources import DatasetSpec, prepared_spec, to_features
 
 # ---------------------------------------------------------------- the data
@@ -66,18 +69,26 @@ class Features:
         Rows of ``store`` in this view, in order.
     spec : DatasetSpec
         Its ``scale`` and ``input_shape``.
+    transform : RowTransform, optional
+        Applied to the converted rows (the ``preprocess`` stage's fit for this
+        split); None: the rows as converted.
     """
 
-    __slots__ = ("_positions", "_spec", "_store")
+    __slots__ = ("_positions", "_spec", "_store", "_transform")
 
     dtype = np.dtype(np.float32)
 
     def __init__(
-        self, store: np.ndarray, positions: np.ndarray, spec: DatasetSpec
+        self,
+        store: np.ndarray,
+        positions: np.ndarray,
+        spec: DatasetSpec,
+        transform: RowTransform | None = None,
     ) -> None:
         self._store = store
         self._positions = np.asarray(positions, dtype=np.int64)
         self._spec = spec
+        self._transform = transform
 
     def __len__(self) -> int:
         return len(self._positions)
@@ -85,12 +96,16 @@ class Features:
     @property
     def shape(self) -> tuple[int, ...]:
         """``(n, *input_shape)``, as the converted array's."""
-        return (len(self._positions), *self._spec.input_shape)
+        shape = self._spec.input_shape
+        if self._transform is not None:
+            shape = (self._transform.output_width(self._spec.n_features),)
+        return (len(self._positions), *shape)
 
     def __getitem__(self, key: slice | np.ndarray | Sequence[int]) -> np.ndarray:
         if isinstance(key, int | np.integer):
             raise TypeError("index a Features view with a slice or an index array")
-        return to_features(self._store, self._positions[key], self._spec)
+        x = to_features(self._store, self._positions[key], self._spec)
+        return x if self._transform is None else self._transform(x)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         x = self[:]
@@ -120,16 +135,24 @@ class StoreRef:
         Absolute paths of the prepared directory and of the partition manifest.
     identity : tuple
         ``(mtime_ns, size)`` of ``features.npy``, ``samples.parquet``,
-        ``schema.json`` and the manifest, in that order.
+        ``schema.json``, the manifest and the transform (if any), in that order.
+    transform : str or None
+        Absolute path of the ``preprocess`` stage's ``transform.json`` (None:
+        the rows as converted).
     """
 
     prepared: str
     manifest: str
     identity: tuple[tuple[int, int], ...]
+    transform: str | None = None
 
     def files(self) -> list[Path]:
         """The files :attr:`identity` describes, in its order."""
-        return _store_files(Path(self.prepared), Path(self.manifest))
+        return _store_files(
+            Path(self.prepared),
+            Path(self.manifest),
+            None if self.transform is None else Path(self.transform),
+        )
 
 
 class ClientData:
@@ -401,6 +424,20 @@ def _check_no_leakage(
         )
 
 
+def transformed_spec(spec: DatasetSpec, transform: Transform) -> DatasetSpec:
+    """``spec`` with the input shape the model sees after ``transform`` (the
+    features, then one indicator column per imputed column)."""
+    if transform.is_identity:
+        return spec
+    return dataclasses.replace(spec, input_shape=(transform.n_outputs,))
+
+
+def input_spec(prepared: Path | str, transform: Path | str) -> DatasetSpec:
+    """The :class:`DatasetSpec` a model is built for: the prepared data's, with
+    the input shape after the ``preprocess`` stage's transform."""
+    return transformed_spec(prepared_spec(Path(prepared)), read_transform(transform))
+
+
 def federated_data(
     features: np.ndarray,
     samples: pd.DataFrame,
@@ -408,31 +445,39 @@ def federated_data(
     spec: DatasetSpec,
     *,
     ref: StoreRef | None = None,
+    transform: Transform | None = None,
 ) -> FederatedData:
     """The held-out test set and each client's splits, as the manifest assigns.
 
     Features stay in ``features`` (e.g. the memory-mapped ``features.npy``) and
     are converted per split when read (:class:`Features`); labels and positions
-    are held. ``ref`` names the files they came from (:func:`open_federated`
-    passes it): with it, the data pickles as a reference to them.
+    are held. ``transform`` (the ``preprocess`` stage's) is applied as they are
+    read: the held-out set's by its federated fit, client ``i``'s splits by
+    client ``i``'s. ``ref`` names the files they came from
+    (:func:`open_federated` passes it): with it, the data pickles as a
+    reference to them.
     """
     position = {sid: i for i, sid in enumerate(samples["sample_id"].astype(str))}
     labels = samples["label"].to_numpy(dtype=np.int64)
+    if transform is None:
+        transform = Transform(kind="identity")
 
-    def split(ids: Sequence[str]) -> tuple[Features, np.ndarray]:
+    def split(ids: Sequence[str], client: int | None) -> tuple[Features, np.ndarray]:
         idx = np.fromiter((position[i] for i in ids), dtype=np.int64, count=len(ids))
-        return Features(features, idx, spec), labels[idx].astype(np.int32)
+        rows = row_transform(transform, client)
+        return Features(features, idx, spec, rows), labels[idx].astype(np.int32)
 
-    x_test, y_test = split(manifest["heldout"])
+    x_test, y_test = split(manifest["heldout"], None)
     clients = []
     for index, entry in enumerate(manifest["clients"]):
-        x_tr, y_tr = split(entry["train"])
-        x_te, y_te = split(entry["test"])
+        x_tr, y_tr = split(entry["train"], index)
+        x_te, y_te = split(entry["test"], index)
         client = ClientData(entry["client"], x_tr, y_tr, x_te, y_te)
         if ref is not None:
             client._ref = (ref, index)
         clients.append(client)
-    return FederatedData(spec, x_test, y_test, tuple(clients), ref=ref)
+    out_spec = transformed_spec(spec, transform)
+    return FederatedData(out_spec, x_test, y_test, tuple(clients), ref=ref)
 
 
 # ---------------------------------------------------------------- by reference
@@ -442,13 +487,16 @@ _opened: OrderedDict[tuple[str, str], FederatedData] = OrderedDict()
 _opened_lock = threading.Lock()
 
 
-def _store_files(prepared: Path, manifest: Path) -> list[Path]:
-    return [
+def _store_files(
+    prepared: Path, manifest: Path, transform: Path | None = None
+) -> list[Path]:
+    files = [
         prepared / FEATURES_FILE,
         prepared / SAMPLES_FILE,
         prepared / SCHEMA_FILE,
         manifest,
     ]
+    return files if transform is None else [*files, transform]
 
 
 def _absolute(path: Path | str) -> Path:
@@ -469,7 +517,11 @@ def _local_identity(files: Sequence[Path]) -> tuple[tuple[int, int], ...]:
     return tuple((st.st_ino, st.st_ctime_ns) for st in (p.stat() for p in files))
 
 
-def open_federated(prepared: Path | str, manifest: Path | str) -> FederatedData:
+def open_federated(
+    prepared: Path | str,
+    manifest: Path | str,
+    transform: Path | str | None = None,
+) -> FederatedData:
     """The federated data of a prepared directory and a partition manifest.
 
     Opened once per process and kept (the last few pairs of paths), re-opened
@@ -484,27 +536,37 @@ def open_federated(prepared: Path | str, manifest: Path | str) -> FederatedData:
         ``schema.json``).
     manifest : Path
         The partition stage's ``manifest.json``.
+    transform : Path, optional
+        The ``preprocess`` stage's ``transform.json``, applied as the rows are
+        read (default: none, the rows as converted).
     """
     prepared, manifest = _absolute(prepared), _absolute(manifest)
-    files = _store_files(prepared, manifest)
+    fitted = None if transform is None else _absolute(transform)
+    files = _store_files(prepared, manifest, fitted)
     with _opened_lock:
         identity = _identity(files)
         # inode and ctime too, for this process's cache only: a long-lived process
         # (the warm worker of `dvc repro`) outlives checkouts, and DVC may put a
         # file back with its recorded mtime and size
-        key = (str(prepared), str(manifest), _local_identity(files))
+        key = (str(prepared), str(manifest), str(fitted), _local_identity(files))
         cached = _opened.get(key)
         if cached is not None and cached.ref is not None:
             if cached.ref.identity == identity:
                 _opened.move_to_end(key)
                 return cached
-        ref = StoreRef(str(prepared), str(manifest), identity)
+        ref = StoreRef(
+            str(prepared),
+            str(manifest),
+            identity,
+            None if fitted is None else str(fitted),
+        )
         data = federated_data(
             open_features(prepared),
             read_samples(prepared),
             read_json(manifest),
             prepared_spec(prepared),
             ref=ref,
+            transform=None if fitted is None else read_transform(fitted),
         )
         _opened[key] = data
         _opened.move_to_end(key)
@@ -534,7 +596,7 @@ def _federated_by_ref(ref: StoreRef) -> FederatedData:
             "run's prepared data itself and needs the project directory at the "
             "same path (shared storage); see docs/scaling.md"
         )
-    data = open_federated(ref.prepared, ref.manifest)
+    data = open_federated(ref.prepared, ref.manifest, ref.transform)
     if data.ref != ref:
         assert data.ref is not None
         changed = next(

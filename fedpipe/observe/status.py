@@ -444,7 +444,7 @@ def collect(root: Path) -> Status:
 # ---------------------------------------------------------------- formats
 
 
-_EARLY = ("mnist5k", "ingest", "validate", "partition", "init")
+_EARLY = ("mnist5k", "ingest", "validate", "partition", "preprocess", "init")
 
 
 def stage_groups(names: Sequence[str]) -> str:

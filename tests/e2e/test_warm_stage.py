@@ -96,7 +96,7 @@ def test_repro_through_the_worker_gives_the_same_bits_as_run(
     served = [e for _, e in events if e.startswith("fedpipe stage")]
     assert served == [
         f"fedpipe stage {s}: exit 0"
-        for s in ("mnist5k", "ingest", "validate", "partition", "init")
+        for s in ("mnist5k", "ingest", "validate", "partition", "preprocess", "init")
         + ("round 1", "round 2", "summary")
     ]
     # the worker ends with the `dvc repro` that used it

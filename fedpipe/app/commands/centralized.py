@@ -47,24 +47,27 @@ def cmd_centralized(args: argparse.Namespace) -> int:
     from fedpipe.core.jsonio import read_json, write_json
     from fedpipe.core.weights import load_weights
     from fedpipe.data.ingest import open_features, read_samples
+    from fedpipe.data.preprocess import read_transform
     from fedpipe.data.sources import prepared_spec
     from fedpipe.data.splits import federated_data
     from fedpipe.model.centralized import train_centralized
     from fedpipe.model.training import ModelRunner, model_spec_for
 
-    for needed in (layout.MANIFEST, layout.model_weights(0)):
+    for needed in (layout.MANIFEST, layout.TRANSFORM, layout.model_weights(0)):
         if not needed.is_file():
             raise FileNotFoundError(
                 f"{needed}: not found; run `fedpipe run` (or `dvc repro init`) first"
             )
-    spec = prepared_spec(layout.PREPARED_DIR)
-    model = model_spec_for(params, spec)
+    # the rows as the federation reads them: through the preprocess stage's
+    # transform (its federated fit equals the pooled training rows' statistics)
     data = federated_data(
         open_features(layout.PREPARED_DIR),
         read_samples(layout.PREPARED_DIR),
         read_json(layout.MANIFEST),
-        spec,
+        prepared_spec(layout.PREPARED_DIR),
+        transform=read_transform(layout.TRANSFORM),
     )
+    model = model_spec_for(params, data.spec)
     epochs = args.epochs or params.federation.rounds * params.train.epochs
     _, record = train_centralized(
         ModelRunner(model),

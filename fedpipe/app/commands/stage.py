@@ -25,7 +25,16 @@ EXAMPLES = [
     ("fedpipe stage round 3", "what dvc.yaml's round@3 runs"),
     ("fedpipe stage partition", "deal the data to clients again"),
 ]
-STAGES = ["mnist5k", "ingest", "validate", "partition", "init", "round", "summary"]
+STAGES = [
+    "mnist5k",
+    "ingest",
+    "validate",
+    "partition",
+    "preprocess",
+    "init",
+    "round",
+    "summary",
+]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:

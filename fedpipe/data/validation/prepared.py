@@ -29,11 +29,16 @@ from fedpipe.data.validation.spec import ROW_NUMBER, Check, Spec
 
 
 def validate_prepared_dir(
-    prepared: Path, settings: Any, *, report_dir: Path | None = None
+    prepared: Path,
+    settings: Any,
+    *,
+    report_dir: Path | None = None,
+    allow_missing: bool = False,
 ) -> ValidationReport:
     """:func:`validate_prepared` on a prepared directory: its row summaries and
     ``schema.json``, with ``validation.*`` (``settings``, a
-    :class:`fedpipe.config.params.ValidationParams`)."""
+    :class:`fedpipe.config.params.ValidationParams`); ``allow_missing``
+    (``preprocess.missing`` imputes) lets NaN feature values through."""
     from fedpipe.data.ingest import read_schema, row_summaries
 
     schema = read_schema(prepared)
@@ -49,6 +54,7 @@ def validate_prepared_dir(
         mixed_sizes=settings.mixed_sizes,
         skipped=schema.get("skipped", ()),
         report_dir=report_dir,
+        allow_missing=allow_missing,
     )
 
 
@@ -65,6 +71,7 @@ def validate_prepared(
     mixed_sizes: str = "warn",
     skipped: Sequence[str] = (),
     report_dir: Path | None = None,
+    allow_missing: bool = False,
 ) -> ValidationReport:
     """Validate a prepared data set from its per-sample summary.
 
@@ -81,7 +88,9 @@ def validate_prepared(
     repeated content (same pixels or feature values); images of different sizes or
     channel counts before resizing. ``skipped`` (``schema.json`` ``skipped``: the
     operating-system files the ingest left out) is carried into the report and
-    counted in its summary.
+    counted in its summary. ``allow_missing`` (``preprocess.missing`` is
+    ``mean`` or ``median``): NaN features are not a failure (the preprocess
+    stage imputes them); otherwise the failure names that key.
     """
     spec = Spec.build(
         id_column="sample_id",
@@ -96,7 +105,7 @@ def validate_prepared(
     runner = GxRunner(spec, docs_dir)
     gxe = runner.gxe
     names = {int(c): str(n) for c, n in zip(classes, class_names, strict=False)}
-    strict = _prepared_checks(gxe, spec, names)
+    strict = _prepared_checks(gxe, spec, names, allow_missing=allow_missing)
     soft: list[tuple[str, Check]] = [(duplicates, _duplicate_check(gxe))]
     if "orig_size" in frame:
         soft.append((mixed_sizes, _size_check(gxe)))
@@ -148,13 +157,16 @@ def _prepared_frame(summary: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _prepared_checks(gxe: Any, spec: Spec, names: Mapping[int, str]) -> list[Check]:
-    """The always-fatal expectations on a prepared data set."""
+def _prepared_checks(
+    gxe: Any, spec: Spec, names: Mapping[int, str], *, allow_missing: bool = False
+) -> list[Check]:
+    """The always-fatal expectations on a prepared data set (no NaN check with
+    ``allow_missing``)."""
     classes = format_classes(spec.classes)
     binary = (
         " (exactly 0/1 for a two-class sigmoid model)" if len(spec.classes) == 2 else ""
     )
-    return [
+    checks = [
         Check(
             gxe.ExpectTableRowCountToBeBetween(min_value=spec.min_rows),
             lambda r: (
@@ -200,14 +212,22 @@ def _prepared_checks(gxe: Any, spec: Spec, names: Mapping[int, str]) -> list[Che
                 f"{r.get('observed_value')}"
             ),
         ),
-        Check(
-            gxe.ExpectColumnValuesToBeInSet(column="feature_nan_count", value_set=[0]),
-            lambda r: (
-                "feature values must not be NaN or empty; "
-                f"{have(r, 'NaN features')} (up to {extreme(r, max)} per row)"
-            ),
-        ),
-    ] + value_range_checks(gxe, spec, name_range=False)
+    ]
+    if not allow_missing:
+        checks.append(
+            Check(
+                gxe.ExpectColumnValuesToBeInSet(
+                    column="feature_nan_count", value_set=[0]
+                ),
+                lambda r: (
+                    "feature values must not be NaN or empty "
+                    "(preprocess.missing: refuse); "
+                    f"{have(r, 'NaN features')} (up to {extreme(r, max)} per row); "
+                    "set preprocess.missing to mean or median to impute them"
+                ),
+            )
+        )
+    return checks + value_range_checks(gxe, spec, name_range=False)
 
 
 def _duplicate_check(gxe: Any) -> Check:

@@ -95,6 +95,23 @@ def _info_lines(info: Mapping[str, Any]) -> list[str]:
                 f"{m['train_sizes']}, test sizes {m['test_sizes']}, held out "
                 f"{m['heldout']}, md5 {m['md5']}"
             )
+    if "transform" in info:
+        t = info["transform"]
+        if t is None:
+            lines.append(f"  transform: no {layout.TRANSFORM.as_posix()}")
+        elif t["kind"] == "identity":
+            lines.append(f"  transform: identity (not a table), md5 {t['md5']}")
+        else:
+            extra = (
+                f", indicators for {', '.join(t['indicators'])}"
+                if t["indicators"]
+                else ""
+            )
+            lines.append(
+                f"  transform: {t['numeric']} ({t['fit']} fit from {t['clients']} "
+                f"clients' statistics, {t['rows']} training rows), missing "
+                f"{t['missing']}, {t['columns']} columns{extra}, md5 {t['md5']}"
+            )
     if "clients_selected" in info:
         selected = info["clients_selected"]
         shown = "unknown" if selected is None else ", ".join(map(str, selected))

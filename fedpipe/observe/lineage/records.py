@@ -1,5 +1,6 @@
 """fedpipe's own records about a stage, beside DVC's: the validation summary,
-the partition manifest and each round's metrics; and the round stages' names."""
+the partition manifest, the fitted transform and each round's metrics; and the
+round stages' names."""
 
 from __future__ import annotations
 
@@ -67,6 +68,8 @@ def stage_info(
                 "params": manifest.get("params"),
             }
         }
+    if stage == "preprocess":
+        return {"transform": _transform_info(root, md5_of)}
     k = round_of(stage)
     if k is not None:
         metrics = read_json_or_none(root / layout.round_metrics(k))
@@ -81,3 +84,26 @@ def stage_info(
             out["malicious"] = metrics["malicious"]
         return out
     return {}
+
+
+def _transform_info(
+    root: Path, md5_of: Callable[[str], str | None]
+) -> dict[str, Any] | None:
+    """What the preprocess stage fitted (``data/preprocess/transform.json``)."""
+    raw = read_json_or_none(root / layout.TRANSFORM)
+    if not isinstance(raw, Mapping):
+        return None
+    settings = raw.get("settings") or {}
+    stats = raw.get("statistics") or {}
+    return {
+        "path": layout.TRANSFORM.as_posix(),
+        "md5": md5_of(layout.TRANSFORM.as_posix()),
+        "kind": raw.get("kind"),
+        "numeric": settings.get("numeric"),
+        "fit": settings.get("fit"),
+        "missing": settings.get("missing"),
+        "columns": len(raw.get("columns") or []),
+        "indicators": list(raw.get("indicators") or []),
+        "clients": stats.get("clients"),
+        "rows": stats.get("rows"),
+    }
