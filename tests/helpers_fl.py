@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import yaml
 
 from fedpipe.client import (
@@ -40,7 +41,13 @@ from fedpipe.config.params import Params, round_chain
 from fedpipe.core.jsonio import write_json
 from fedpipe.core.secretkey import load_or_create_key
 from fedpipe.core.weights import save_weights
-from fedpipe.data.ingest import ingest_arrays, open_features, read_samples, read_schema
+from fedpipe.data.ingest import (
+    ingest_arrays,
+    ingest_table,
+    open_features,
+    read_samples,
+    read_schema,
+)
 from fedpipe.data.sources import DatasetSpec, load_mnist5k
 from fedpipe.data.splits import (
     ClientData,
@@ -101,6 +108,8 @@ def run_federation(
     optimizer: str = "sgd",
     partition: str = "iid",
     alpha: float = 0.5,
+    partition_settings: Mapping[str, Any] | None = None,
+    table: pd.DataFrame | None = None,
     strategy: str = "fedavg",
     seed: int = 0,
     client_data: Callable[[ClientData], ClientData] | None = None,
@@ -150,20 +159,22 @@ def run_federation(
     save_models : bool
         Also write every round's global weights (``models/round-K/weights.npz``,
         round 0 the initial model), as the pipeline publishes them.
+    partition_settings : mapping, optional
+        Further ``partition.*`` settings (e.g. ``{"quantity_sigma": 1.5}``).
+    table : pandas.DataFrame, optional
+        A table (feature columns and a ``label`` column) to run on instead of the
+        digits: written to ``data/table.csv`` and ingested as ``data.source:
+        table`` is (``n_samples``, ``classes`` and ``relabel`` do not apply).
 
     Returns
     -------
     list of dict
         Each round's summary (``RoundRecord.summary()``).
     """
-    x, y = digits()
-    if classes is not None:
-        keep = np.isin(y, classes)
-        x, y = x[keep], np.searchsorted(np.asarray(sorted(classes)), y[keep])
-    pick = np.random.default_rng(1234).permutation(len(y))[:n_samples]  # mixed digits
-    x, y = x[pick], y[pick]
-    if relabel is not None:
-        y = relabel(y)
+    if table is None:
+        x, y = _digits(n_samples, classes, relabel)
+    else:
+        y = table["label"].to_numpy(dtype=np.int64)
     declared = n_classes or len(np.unique(y))
     params = _params(
         model=model,
@@ -182,20 +193,27 @@ def run_federation(
         fraction_fit=fraction_fit,
         strategy_settings=strategy_settings or {},
         personalization=dict(personalization or {}),
+        partition_settings=dict(partition_settings or {}),
     )
     (root / "params.yaml").write_text(
         yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False)
     )
     prepared = root / layout.PREPARED_DIR
-    ingest_arrays(
-        x,
-        y,
-        out_dir=prepared,
-        source="digits",
-        class_names=[str(c) for c in range(declared)],
-        value_range=(0.0, 255.0),
-        scale=255.0,
-    )
+    if table is None:
+        ingest_arrays(
+            x,
+            y,
+            out_dir=prepared,
+            source="digits",
+            class_names=[str(c) for c in range(declared)],
+            value_range=(0.0, 255.0),
+            scale=255.0,
+        )
+    else:
+        path = root / "data" / "table.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(path, index=False)
+        ingest_table(path, out_dir=prepared, label_column="label")
     samples = read_samples(prepared)
     spec = DatasetSpec.from_schema(read_schema(prepared))
     present = sorted(set(range(declared)) | {int(v) for v in np.unique(y)})
@@ -232,7 +250,7 @@ def run_federation(
     algorithm: ClientAlgorithm = (
         client_algorithm_for(params, model_spec, strategy_)
         if personalization
-        else make_client(strategy_.client_algorithm)
+        else make_client(strategy_.client_algorithm, **strategy_.client_settings())
     )
     if client_update is not None:
         algorithm = _Tampered(algorithm, client_update)
@@ -285,6 +303,23 @@ def run_federation(
     return summaries
 
 
+def _digits(
+    n_samples: int,
+    classes: Sequence[int] | None,
+    relabel: Callable[[np.ndarray], np.ndarray] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``n_samples`` mixed digits (only ``classes``, relabelled 0 .. len - 1)."""
+    x, y = digits()
+    if classes is not None:
+        keep = np.isin(y, classes)
+        x, y = x[keep], np.searchsorted(np.asarray(sorted(classes)), y[keep])
+    pick = np.random.default_rng(1234).permutation(len(y))[:n_samples]  # mixed digits
+    x, y = x[pick], y[pick]
+    if relabel is not None:
+        y = relabel(y)
+    return x, y
+
+
 class _Tampered(ClientAlgorithm):
     """A client algorithm whose sent weights pass through ``hook(client, round,
     weights)`` (a client that misbehaves on purpose)."""
@@ -320,11 +355,17 @@ def _params(
     fraction_fit: float,
     strategy_settings: Mapping[str, Any],
     personalization: dict[str, Any],
+    partition_settings: dict[str, Any],
 ) -> Params:
     return Params.model_validate(
         {
             "seed": seed,
-            "partition": {"method": partition, "alpha": alpha, "min_samples": 5},
+            "partition": {
+                "method": partition,
+                "alpha": alpha,
+                "min_samples": 5,
+                **partition_settings,
+            },
             "federation": {
                 "clients": clients,
                 "rounds": rounds,

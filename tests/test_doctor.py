@@ -9,6 +9,7 @@ Runs are made on first use and shared by the tests of this module.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from helpers_fl import run_federation, scaled_inputs, shuffled_labels
@@ -24,6 +26,7 @@ from fedpipe.app.cli import main
 from fedpipe.config import layout
 from fedpipe.config.params import round_chain
 from fedpipe.core.jsonio import write_json
+from fedpipe.federation.attacks import AttackPlan, make_attack
 from fedpipe.observe.doctor import SIDES, Finding, codes, diagnose, robust_z
 
 TINY = {"lr": 0.1, "epochs": 2, "rounds": 4}
@@ -54,6 +57,34 @@ def _bias_dies_from(round_: int) -> Callable[[int, int, list], list]:
 
     return hook
 
+
+@functools.cache
+def breast_cancer(standardized: bool = False) -> pd.DataFrame:
+    """sklearn's breast-cancer table (569 rows, 30 measurements from about 0.001 to
+    4,254; a public table nobody here made), with its 0/1 ``label``; every column
+    standardized by hand when asked."""
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer(as_frame=True)
+    table = data.data.copy()
+    if standardized:
+        table = (table - table.mean()) / table.std(ddof=0)
+    table["label"] = data.target
+    return table
+
+
+#: 8 clients of very unequal sizes (log-normal, sigma 2: 4 to 316 rows), Adam
+#: (a step of about lr whatever the gradient, so the largest client's update is
+#: about 5x the median's: it takes 10x their local steps)
+QUANTITY_SKEW = dict(
+    TINY,
+    n_samples=1000,
+    clients=8,
+    partition="quantity",
+    partition_settings={"quantity_sigma": 2.0},
+    optimizer="adam",
+    lr=0.001,
+)
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "healthy": dict(TINY),
@@ -113,6 +144,29 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "bias-dies": dict(SMALL, client_update=_bias_dies_from(3)),
     # SGD at lr 1.5: the hidden ReLU layer dies (the model never learns)
     "lr-1.5": dict(SMALL, lr=1.5),
+    # (i) the breast-cancer table fed raw (columns 2e5x apart): local training
+    # blows up at lr 0.05, and the cause is the inputs; its control, the same
+    # table standardized by hand
+    "table-unscaled": dict(TINY, table=breast_cancer(), clients=5, rounds=3, lr=0.05),
+    "table-standardized": dict(
+        TINY, table=breast_cancer(True), clients=5, rounds=3, lr=0.05
+    ),
+    # (d) under quantity skew, healthy; and with client 0 (the largest) sending
+    # its update x8 (the scaling attack)
+    "quantity-skew": QUANTITY_SKEW,
+    "quantity-skew-scaled": dict(
+        QUANTITY_SKEW,
+        attack=AttackPlan(make_attack("scaling", scale=8.0), (0,), seed=0),
+    ),
+    # (e) FedProx at mu 100 with SGD at lr 0.05: lr mu = 5 overshoots
+    "fedprox-mu-100": dict(
+        TINY,
+        lr=0.05,
+        rounds=2,
+        clients=5,
+        strategy="fedprox",
+        strategy_settings={"proximal_mu": 100.0},
+    ),
 }
 
 
@@ -736,3 +790,119 @@ def test_one_huge_update_is_an_error_only_when_it_set_the_model_back(
     outlier = _one(diagnose(tmp_path), codes.CLIENT_UPDATE_OUTLIER)
     assert outlier.severity == severity
     assert "round 5: update norm 6.6" in outlier.evidence[0]
+
+
+# ---------------------------------------------------------------- (i) the inputs
+
+
+def test_an_unscaled_table_is_named_before_the_learning_rate(run_dir) -> None:
+    findings = diagnose(run_dir("table-unscaled"))
+    f = findings[0]
+    assert f.code == codes.INPUTS_UNSCALED, [g.code for g in findings]
+    assert f.severity == "error" and f.side == "data"
+    text = _text(f)
+    # the widest columns at both ends, and the key to set
+    assert "worst area" in f.title and "fractal dimension error" in f.title
+    assert "largest: worst area (rms 1048, max |x| 4254)" in text
+    assert "preprocess.numeric: standard" in f.fix
+    assert "now preprocess.numeric = none" in f.fix
+    # the learning rate blew up too, and is ranked below as its consequence
+    lr = _one(findings, codes.LEARNING_RATE_TOO_HIGH)
+    assert findings.index(lr) > 0
+    assert "likely a consequence of inputs-unscaled" in lr.title
+
+
+def test_the_same_table_standardized_has_no_input_finding(run_dir) -> None:
+    found = [f.code for f in diagnose(run_dir("table-standardized"))]
+    assert codes.INPUTS_UNSCALED not in found
+    assert codes.LEARNING_RATE_TOO_HIGH not in found
+
+
+@pytest.mark.parametrize(("numeric", "fires"), [("none", True), ("standard", False)])
+def test_the_input_finding_reads_preprocess_numeric(
+    run_dir, tmp_path: Path, numeric: str, fires: bool
+) -> None:
+    root = tmp_path / "run"
+    shutil.copytree(run_dir("table-unscaled"), root)
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["preprocess"] = {"numeric": numeric}  # the key may not exist yet
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    found = [f.code for f in diagnose(root)]
+    assert (codes.INPUTS_UNSCALED in found) is fires, found
+
+
+def test_a_model_that_normalizes_its_inputs_gets_no_input_finding(
+    run_dir, tmp_path: Path
+) -> None:
+    # the record of a model whose first layer is a Normalization (or batch norm)
+    root = tmp_path / "run"
+    shutil.copytree(run_dir("table-unscaled"), root)
+    for path in (root / layout.HEALTH_METRICS_DIR).glob("round-*.json"):
+        health = json.loads(path.read_text())
+        health["layers"][0]["kind"] = "norm"
+        path.write_text(json.dumps(health))
+    assert codes.INPUTS_UNSCALED not in [f.code for f in diagnose(root)]
+
+
+# ---------------------------------------------------------------- (d) and the work
+
+
+def test_a_large_client_under_quantity_skew_is_not_an_outlier(run_dir) -> None:
+    root = run_dir("quantity-skew")
+    sizes, ratios = [], []
+    for path in sorted((root / layout.HEALTH_METRICS_DIR).glob("round-*.json")):
+        clients = json.loads(path.read_text())["clients"]
+        sizes = [c["n_train"] for c in clients]
+        norms = [c["update_norm"] for c in clients]
+        ratios.append(max(norms) / float(np.median(norms)))
+    # the skew is real: the largest client has 50x the rows of the smallest, and
+    # its raw update is beyond the outlier ratio (3x the median) in every round
+    assert max(sizes) >= 50 * min(sizes)
+    assert min(ratios) > 3.0
+    found = [f.code for f in diagnose(root)]
+    assert codes.CLIENT_UPDATE_OUTLIER not in found, found
+
+
+def test_a_large_client_boosting_its_update_is_still_an_outlier(run_dir) -> None:
+    findings = diagnose(run_dir("quantity-skew-scaled"))
+    f = _one(findings, codes.CLIENT_UPDATE_OUTLIER)
+    assert "client 0" in f.title and "far larger" in f.title
+    assert "local steps" in f.evidence[0]  # judged per unit of its work
+
+
+# ---------------------------------------------------------------- (e) proximal
+
+
+def test_a_fedprox_blow_up_names_mu_beside_the_learning_rate(run_dir) -> None:
+    findings = diagnose(run_dir("fedprox-mu-100"))
+    f = findings[0]
+    assert f.code == codes.LEARNING_RATE_TOO_HIGH
+    assert f.severity == "error" and 1 in f.rounds
+    assert "lr·μ = 5 > 2" in f.title
+    assert "lr·μ = 5 > 2: lower train.lr or strategy.proximal_mu" in f.fix
+    assert "strategy.proximal_mu 20" in f.fix and "train.lr 0.01" in f.fix
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"strategy": {"name": "fedavg"}}, None),
+        ({"strategy": {"name": "fedprox", "proximal_mu": 0.5}},
+         ("strategy.proximal_mu", 0.5)),
+        ({"strategy": {"name": "fedprox"}}, ("strategy.proximal_mu", 0.01)),
+        (
+            {"strategy": {"name": "fedavg"},
+             "client": {"algorithm": "fedprox", "options": {"proximal_mu": 2.0}}},
+            ("client.options.proximal_mu", 2.0),
+        ),
+        ({"strategy": {"name": "scaffold"}}, None),
+    ],
+)  # fmt: skip
+def test_the_proximal_knob_comes_from_the_client_class_trait(
+    tmp_path: Path, params: dict, expected: tuple | None
+) -> None:
+    from fedpipe.observe.doctor.learning_rate import proximal_term
+    from fedpipe.observe.runfiles import load_run
+
+    _write_rounds(tmp_path, params, [_health(1, 0.5, 1.0, ratio=1.0, step=0.3)])
+    assert proximal_term(load_run(tmp_path)) == expected

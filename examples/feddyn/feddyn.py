@@ -91,6 +91,7 @@ class FedDynClient(ClientAlgorithm):
 
     name = "feddyn"
     settings = ("alpha",)
+    proximal_setting = "alpha"  # its local step's proximal weight (the doctor)
 
     def __init__(self, *, alpha: float = 0.01) -> None:
         self.alpha = _alpha(alpha, "alpha (strategy.options or client.options)")

@@ -214,11 +214,22 @@ class ClientAlgorithm(Component, abc.ABC):
         Its settings (from the strategy's ``client_settings()`` and
         ``client.options``): :class:`~fedpipe.core.component.Setting`
         declarations, or plain names in a user's class.
+
+    Traits (what the rest of fedpipe may assume about the local step)
+
+    proximal_setting : str or None
+        The setting (one of :attr:`settings`) that is the weight ``mu`` of a
+        proximal term ``mu/2 ||w - anchor||^2`` this algorithm adds to every local
+        step (FedProx: ``proximal_mu``); None: no such term. With plain SGD that
+        term alone multiplies ``w - anchor`` by ``1 - lr mu`` per step, so local
+        training overshoots once ``lr mu > 2``; the doctor names this setting
+        beside ``train.lr`` when local training blows up.
     """
 
     name: ClassVar[str]
     section: ClassVar[str] = "client"
     settings: ClassVar[tuple[str, ...]] = ()
+    proximal_setting: ClassVar[str | None] = None
 
     @classmethod
     def from_settings(cls, **settings: Any) -> Self:

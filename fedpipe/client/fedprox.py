@@ -19,6 +19,7 @@ class FedProxClient(ClientAlgorithm):
 
     name = "fedprox"
     settings = (PROXIMAL_MU,)
+    proximal_setting = PROXIMAL_MU
 
     def __init__(self, *, proximal_mu: float = 0.01) -> None:
         self.proximal_mu = checked(PROXIMAL_MU, proximal_mu)

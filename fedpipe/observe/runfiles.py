@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CLASS_COUNTS_CSV",
     "DVC_LOCK",
+    "FEATURES_NPY",
     "PARAMS_YAML",
     "PARTS",
     "SAMPLES_PARQUET",
@@ -67,6 +68,9 @@ DVC_LOCK = Path("dvc.lock")
 SAMPLES_PARQUET = layout.PREPARED_DIR / "samples.parquet"
 CLASS_COUNTS_CSV = layout.PARTITION_REPORT_DIR / "class_counts.csv"
 SKEW_JSON = layout.PARTITION_REPORT_DIR / "skew.json"
+FEATURES_NPY = layout.PREPARED_DIR / "features.npy"
+#: rows of a prepared table read at a time for its column statistics
+_COLUMN_CHUNK_ROWS = 2**14
 
 #: the parts :func:`load_run` reads, each kept or failed on its own (the keys of
 #: :attr:`RunFiles.errors`)
@@ -82,6 +86,7 @@ PARTS = (
     "manifest",
     "class_counts",
     "skew",
+    "columns",
     "lock",
 )
 
@@ -135,6 +140,12 @@ class RunFiles:
         ``reports/partition/class_counts.csv``, columns named as strings.
     skew : dict or None
         ``reports/partition/skew.json``.
+    columns : list of dict or None
+        Per feature column of a prepared *table* (``schema.json`` ``source``
+        ``"table"``; ``None`` for images), from ``data/prepared/features.npy``
+        as ingested: ``name``, ``count`` (finite values), ``mean``, ``std``,
+        ``rms`` (root mean square: the size the model's first layer sees) and
+        ``max_abs`` (see :func:`column_statistics`).
     lock_outs : list of dict or None
         Every stage's outs in ``dvc.lock`` (see :func:`read_lock_outs`); ``None``
         without a lock file.
@@ -158,6 +169,7 @@ class RunFiles:
     manifest: dict[str, Any] | None = None
     class_counts: pd.DataFrame | None = None
     skew: dict[str, Any] | None = None
+    columns: list[dict[str, Any]] | None = None
     lock_outs: list[dict[str, Any]] | None = None
     commit: Commit = Commit()
     errors: dict[str, Exception] = field(default_factory=dict)
@@ -236,6 +248,60 @@ def _samples(path: Path) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
+def column_statistics(
+    path: Path, names: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """Per column of the 2-D features file at ``path``: its finite values'
+    ``count``, ``mean``, ``std``, ``rms`` and ``max_abs`` (``None`` when it has
+    none), with its ``name`` (``names``, else ``"column <j>"``).
+
+    Read in chunks of rows from a memory map, in float64, so a large table costs
+    one pass and bounded memory.
+
+    Raises
+    ------
+    ValueError
+        If the array is not 2-D (one row per sample, one column per feature).
+    """
+    import numpy as np
+
+    features = np.load(path, mmap_mode="r")
+    if features.ndim != 2:
+        raise ValueError(f"features of shape {features.shape}, not (rows, columns)")
+    n_columns = features.shape[1]
+    count = np.zeros(n_columns)
+    total, squares, peak = np.zeros(n_columns), np.zeros(n_columns), np.zeros(n_columns)
+    for start in range(0, features.shape[0], _COLUMN_CHUNK_ROWS):
+        block = np.asarray(features[start : start + _COLUMN_CHUNK_ROWS], np.float64)
+        finite = np.isfinite(block)
+        values = np.where(finite, block, 0.0)
+        count += finite.sum(axis=0)
+        total += values.sum(axis=0)
+        squares += np.square(values).sum(axis=0)
+        peak = np.maximum(peak, np.abs(values).max(axis=0, initial=0.0))
+    labels = list(names) if names and len(names) == n_columns else None
+    out = []
+    for j in range(n_columns):
+        row: dict[str, Any] = {
+            "name": labels[j] if labels else f"column {j}",
+            "count": int(count[j]),
+            "mean": None,
+            "std": None,
+            "rms": None,
+            "max_abs": None,
+        }
+        if count[j]:
+            mean, square = total[j] / count[j], squares[j] / count[j]
+            row.update(
+                mean=float(mean),
+                std=float(math.sqrt(max(square - mean * mean, 0.0))),
+                rms=float(math.sqrt(square)),
+                max_abs=float(peak[j]),
+            )
+        out.append(row)
+    return out
+
+
 def read_lock_outs(path: Path) -> list[dict[str, Any]] | None:
     """Every stage's outs in the ``dvc.lock`` at ``path``, in lock order.
 
@@ -303,6 +369,10 @@ def load_run(root: Path) -> RunFiles:
     read("manifest", root / layout.MANIFEST, _read_json)
     read("class_counts", root / CLASS_COUNTS_CSV, _read_csv)
     read("skew", root / SKEW_JSON, _read_json)
+    schema = parts.get("schema")
+    if isinstance(schema, dict) and schema.get("source") == "table":
+        names = schema.get("feature_names")
+        read("columns", root / FEATURES_NPY, lambda p: column_statistics(p, names))
     read("lock", root / DVC_LOCK, read_lock_outs)
     labels, sample_ids = parts.pop("samples", (None, None))
     return RunFiles(

@@ -3,17 +3,18 @@
 :func:`diagnose` reads what the pipeline wrote (``metrics/rounds``,
 ``metrics/health``, ``metrics/clients``, ``params.yaml``, the prepared data and the
 partition manifest; :func:`fedpipe.observe.runfiles.load_run`) and returns
-:class:`Finding` s, most important first: root causes (labels the loss cannot
-take, a learning rate that blows up, aggregation weights that do not sum to 1, an
-outlier client, normalization statistics that disagree, client drift) before the
-symptoms they cause (a global loss that rises while accuracy holds). Each finding
-carries its evidence (rounds, layers, clients, numbers), the side its cause is
-on (:data:`SIDES`: client training, server aggregation, data, ...) and a fix
-naming that side's ``params.yaml`` keys with their current values. Files it cannot
-read and checks that cannot run on a record are listed, never raised
-(:mod:`~fedpipe.observe.doctor.reading`).
+:class:`Finding` s, most important first: root causes (labels the loss cannot take,
+table columns left on scales far apart, a learning rate that blows up, aggregation
+weights that do not sum to 1, an outlier client, normalization statistics that
+disagree, client drift) before the symptoms they cause (a global loss that rises
+while accuracy holds). Each finding carries its evidence (rounds, layers, clients,
+numbers), the side its cause is on (:data:`SIDES`: client training, server
+aggregation, data, ...) and a fix naming that side's ``params.yaml`` keys with their
+current values. Files it cannot read and checks that cannot run on a record are
+listed, never raised (:mod:`~fedpipe.observe.doctor.reading`).
 
 One check per module (:mod:`~fedpipe.observe.doctor.labels`,
+:mod:`~fedpipe.observe.doctor.inputs`,
 :mod:`~fedpipe.observe.doctor.learning_rate`,
 :mod:`~fedpipe.observe.doctor.aggregation`, :mod:`~fedpipe.observe.doctor.outliers`,
 :mod:`~fedpipe.observe.doctor.attackers`,
@@ -55,6 +56,7 @@ from fedpipe.observe.doctor.findings import (
 )
 from fedpipe.observe.doctor.format import format_markdown, format_text
 from fedpipe.observe.doctor.health_present import check_health_present
+from fedpipe.observe.doctor.inputs import check_inputs
 from fedpipe.observe.doctor.labels import check_labels
 from fedpipe.observe.doctor.learning_rate import check_learning_rate
 from fedpipe.observe.doctor.loss_rising import check_loss_rising
@@ -82,6 +84,7 @@ __all__ = [
     "check_drift",
     "check_failures",
     "check_health_present",
+    "check_inputs",
     "check_labels",
     "check_learning_rate",
     "check_loss_rising",
@@ -105,6 +108,7 @@ __all__ = [
 
 CHECKS: tuple[Check, ...] = (
     check_labels,
+    check_inputs,
     check_server_step,
     check_learning_rate,
     check_aggregation,

@@ -7,6 +7,9 @@ write them through these names, never as string literals.
 from __future__ import annotations
 
 LABELS_OUTSIDE_LOSS_RANGE = "labels-outside-loss-range"
+# table columns on scales far apart, fed to the model raw
+# (fedpipe.observe.doctor.inputs)
+INPUTS_UNSCALED = "inputs-unscaled"
 LEARNING_RATE_TOO_HIGH = "learning-rate-too-high"
 AGGREGATION_WEIGHTS_NOT_NORMALIZED = "aggregation-weights-not-normalized"
 CLIENT_UPDATE_OUTLIER = "client-update-outlier"
@@ -35,6 +38,7 @@ RECORDS_UNREADABLE = "records-unreadable"
 #: every code, root causes before the symptoms they cause
 ALL = (
     LABELS_OUTSIDE_LOSS_RANGE,
+    INPUTS_UNSCALED,
     SERVER_STEP_TOO_LARGE,
     ACCURACY_COLLAPSED,
     LEARNING_RATE_TOO_HIGH,

@@ -59,6 +59,10 @@ PRIORITY = {
     # above the learning rate: noised global weights make local training look
     # like it blows up (the fix is sigma or the clip, not train.lr)
     codes.PRIVACY_NOISE_DOMINATES: 1,
+    # above the learning rate: columns 1e4 apart blow up local training at any
+    # learning rate that moves the small ones (the seed case: the doctor blamed
+    # train.lr on an unscaled table); after the labels only by the checks' order
+    codes.INPUTS_UNSCALED: 0,
 }
 
 #: a finding on the left, when present, explains these others: they are kept but
@@ -120,6 +124,16 @@ EXPLAINS: dict[str, tuple[str, ...]] = {
         codes.LOSS_RISING_ACCURACY_HOLDS,
     ),
     codes.DEAD_UNITS: (codes.PREDICTIONS_CONSTANT, codes.NOT_LEARNING),
+    # the learning rate that makes training on raw columns blow up, and what a
+    # model that cannot use its small columns looks like
+    codes.INPUTS_UNSCALED: (
+        codes.LEARNING_RATE_TOO_HIGH,
+        codes.ACCURACY_COLLAPSED,
+        codes.NOT_LEARNING,
+        codes.PREDICTIONS_CONSTANT,
+        codes.DEAD_UNITS,
+        codes.LOSS_RISING_ACCURACY_HOLDS,
+    ),
 }
 
 

@@ -2,6 +2,14 @@
 
 Non-finite weights, local training losses far above guessing, client updates
 larger than the weights they update, or a global loss that swings up and down.
+
+When the client algorithm adds a proximal term to its local step (its class's
+``proximal_setting`` trait: FedProx's ``proximal_mu``), that weight is a knob of
+the blow-up too: with plain SGD the term multiplies ``w - w_global`` by
+``1 - lr mu`` every step, which overshoots once ``lr mu >``
+:data:`PROXIMAL_STABLE` (``train.lr: 0.05`` with ``strategy.proximal_mu: 100``
+blows up in round 1 whatever the data), and the finding names it beside
+``train.lr``.
 """
 
 from __future__ import annotations
@@ -11,12 +19,15 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
+from fedpipe.client import client_class
+from fedpipe.core.dotted import lookup
 from fedpipe.observe.doctor import codes
 from fedpipe.observe.doctor.base import finite_clients, global_series, knobs, param
 from fedpipe.observe.doctor.findings import Finding
 from fedpipe.observe.doctor.outliers import OUTLIER_SEVERE_RATIO, outlier_rounds
 from fedpipe.observe.doctor.server_step import server_blowup_round
 from fedpipe.observe.runfiles import RunFiles, fmt, rounds_text
+from fedpipe.strategy import strategy_class
 
 #: median client update norm above this share of the global weight norm: one
 #: round of local training moved the weights further than their own size
@@ -33,6 +44,10 @@ LR_LOSS_FACTOR = 3.0
 OSCILLATION_JUMP = 0.5
 #: ... up and down, this many times in a row, is oscillation
 OSCILLATION_REVERSALS = 2
+#: plain SGD on a proximal term ``mu/2 ||w - a||^2`` multiplies ``w - a`` by
+#: ``1 - lr mu`` per step: it shrinks only while ``|1 - lr mu| < 1``, i.e.
+#: ``lr mu < 2`` (the step of gradient descent on a quadratic of curvature mu)
+PROXIMAL_STABLE = 2.0
 
 
 def check_learning_rate(run: RunFiles) -> list[Finding]:
@@ -125,18 +140,89 @@ def check_learning_rate(run: RunFiles) -> list[Finding]:
     lr = param(run, "train.lr")
     now = knobs(run, "train.lr", "train.optimizer")
     suggestion = f" -> try {lr / 10:g}" if lr is not None else ""
+    title = "the learning rate is too high: local training blows up"
+    fix = (
+        f"lower {now}{suggestion}; if only a few clients blow up, also check their "
+        "data scaling"
+    )
+    term = proximal_term(run)
+    if term is not None and lr is not None:
+        key, mu = term
+        product = lr * mu
+        sgd = param(run, "train.optimizer", "sgd") == "sgd"
+        if sgd and product > PROXIMAL_STABLE:
+            title = (
+                f"the learning rate is too high for the proximal term: local "
+                f"training blows up (lr·μ = {product:.3g} > {PROXIMAL_STABLE:g})"
+            )
+            evidence.insert(
+                0,
+                f"train.lr x {key} = {lr:g} x {mu:g}: lr·μ = {product:.3g} > "
+                f"{PROXIMAL_STABLE:g}, so every local step multiplies the distance "
+                f"to the global weights by 1 - lr·μ = {1 - product:.3g} (SGD)",
+            )
+            fix = (
+                f"lr·μ = {product:.3g} > {PROXIMAL_STABLE:g}: lower train.lr or "
+                f"{key} (now train.lr = {lr:g}, {key} = {mu:g}) until lr·μ < "
+                f"{PROXIMAL_STABLE:g} -> try train.lr {1 / mu:g} or {key} "
+                f"{1 / lr:g} (lr·μ = 1)"
+            )
+        else:
+            fix += (
+                f"; the local step also has the proximal term {key} = {mu:g} "
+                f"(lr·μ = {product:.3g}): lower train.lr or {key}"
+            )
     return [
         Finding(
             code=codes.LEARNING_RATE_TOO_HIGH,
             severity="error" if severe else "warning",
-            title="the learning rate is too high: local training blows up",
+            title=title,
             evidence=evidence + supporting,
-            fix=f"lower {now}{suggestion}; if only a few clients blow up, "
-            "also check their data scaling",
+            fix=fix,
             rounds=sorted(triggers),
             side="client training",
         )
     ]
+
+
+def proximal_term(run: RunFiles) -> tuple[str, float] | None:
+    """The key and value of the proximal weight ``mu`` the run's client algorithm
+    adds to its local step (its class's ``proximal_setting``), or ``None`` (no
+    such term, ``mu`` 0, or the classes or params cannot be read).
+
+    The key is where the value comes from: ``client.options.<setting>``, else the
+    strategy's setting it passes on (``strategy.proximal_mu``; a user's strategy:
+    ``strategy.options.<setting>``), else the client class's default.
+    """
+    params = run.params or {}
+    try:
+        name = str(param(run, "strategy.name", lookup(params, "strategy.name")))
+        strategy = strategy_class(name)
+        chosen = lookup(params, "client.algorithm") or strategy.client_algorithm
+        client = client_class(chosen)
+    except Exception:  # an unknown or unloadable component: nothing to name
+        return None
+    setting = getattr(client, "proximal_setting", None)
+    if setting is None:
+        return None
+    options = lookup(params, "client.options") or {}
+    if setting in options:
+        key, value = f"client.options.{setting}", options[setting]
+    elif setting in strategy.settings:
+        key = (
+            f"strategy.{setting}" if ":" not in name else f"strategy.options.{setting}"
+        )
+        value = lookup(params, key)
+    else:
+        key, value = f"client.options.{setting}", None
+    if value is None:  # left to the class's own default
+        declared = [s for s in client.settings if s == setting]
+        value = getattr(declared[0], "default", None) if declared else None
+    try:
+        mu = float(value)
+    except (TypeError, ValueError):
+        return None
+    return (key, mu) if mu > 0 else None
 
 
 def _list(ids: Sequence[int], limit: int = 8) -> str:

@@ -3,6 +3,15 @@
 Far larger (update norm) or pointing away (cosine to the mean update), by robust
 z-scores over the round's clients, in most of the rounds it took part in, or once
 by so much that it dominates the global model.
+
+A client that took more local steps than the round's median client is allowed a
+proportionally larger update: under quantity skew a client with 14x the rows takes
+14x the steps, and with Adam (a step of about ``lr`` whatever the gradient) its
+update grows about linearly with them; that is expected, not a data fault. Its
+norm is divided by ``steps / median steps`` before the comparison
+(:func:`local_steps`); a client with fewer steps than the median is compared as it
+is (with plain SGD the update grows slower than the steps, so dividing a small
+client's update by its few steps would make it look large).
 """
 
 from __future__ import annotations
@@ -13,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from fedpipe.client.base import LocalTraining
+from fedpipe.federation.failures import steps_needed
 from fedpipe.observe.doctor import codes
 from fedpipe.observe.doctor.base import finite_clients, global_series, knobs, robust_z
 from fedpipe.observe.doctor.findings import Finding
@@ -43,14 +54,51 @@ OUTLIER_HARM_LOSS = 1.2
 OUTLIER_HARM_ACCURACY = 0.05
 
 
+def local_steps(run: RunFiles, k: int, clients: Sequence[dict[str, Any]]) -> list[int]:
+    """The local optimizer steps each of round ``k``'s ``clients`` took:
+    ``train.epochs`` x its batches (``n_train / train.batch_size``, rounded up),
+    capped by ``train.local_steps``, or what a partial straggler completed
+    (``clients_partial`` of the round's metrics). ``[]`` when the run's
+    ``train.*`` or a client's ``n_train`` is unknown."""
+    if run.config is None or any(c.get("n_train") is None for c in clients):
+        return []
+    t = run.config.train
+    training = LocalTraining(t.epochs, t.batch_size, t.lr, t.local_steps)
+    partial = run.rounds.get(k, {}).get("clients_partial") or {}
+    return [
+        int(partial.get(str(c["client"]), steps_needed(int(c["n_train"]), training)))
+        for c in clients
+    ]
+
+
+def work_factors(steps: Sequence[int]) -> np.ndarray:
+    """``max(1, steps / median steps)`` per client (1 each when steps are unknown):
+    how much more work than the round's median client each one did."""
+    if not steps:
+        return np.ones(0)
+    s = np.asarray(steps, dtype=np.float64)
+    median = float(np.median(s))
+    if median <= 0:
+        return np.ones(len(s))
+    return np.maximum(1.0, s / median)
+
+
 def outlier_rounds(run: RunFiles) -> dict[int, dict[int, dict[str, Any]]]:
-    """Per client, the rounds where its update was an outlier, with the numbers."""
+    """Per client, the rounds where its update was an outlier, with the numbers.
+
+    ``ratio`` is the client's update norm over the round's median, after dividing
+    it by its :func:`work_factors` (``work``; ``steps`` its local steps, ``None``
+    when unknown).
+    """
     out: dict[int, dict[int, dict[str, Any]]] = {}
     for k, h in run.health.items():
         clients = finite_clients(h)
         if len(clients) < OUTLIER_MIN_CLIENTS:
             continue
-        norms = np.array([c["update_norm"] for c in clients], dtype=np.float64)
+        raw = np.array([c["update_norm"] for c in clients], dtype=np.float64)
+        steps = local_steps(run, k, clients)
+        work = work_factors(steps) if steps else np.ones(len(clients))
+        norms = raw / work
         median_norm = float(np.median(norms))
         z_norm = robust_z(norms)
         cosines = [c.get("cosine_to_mean") for c in clients]
@@ -69,8 +117,11 @@ def outlier_rounds(run: RunFiles) -> dict[int, dict[int, dict[str, Any]]]:
             if big or off:
                 out.setdefault(int(c["client"]), {})[k] = {
                     "ratio": float(ratio),
-                    "norm": float(norms[i]),
+                    "norm": float(raw[i]),
                     "median_norm": median_norm,
+                    "work": float(work[i]),
+                    "steps": steps[i] if steps else None,
+                    "median_steps": float(np.median(steps)) if steps else None,
                     "cosine": float(cos[i]) if have_cos else None,
                     "median_cosine": median_cos if have_cos else None,
                     "train_loss": c.get("train_loss"),
@@ -103,10 +154,7 @@ def check_outliers(run: RunFiles) -> list[Finding]:
         )
         evidence = []
         for k, r in sorted(rounds.items())[:5]:
-            parts = [
-                f"round {k}: update norm {fmt(r['norm'])} = {r['ratio']:.3g}x "
-                f"the median {fmt(r['median_norm'])}"
-            ]
+            parts = [_size_text(k, r)]
             if r["cosine"] is not None:
                 parts.append(
                     f"cosine to the mean update {fmt(r['cosine'], 3)} (median "
@@ -142,6 +190,22 @@ def check_outliers(run: RunFiles) -> list[Finding]:
             )
         )
     return findings
+
+
+def _size_text(k: int, r: dict[str, Any]) -> str:
+    """``round 3: update norm 1.1 = 5x the median 0.2`` (with the local steps when
+    the client did more work than the median: its norm per unit of work)."""
+    if r["work"] <= 1.0:
+        return (
+            f"round {k}: update norm {fmt(r['norm'])} = {r['ratio']:.3g}x the "
+            f"median {fmt(r['median_norm'])}"
+        )
+    return (
+        f"round {k}: update norm {fmt(r['norm'])} after {r['steps']} local steps "
+        f"({r['work']:.3g}x the median client's {fmt(r['median_steps'])}): "
+        f"{fmt(r['norm'] / r['work'])} per median client's work = {r['ratio']:.3g}x "
+        f"the median {fmt(r['median_norm'])}"
+    )
 
 
 def _harmed(run: RunFiles, k: int) -> bool:

@@ -19,7 +19,13 @@ from typing import Any
 from fedpipe.config import layout
 from fedpipe.observe.doctor import codes
 from fedpipe.observe.doctor.findings import Finding
-from fedpipe.observe.runfiles import PARAMS_YAML, RunFiles, numbered_files, rounds_text
+from fedpipe.observe.runfiles import (
+    FEATURES_NPY,
+    PARAMS_YAML,
+    RunFiles,
+    numbered_files,
+    rounds_text,
+)
 
 #: the per-round parts, each a folder of round-K files, and how to read one
 _PER_ROUND: dict[str, tuple[Path, str]] = {
@@ -34,6 +40,7 @@ _FILES = {
     "config": PARAMS_YAML,
     "schema": layout.PREPARED_SCHEMA,
     "manifest": layout.MANIFEST,
+    "columns": FEATURES_NPY,
 }
 
 
