@@ -20,6 +20,7 @@ from prefect.cache_policies import NO_CACHE
 
 from fedpipe.config import layout
 from fedpipe.config.params import Params
+from fedpipe.core import atomic
 from fedpipe.core.jsonio import write_json
 from fedpipe.core.weights import load_state, load_weights, save_state, save_weights
 from fedpipe.data.sources import prepared_spec
@@ -242,8 +243,7 @@ def write_round(outputs: RoundOutputs, round_: int) -> pd.DataFrame:
     save_state(layout.server_state(round_), outputs.server_state)
     save_client_states(layout.client_state(round_), outputs.client_states)
     write_json(layout.round_metrics(round_), record.summary())
-    clients_out = layout.client_metrics(round_)
-    clients_out.parent.mkdir(parents=True, exist_ok=True)
     table = record.client_table()
-    table.to_csv(clients_out, index=False, float_format="%.6g")
+    with atomic.writing(layout.client_metrics(round_)) as tmp:
+        table.to_csv(tmp, index=False, float_format="%.6g")
     return table

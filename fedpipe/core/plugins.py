@@ -20,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from fedpipe.core import atomic
 from fedpipe.core.errors import ParamsError
 
 SEPARATOR = ":"
@@ -237,10 +238,8 @@ def sync_code_deps(
         for dep in [d for d in deps if _is_code(d)]:
             deps.remove(dep)
         deps.extend(files.get(name, []))
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w") as handle:
+    with atomic.writing(path) as tmp, tmp.open("w") as handle:
         yaml_rt.dump(doc, handle)
-    tmp.replace(path)
     return True
 
 
