@@ -16,7 +16,10 @@ run`` takes the very same lock, the same way, for its whole run, so
 command may call DVC) and guards the stage's files with its read/write lock
 (``.dvc/tmp/rwlock``: paths, pids and commands) instead. So a run that got the repo
 lock also reads that file: a live process named there is a ``dvc repro`` in a
-stage, and the run refuses, naming it.
+stage, and the run refuses, naming it. Named by no live process, a damaged
+rwlock (empty or cut short: DVC rewrites it in place, and a kill in between
+wedges every later DVC command) or one naming only processes that are gone is
+removed, and one line says so (:func:`repair_rwlock`).
 
 The run's own DVC calls must not take the lock again: in this process and in the
 ``dvc.lock`` recorder (a child process, :mod:`orchestration.dvclock`), :func:`open_repo`
@@ -36,6 +39,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -94,27 +99,102 @@ def busy_message(root: Path, command: str, holder: str, lock: Path) -> str:
 
 def rwlock_holders(root: Path = Path(".")) -> list[str]:
     """Live processes other than this one that DVC's ``rwlock`` names (a ``dvc
-    repro`` running a stage's command), as ``pid 1234 (dvc repro)``."""
+    repro`` running a stage's command), as ``pid 1234 (dvc repro)``; a file cut
+    short is searched for pids as text."""
+    try:
+        raw = (root / RWLOCK_PATH).read_bytes()
+    except FileNotFoundError:
+        return []
+    info, _ = _parse_rwlock(raw)
+    return [describe_process(pid) for pid in _rwlock_pids(info, raw) if _alive(pid)]
+
+
+def repair_rwlock(root: Path = Path(".")) -> str | None:
+    """With the repo lock held and no live process named in DVC's ``rwlock``:
+    remove the file when it is damaged or names only processes that are gone.
+
+    DVC rewrites ``.dvc/tmp/rwlock`` in place (truncate, then write) under its
+    repo lock; a kill in between leaves it empty or cut short, and every later
+    DVC command (``dvc status``, a ``fedpipe run``) then stops with
+    ``RWLockFileCorruptedError``. While this process holds the repo lock no DVC
+    process edits it, so a damaged file is damage, not a write under way. DVC
+    reads a missing file as "no paths locked" (``dvc/rwlock.py``, ``_edit_rwlock``).
+
+    Returns the one line saying what was found and repaired (None: nothing to
+    repair). Call :func:`rwlock_holders` first: a live process named there is
+    a ``dvc repro`` at work, and the file is its own.
+    """
     path = root / RWLOCK_PATH
-    for _ in range(5):  # DVC rewrites it in place: a read may see it half-written
-        try:
-            info = json.loads(path.read_text() or "{}")
-            break
-        except FileNotFoundError:
-            return []
-        except (OSError, ValueError):
-            time.sleep(0.05)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    info, problem = _parse_rwlock(raw)
+    pids = _rwlock_pids(info, raw)
+    if problem is None and not pids:
+        return None  # sound, and no path locked
+    if problem is None:
+        gone = ", ".join(f"pid {pid}" for pid in pids)
+        problem = f"it named only processes that are gone ({gone})"
+    path.unlink()
+    return (
+        f"repaired {root.resolve() / RWLOCK_PATH}: {problem}; no live process is "
+        "named in it, so it was removed (DVC reads no file as no paths locked)"
+    )
+
+
+def _parse_rwlock(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """The rwlock's content as DVC's schema has it, and what is wrong with it
+    (None: nothing)."""
+    if not raw.strip():
+        return None, f"it was empty ({len(raw)} bytes: a DVC write cut short)"
+    try:
+        info = json.loads(raw)
+    except ValueError:
+        return None, f"it was not JSON ({len(raw)} bytes: a DVC write cut short)"
+    problem = _schema_problem(info)
+    return (None, problem) if problem else (info, None)
+
+
+def _schema_problem(info: Any) -> str | None:
+    """What in ``info`` DVC's ``rwlock`` schema rejects (``RWLockFileFormatError``):
+    ``{"write": {path: {pid, cmd}}, "read": {path: [{pid, cmd}, ...]}}``."""
+
+    def entry_ok(entry: Any) -> bool:
+        return (
+            isinstance(entry, dict)
+            and set(entry) == {"pid", "cmd"}
+            and isinstance(entry["pid"], int)
+            and isinstance(entry["cmd"], str)
+        )
+
+    wrong = "it was JSON but not DVC's rwlock format"
+    if not isinstance(info, dict) or set(info) - {"write", "read"}:
+        return wrong
+    writes, reads = info.get("write", {}), info.get("read", {})
+    if not isinstance(writes, dict) or not isinstance(reads, dict):
+        return wrong
+    if not all(entry_ok(e) for e in writes.values()):
+        return wrong
+    if not all(isinstance(r, list) and all(map(entry_ok, r)) for r in reads.values()):
+        return wrong
+    return None
+
+
+_PID = re.compile(rb'"pid"\s*:\s*(\d+)')
+
+
+def _rwlock_pids(info: dict[str, Any] | None, raw: bytes) -> list[int]:
+    """The pids the rwlock names, other than this process's (from the text when
+    the file does not parse: a live one there may still be at work)."""
+    if info is None:
+        pids = {int(m) for m in _PID.findall(raw)}
     else:
-        return ["a process named in .dvc/tmp/rwlock (unreadable)"]
-    entries = list((info.get("write") or {}).values())
-    for readers in (info.get("read") or {}).values():
-        entries.extend(readers)
-    pids = {e.get("pid") for e in entries if isinstance(e, dict)}
-    return [
-        describe_process(pid)
-        for pid in sorted(p for p in pids if isinstance(p, int))
-        if pid != os.getpid() and _alive(pid)
-    ]
+        entries = list(info.get("write", {}).values())
+        for readers in info.get("read", {}).values():
+            entries.extend(readers)
+        pids = {e["pid"] for e in entries}
+    return sorted(pids - {os.getpid()})
 
 
 def _alive(pid: int) -> bool:
@@ -186,6 +266,8 @@ def hold(
     if running := rwlock_holders(root):
         os.close(fd)
         raise ProjectBusy(busy_message(root, command, running[0], RWLOCK_PATH))
+    if repaired := repair_rwlock(root):
+        print(repaired, file=sys.stderr, flush=True)
     _write_pid(fd)
     os.set_inheritable(fd, False)
     _held[key] = fd

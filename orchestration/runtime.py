@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpipe.config.params import ParamsError, RuntimeParams
+from fedpipe.core.errors import FedpipeError
 from fedpipe.data.splits import FederatedData, open_federated
 from fedpipe.model.training import ModelRunner, ModelSpec
 
@@ -74,6 +75,17 @@ def data_for(
     (:func:`fedpipe.data.splits.open_federated`).
     """
     return open_federated(prepared, manifest, transform)
+
+
+class JobNotLoadable(FedpipeError, RuntimeError):
+    """A Dask worker could not load the run's code or a round's jobs
+    (:mod:`orchestration.usercode`): retrying cannot help."""
+
+
+def retry_unless_not_loadable(task: Any, task_run: Any, state: Any) -> bool:
+    """A Prefect ``retry_condition_fn``: retry a failed task unless it failed
+    with :class:`JobNotLoadable` (the same job fails the same way again)."""
+    return not isinstance(getattr(state, "data", None), JobNotLoadable)
 
 
 class DaskScheduler:
@@ -154,6 +166,9 @@ class DaskScheduler:
             processes=True,
             dashboard_address=None,
             preload=["tasks.federation"],
+            # a job's failure on a worker comes back to the run, which says it
+            # in one line; the workers' own tracebacks of it are not printed
+            silence_logs=logging.CRITICAL,
         )
 
     def address(self) -> str:

@@ -10,6 +10,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from fedpipe.config.params import DataParams, PreprocessParams, ValidationParams
+from fedpipe.core import atomic
 from fedpipe.core.errors import FedpipeError
 from fedpipe.core.jsonio import read_json, write_json
 from fedpipe.data import sources as fdata
@@ -98,7 +99,8 @@ def partition(
     report_dir.mkdir(parents=True, exist_ok=True)
     names = read_schema(prepared)["class_names"]
     counts = class_count_table(manifest, class_names=names)
-    counts.to_csv(report_dir / "class_counts.csv", index=False)
+    with atomic.writing(report_dir / "class_counts.csv") as tmp:
+        counts.to_csv(tmp, index=False)
     label_heatmap(manifest, report_dir / "label_distribution.png")
     skew = skew_summary(manifest)
     write_json(report_dir / "skew.json", skew)

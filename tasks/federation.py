@@ -20,6 +20,7 @@ from prefect.cache_policies import NO_CACHE
 
 from fedpipe.config import layout
 from fedpipe.config.params import Params
+from fedpipe.core import atomic
 from fedpipe.core.jsonio import write_json
 from fedpipe.core.secretkey import load_or_create_key
 from fedpipe.core.weights import load_state, load_weights, save_state, save_weights
@@ -47,6 +48,7 @@ from fedpipe.observe.history import progress_line
 from orchestration.runtime import (
     DaskScheduler,
     data_for,
+    retry_unless_not_loadable,
     runner_for,
     training_runner,
     where_am_i,
@@ -157,7 +159,12 @@ def train_clients(
     return results
 
 
-@task(name="train-clients", cache_policy=NO_CACHE, retries=1)
+@task(
+    name="train-clients",
+    cache_policy=NO_CACHE,
+    retries=1,
+    retry_condition_fn=retry_unless_not_loadable,
+)
 def train_on_dask(
     groups: list[list[ClientJob]],
     cohort_size: int | None,
@@ -172,10 +179,20 @@ def train_on_dask(
     cost the API traffic of its states from every worker, and the round flow its
     prefect-dask client connection (a round was 2.9x the local runner's at 1,000
     clients of which 100 train). Dask retries a group once when its worker is
-    lost; the task's retry resubmits the round's groups (same bits)."""
+    lost; the task's retry resubmits the round's groups (same bits).
+
+    The user's own code goes to the workers first, and each group goes as bytes
+    its worker unpickles in the job (:mod:`orchestration.usercode`): a group a
+    worker cannot load fails the round with one line naming the cause
+    (:class:`~orchestration.usercode.JobNotLoadable`), in seconds."""
+    from orchestration.usercode import dump_jobs, ship_user_code
+
     client = scheduler.run_client()
+    ship_user_code(client)
     futures = [
-        client.submit(train_group, group, cohort_size, pure=False, retries=1)
+        client.submit(
+            train_shipped, dump_jobs(group), cohort_size, pure=False, retries=1
+        )
         for group in groups
     ]
     logger = get_run_logger()
@@ -228,6 +245,16 @@ def train_group(
     return list(cohort_map(runner, cohort_size, on_trained=on_trained)(jobs)), compiled
 
 
+def train_shipped(
+    blob: bytes, cohort_size: int | None
+) -> tuple[list[ClientResult | ClientFailure], str | None]:
+    """On a Dask worker: :func:`train_group` of the jobs in ``blob``
+    (:func:`orchestration.usercode.dump_jobs`)."""
+    from orchestration.usercode import load_jobs
+
+    return train_group(load_jobs(blob, where=where_am_i()), cohort_size)
+
+
 def task_name(jobs: Sequence[ClientJob]) -> str:
     """``round 3 · client 7``, or ``round 3 · clients 10-19 (10)`` for a cohort."""
     first, last = jobs[0].task, jobs[-1].task
@@ -253,8 +280,7 @@ def write_round(outputs: RoundOutputs, round_: int) -> pd.DataFrame:
     save_state(layout.server_state(round_), outputs.server_state)
     save_client_states(layout.client_state(round_), outputs.client_states)
     write_json(layout.round_metrics(round_), record.summary())
-    clients_out = layout.client_metrics(round_)
-    clients_out.parent.mkdir(parents=True, exist_ok=True)
     table = record.client_table()
-    table.to_csv(clients_out, index=False, float_format="%.6g")
+    with atomic.writing(layout.client_metrics(round_)) as tmp:
+        table.to_csv(tmp, index=False, float_format="%.6g")
     return table

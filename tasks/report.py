@@ -16,6 +16,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from fedpipe.config import layout
+from fedpipe.core import atomic
 from fedpipe.core.jsonio import read_json, write_json
 from fedpipe.observe.history import final_table, load_history
 
@@ -26,16 +27,15 @@ def summarize(
 ) -> str:
     """Write the per-round history, the final metrics and the final table."""
     history = load_history(rounds)
-    history_out.parent.mkdir(parents=True, exist_ok=True)
-    history.to_csv(history_out, index=False, float_format="%.6g")
+    with atomic.writing(history_out) as tmp:
+        history.to_csv(tmp, index=False, float_format="%.6g")
     last = read_json(layout.round_metrics(rounds))
     # client lists are not metrics (the counts, e.g. excluded_counts, are)
     lists = ("clients_selected", "clients_excluded", "clients_partial")
     write_json(metrics_out, {k: v for k, v in last.items() if k not in lists})
     table = final_table(last)
     text = f"# fedpipe run: final round {rounds}\n\n{table}\n"
-    table_out.parent.mkdir(parents=True, exist_ok=True)
-    table_out.write_text(text)
+    atomic.write_text(table_out, text)
     get_run_logger().info("final metrics after round %d:\n%s", rounds, table)
     create_markdown_artifact(
         key="fedpipe-summary", markdown=text, description="global vs local"

@@ -148,3 +148,43 @@ def test_user_classes_travel_to_workers_that_cannot_import_them(
         check=True,
     )
     assert out.stdout.split() == ["Mine", "3.0", "mine"]
+
+
+INSTALL_ELSEWHERE = """\
+import pickle, sys
+from fedpipe.core.plugins import install, load_object
+files, blob = pickle.loads(open(sys.argv[1], "rb").read())
+for file in files:
+    install(file)
+obj = pickle.loads(blob)  # by reference: the generated module name
+same = load_object("code/client.py:Mine", key="k") is type(obj)
+again = install(files[0]) is sys.modules[files[0].module]  # once per module
+print(type(obj).__name__, obj.scale, same, again)
+"""
+
+
+def test_a_process_without_the_file_makes_its_module_from_the_shipped_source(
+    project: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """What a Dask worker on another machine does (orchestration.usercode): the
+    run's user files, installed under their generated names, load jobs pickled
+    by reference, and the reference resolves there to the shipped code."""
+    import pickle
+
+    from fedpipe.core.plugins import loaded_files
+
+    cls = load_subclass("code/client.py:Mine", ClientAlgorithm, key="k")
+    [file] = [f for f in loaded_files() if f.module == cls.__module__]
+    assert (file.target, file.source) == ("code/client.py", CLIENT.encode())
+    blob = pickle.dumps(cls(scale=3.0))  # plain pickle: the class by reference
+    ship = tmp_path_factory.mktemp("ship") / "files.pkl"
+    ship.write_bytes(pickle.dumps(([file], blob)))
+    elsewhere = tmp_path_factory.mktemp("worker")  # no code/client.py there
+    out = subprocess.run(
+        [sys.executable, "-c", INSTALL_ELSEWHERE, str(ship)],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split() == ["Mine", "3.0", "True", "True"]

@@ -27,6 +27,7 @@ from fedpipe.config.params import (
     round_chain,
     sync_round_chain,
 )
+from fedpipe.core import atomic
 from fedpipe.core.dotted import lookup
 
 
@@ -199,12 +200,12 @@ def set_params(path: str | Path, values: Mapping[str, Any]) -> dict[str, Any]:
                 f"{path}: could not set {dotted} in place (is the section written "
                 "in flow style?); edit the file by hand"
             )
-    path.write_text(text)
+    atomic.write_text(path, text)  # the user's file: never left half-written
     try:
         sync_round_chain(path)
         load_params(path)
     except ParamsError:
-        path.write_text(original)
+        atomic.write_text(path, original)
         raise
     return changed
 

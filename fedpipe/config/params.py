@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from fedpipe.config.sections import ComponentSection, Section
-from fedpipe.core import registry
+from fedpipe.core import atomic, registry
 from fedpipe.core.errors import ParamsError
 
 PARAMS_FILE = "params.yaml"
@@ -866,5 +866,5 @@ def sync_round_chain(path: str | Path = PARAMS_FILE) -> bool:
     new = head.rstrip("\n") + "\n\n" + block + "\n"
     if new == text:
         return False
-    path.write_text(new)
+    atomic.write_text(path, new)  # the user's file: never left half-written
     return True

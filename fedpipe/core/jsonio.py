@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fedpipe.core import atomic
+
 
 def write_json(path: Path, payload: Any) -> None:
-    """Write JSON deterministically (sorted keys, fixed indent), atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    """Write JSON deterministically (sorted keys, fixed indent), atomically and
+    durably (:mod:`fedpipe.core.atomic`)."""
+    atomic.write_text(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
 
 def read_json(path: Path) -> Any:

@@ -8,6 +8,13 @@ stages and ``dvc.lock`` records its hash.
 
 Every problem is a :class:`~fedpipe.core.errors.ParamsError` naming the key and what was
 found, raised when the pipeline starts (the ``init`` stage at the latest).
+
+A file is imported under a generated module name (``fedpipe_user_<stem>_<digest>``)
+that no other process can import. For Dask workers, which unpickle jobs holding
+the user's classes, :func:`loaded_files` lists what this process imported (name,
+reference, source) and :func:`install` makes the same module in a worker from its
+source: the code travels with the run, so a worker on another machine, without
+the project's files, runs what the run itself loaded.
 """
 
 from __future__ import annotations
@@ -15,14 +22,43 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import linecache
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from fedpipe.core import atomic
 from fedpipe.core.errors import ParamsError
 
 SEPARATOR = ":"
+
+
+@dataclass(frozen=True)
+class UserFile:
+    """A user's file as this process imported it.
+
+    Attributes
+    ----------
+    module : str
+        The generated module name (``fedpipe_user_feddyn_20228ae472a8``).
+    target : str
+        The file as ``params.yaml`` names it (``examples/feddyn/feddyn.py``).
+    path : str
+        Where it was read (absolute; for tracebacks on the worker).
+    source : bytes
+        Its content when it was imported.
+    """
+
+    module: str
+    target: str
+    path: str
+    source: bytes
+
+
+_loaded: dict[str, UserFile] = {}  # module name -> the file (this process)
+_installed: dict[str, str] = {}  # target -> module name (made by install)
 
 
 def is_reference(name: str) -> bool:
@@ -76,6 +112,8 @@ def load_object(name: str, *, key: str) -> Any:
 
 
 def _module(target: str, *, key: str, name: str) -> ModuleType:
+    if target in _installed:  # a worker: the run's own copy of the file
+        return sys.modules[_installed[target]]
     if target.endswith(".py"):
         path = Path(target)
         if not path.is_file():
@@ -83,7 +121,7 @@ def _module(target: str, *, key: str, name: str) -> ModuleType:
                 f"params.yaml: {key}={name!r}: file {target} not found (paths are "
                 f"relative to the project root, {Path.cwd()})"
             )
-        return _import_file(path.resolve(), key=key, name=name)
+        return _import_file(path.resolve(), target=target, key=key, name=name)
     try:
         return importlib.import_module(target)
     except ImportError as exc:
@@ -92,7 +130,7 @@ def _module(target: str, *, key: str, name: str) -> ModuleType:
         ) from None
 
 
-def _import_file(path: Path, *, key: str, name: str) -> ModuleType:
+def _import_file(path: Path, *, target: str, key: str, name: str) -> ModuleType:
     """Import a file as a module of its own, once per path and content."""
     content = path.read_bytes()
     digest = hashlib.md5(content + str(path).encode()).hexdigest()[:12]
@@ -111,8 +149,37 @@ def _import_file(path: Path, *, key: str, name: str) -> ModuleType:
             f"params.yaml: {key}={name!r}: importing {path.name} failed: "
             f"{type(exc).__name__}: {exc}"
         ) from None
+    _loaded[module_name] = UserFile(module_name, target, str(path), content)
     _pickle_by_value(module)
     return module
+
+
+def loaded_files() -> tuple[UserFile, ...]:
+    """The user's files this process imported (in import order)."""
+    return tuple(_loaded.values())
+
+
+def install(file: UserFile) -> ModuleType:
+    """Make ``file``'s module in this process (a Dask worker) from its source,
+    under the name the run gave it, so that pickles naming it load here; a
+    reference to ``file.target`` then resolves to it (not to a file on this
+    machine's disk, which may differ or be absent). Once per module name."""
+    if file.module not in sys.modules:
+        spec = importlib.util.spec_from_loader(file.module, loader=None)
+        assert spec is not None
+        module = importlib.util.module_from_spec(spec)
+        module.__file__ = file.path
+        text = file.source.decode("utf-8")
+        # inspect.getsource (TensorFlow's autograph) reads the lines from here
+        linecache.cache[file.path] = (len(text), None, text.splitlines(True), file.path)
+        sys.modules[file.module] = module
+        try:
+            exec(compile(file.source, file.path, "exec"), module.__dict__)  # noqa: S102
+        except BaseException:
+            del sys.modules[file.module]
+            raise
+    _installed[file.target] = file.module
+    return sys.modules[file.module]
 
 
 def _pickle_by_value(module: ModuleType) -> None:
@@ -237,10 +304,8 @@ def sync_code_deps(
         for dep in [d for d in deps if _is_code(d)]:
             deps.remove(dep)
         deps.extend(files.get(name, []))
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w") as handle:
+    with atomic.writing(path) as tmp, tmp.open("w") as handle:
         yaml_rt.dump(doc, handle)
-    tmp.replace(path)
     return True
 
 

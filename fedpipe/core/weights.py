@@ -14,14 +14,18 @@ from pathlib import Path
 
 import numpy as np
 
+from fedpipe.core import atomic
+
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
 def save_weights(path: Path, weights: Sequence[np.ndarray]) -> None:
-    """Write a list of arrays as ``w000, w001, ...`` in a deterministic ``.npz``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:
+    """Write a list of arrays as ``w000, w001, ...`` in a deterministic ``.npz``,
+    atomically and durably (:mod:`fedpipe.core.atomic`)."""
+    with (
+        atomic.writing(path) as tmp,
+        zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf,
+    ):
         for i, array in enumerate(weights):
             buf = io.BytesIO()
             # C order keeps bytes layout-independent; unlike ascontiguousarray,
@@ -30,7 +34,6 @@ def save_weights(path: Path, weights: Sequence[np.ndarray]) -> None:
             info = zipfile.ZipInfo(f"w{i:03d}.npy", date_time=_EPOCH)
             info.external_attr = 0o644 << 16
             zf.writestr(info, buf.getvalue())
-    tmp.replace(path)
 
 
 def load_weights(path: Path) -> list[np.ndarray]:
@@ -42,22 +45,25 @@ def load_weights(path: Path) -> list[np.ndarray]:
         return [archive[name] for name in names]
 
 
-def save_state(path: Path, state: dict[str, np.ndarray]) -> None:
+def save_state(
+    path: Path, state: dict[str, np.ndarray], *, durable: bool = True
+) -> None:
     """Write named arrays (a strategy's server state) as a deterministic ``.npz``.
 
     Names are written in sorted order with a fixed timestamp, so the same state
-    gives the same bytes. An empty state writes an empty archive.
+    gives the same bytes. An empty state writes an empty archive. Atomic;
+    ``durable``: flushed to disk too (:mod:`fedpipe.core.atomic`).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:
+    with (
+        atomic.writing(path, durable=durable) as tmp,
+        zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf,
+    ):
         for name in sorted(state):
             buf = io.BytesIO()
             np.lib.format.write_array(buf, np.asarray(state[name], order="C"))
             info = zipfile.ZipInfo(f"{name}.npy", date_time=_EPOCH)
             info.external_attr = 0o644 << 16
             zf.writestr(info, buf.getvalue())
-    tmp.replace(path)
 
 
 def load_state(path: Path) -> dict[str, np.ndarray]:

@@ -146,10 +146,20 @@ def save_client_states(folder: Path, states: ClientStates) -> None:
 
     Clients the round did not change keep the previous round's file (a hard link,
     the same bytes); only the updated clients' files are written.
+
+    The folder is written whole beside its place (``clients.tmp``) and swapped in
+    by renames: a kill leaves the old folder, the new one, or (between two
+    renames) the old one under ``clients.old`` and the new one complete under
+    ``clients.tmp``; the round that writes it reruns in every case. Its files are
+    not flushed to disk one by one (a round writes them by the hundred): a power
+    loss may lose some, which DVC's hashes in ``dvc.lock`` catch (the round
+    reruns).
     """
     tmp = folder.with_name(folder.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    old = folder.with_name(folder.name + ".old")
+    for leftover in (tmp, old):  # of a write that was killed
+        if leftover.exists():
+            shutil.rmtree(leftover)
     tmp.mkdir(parents=True)
     namespaces: set[str] = set()
     kept: list[int] = []
@@ -161,15 +171,17 @@ def save_client_states(folder: Path, states: ClientStates) -> None:
             continue
         flat = _flatten(states[client])
         if flat:
-            save_state(client_file(tmp, client), flat)
+            save_state(client_file(tmp, client), flat, durable=False)
             namespaces.update(states[client])
             kept.append(client)
     namespaces.update(_namespaces_of(states))
     index = {"clients": kept, "namespaces": sorted(namespaces)}
     (tmp / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
     if folder.exists():
-        shutil.rmtree(folder)
+        folder.replace(old)
     tmp.replace(folder)
+    if old.exists():
+        shutil.rmtree(old)
 
 
 def _namespaces_of(states: ClientStates) -> set[str]:

@@ -42,6 +42,7 @@ import numpy as np
 import yaml
 
 from fedpipe.config import layout
+from fedpipe.core import atomic
 from fedpipe.observe.runfiles import (
     CLASS_COUNTS_CSV,
     RunFiles,
@@ -833,6 +834,5 @@ def write_report(
     target = root / (layout.REPORT_HTML if out is None else Path(out))
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     page = build_report(root, findings=findings, generated=stamp, run=run)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(page, encoding="utf-8")
+    atomic.write_text(target, page, durable=False)
     return target

@@ -315,6 +315,33 @@ def test_a_run_refuses_while_dvc_repro_runs_a_stage(
     assert repro.returncode == 0, out[-3000:]
 
 
+def test_an_emptied_rwlock_is_repaired_by_the_next_run_in_one_line(
+    tiny_run: dict, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A kill while DVC rewrote ``.dvc/tmp/rwlock`` (in place) leaves it empty:
+    DVC then refuses every command; the next ``fedpipe run`` repairs it."""
+    project = shutil.copytree(tiny_run["project"], tmp_path / "rwlock")
+    rwlock = project / ".dvc/tmp/rwlock"
+    rwlock.write_text("")
+    wedged = run_cli([DVC, "status"], project, cli_env, check=False)
+    assert wedged.returncode != 0
+    assert "RWLock-file '.dvc/tmp/rwlock'. JSON structure is corrupted" in (
+        wedged.stdout + wedged.stderr
+    )
+    run = run_cli(RUN, project, cli_env, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    said = [line for line in run.stderr.splitlines() if "rwlock" in line]
+    assert said == [
+        f"repaired {project.resolve()}/.dvc/tmp/rwlock: it was empty (0 bytes: a "
+        "DVC write cut short); no live process is named in it, so it was removed "
+        "(DVC reads no file as no paths locked)"
+    ]
+    assert "Traceback" not in run.stdout + run.stderr
+    status = run_cli([DVC, "status"], project, cli_env)
+    assert "Data and pipelines are up to date" in status.stdout
+    assert file_hashes(project, MODELS) == file_hashes(tiny_run["project"], MODELS)
+
+
 def test_ctrl_c_stops_in_seconds_records_whole_stages_and_dvc_repro_resumes(
     tiny_fresh: Path, tiny_run: dict, tmp_path: Path, cli_env: dict[str, str]
 ) -> None:

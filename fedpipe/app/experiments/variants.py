@@ -25,6 +25,7 @@ from pathlib import Path
 
 from fedpipe.config.overrides import check_overrides, parse_overrides, set_params
 from fedpipe.config.params import ParamsError
+from fedpipe.core import atomic
 from fedpipe.core.git import git_output
 
 
@@ -92,4 +93,4 @@ def run_experiment(
             experiment_command(name, force=force), env=env, check=False
         ).returncode
     finally:
-        path.write_bytes(original)
+        atomic.write_bytes(path, original)

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedpipe.core import atomic
 from fedpipe.data.validation.results import ValidationReport
 from fedpipe.data.validation.spec import Outcome
 
@@ -39,13 +40,13 @@ def write_reports(
 ) -> None:
     """Write ``summary.json`` (deterministic) and ``result.json`` (full GX)."""
     summary = json.dumps(report.to_dict(), sort_keys=True, indent=2) + "\n"
-    (report_dir / _SUMMARY_FILE).write_text(summary, encoding="utf-8")
+    atomic.write_text(report_dir / _SUMMARY_FILE, summary)
     full = {
         "success": report.success,
         "checkpoints": {o.name: _checkpoint_json(o) for o in outcomes},
     }
     text = json.dumps(_json_safe(full), sort_keys=True, indent=2, allow_nan=False)
-    (report_dir / _RESULT_FILE).write_text(text + "\n", encoding="utf-8")
+    atomic.write_text(report_dir / _RESULT_FILE, text + "\n")
 
 
 def _checkpoint_json(outcome: Outcome) -> dict[str, Any]:

@@ -1,0 +1,73 @@
+"""Files replaced whole: a kill at any moment leaves the old file or the new one.
+
+A file is written beside its target (``name.tmp``) and moved onto it with one
+``os.replace``, which POSIX makes atomic: a reader, or a run resumed after a
+``kill -9``, never sees half of it. That is all a killed process needs. A machine
+that loses power may still have the rename on disk before the bytes it names;
+``durable=True`` (the default) also flushes the bytes (``fsync``) before the
+rename and the folder's entry after it. That costs a few milliseconds a file, so
+files written by the hundred (a round's client files) skip it: their folder's
+index is durable, and DVC's hashes (``dvc.lock``) catch any other loss and rerun
+the stage.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+
+def temp_path(path: Path) -> Path:
+    """Where ``path`` is written before it is moved into place."""
+    return path.with_name(path.name + ".tmp")
+
+
+def sync_dir(folder: Path) -> None:
+    """Flush a folder's entries (a rename into it) to disk."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace(tmp: Path, path: Path, *, durable: bool = True) -> None:
+    """Move the finished file ``tmp`` onto ``path`` in one step (``os.replace``);
+    ``durable``: its bytes flushed first and the folder's entry after."""
+    if durable:
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    os.replace(tmp, path)
+    if durable:
+        sync_dir(path.parent)
+
+
+@contextmanager
+def writing(path: Path, *, durable: bool = True) -> Iterator[Path]:
+    """The temporary path to write ``path``'s new content to; moved onto ``path``
+    when the block ends, removed when it raises (``path`` is then untouched)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(path)
+    try:
+        yield tmp
+    except BaseException:
+        with suppress(OSError):
+            tmp.unlink()
+        raise
+    replace(tmp, path, durable=durable)
+
+
+def write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """``path.write_bytes(data)``, atomically (see the module)."""
+    with writing(path, durable=durable) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_text(path: Path, text: str, *, durable: bool = True) -> None:
+    """``path.write_text(text)`` (UTF-8), atomically (see the module)."""
+    write_bytes(path, text.encode("utf-8"), durable=durable)
