@@ -91,7 +91,9 @@ def figures(root: Path) -> None:
             manifest,
             prepared_spec(prepared),
         )
-        table = feature_stats([(c.client, c.x_train_lazy) for c in data.clients], image=True)
+        table = feature_stats(
+            [(c.client, c.x_train_lazy) for c in data.clients], image=True
+        )
         label = skew_summary(manifest)["label_skew"]
         print(f"| {name} | {label:.3f} | {feature_skew(table):.3f} |")
 
@@ -112,7 +114,10 @@ def cost(root: Path, n: int, size: int) -> None:
     )
     del x
     print(f"{n} RGB images of {size}x{size}, 10 clients")
-    print("| partition | make the partition (s) | read every client once (s) | report stats (s) |")
+    print(
+        "| partition | make the partition (s) | read every client once (s) "
+        "| report stats (s) |"
+    )
     print("|---|---:|---:|---:|")
     for name, partition in [
         ("iid", {}),

@@ -411,3 +411,15 @@ def test_status_shows_both_skews() -> None:
     part = {"skew": {"label_skew": 0.4123, "feature_skew": 0.0712, "n_clients": 3}}
     assert _skew_text(part) == "; label skew 0.412, feature skew 0.071"
     assert _skew_text({"skew": {}}) == ""
+
+
+def test_a_quarter_turn_is_a_quarter_turn() -> None:
+    from fedpipe.data.partition import apply_feature_transform
+
+    x = np.random.default_rng(0).random((2, 7, 7, 3), dtype=np.float32)
+    turned = apply_feature_transform(
+        {"kind": "rotation", "degrees": 90.0}, x, np.arange(2)
+    )
+    np.testing.assert_allclose(turned, np.rot90(x, -1, axes=(1, 2)), atol=1e-5)
+    with pytest.raises(PartitionError, match="unknown feature_transform 'spin'"):
+        apply_feature_transform({"kind": "spin"}, x, np.arange(2))

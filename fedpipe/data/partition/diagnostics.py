@@ -251,11 +251,11 @@ def skew_summary(manifest: dict) -> dict[str, Any]:
 # ---------------------------------------------------------------- feature skew
 
 
-def _chunks(x: Any) -> Any:
+def _chunks(x: Any, dtype: Any = np.float64) -> Any:
     """``x`` (an array or a lazy view with ``len`` and slicing) a few rows at a
-    time, as float64 2-D ``(rows, values)``."""
+    time, 2-D ``(rows, values)`` of ``dtype``."""
     for start in range(0, len(x), _CHUNK_ROWS):
-        rows = np.asarray(x[start : start + _CHUNK_ROWS], dtype=np.float64)
+        rows = np.asarray(x[start : start + _CHUNK_ROWS], dtype=dtype)
         yield rows.reshape(len(rows), -1)
 
 
@@ -293,9 +293,15 @@ def feature_stats(clients: Sequence[tuple[int, Any]], *, image: bool) -> pd.Data
     if image:
         per_client = []
         for _, x in clients:
-            stats = [
-                np.stack([rows.mean(axis=1), rows.std(axis=1)], axis=1)
-                for rows in _chunks(x)
+            stats = [  # float32 rows, float64 sums
+                np.stack(
+                    [
+                        rows.mean(axis=1, dtype=np.float64),
+                        rows.std(axis=1, dtype=np.float64),
+                    ],
+                    axis=1,
+                )
+                for rows in _chunks(x, np.float32)
             ]
             per_client.append(np.concatenate(stats) if stats else np.empty((0, 2)))
         pooled = np.concatenate(per_client) if per_client else np.empty((0, 2))

@@ -330,7 +330,7 @@ def _contrast(spec: Mapping[str, Any], x: np.ndarray, pos: np.ndarray) -> np.nda
 
 def _rotation(spec: Mapping[str, Any], x: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """Rotate each image about its centre (bilinear; outside: the image's
-    corner value, so the background stays the background)."""
+    top-left pixel, so the background stays the background)."""
     n, h, w, c = x.shape
     theta = math.radians(float(spec["degrees"]))
     cy, cx = (h - 1) / 2.0, (w - 1) / 2.0
@@ -338,17 +338,27 @@ def _rotation(spec: Mapping[str, Any], x: np.ndarray, pos: np.ndarray) -> np.nda
     # source coordinates of each output pixel (inverse rotation)
     sy = cy + (yy - cy) * math.cos(theta) - (xx - cx) * math.sin(theta)
     sx = cx + (yy - cy) * math.sin(theta) + (xx - cx) * math.cos(theta)
-    inside = (sy >= 0) & (sy <= h - 1) & (sx >= 0) & (sx <= w - 1)
+    eps = 1e-6  # a source pixel on the border, up to rounding, is inside
+    inside = (
+        (sy >= -eps) & (sy <= h - 1 + eps) & (sx >= -eps) & (sx <= w - 1 + eps)
+    ).ravel()
     sy, sx = np.clip(sy, 0, h - 1), np.clip(sx, 0, w - 1)
-    y0, x0 = np.floor(sy).astype(int), np.floor(sx).astype(int)
+    y0, x0 = np.floor(sy).astype(np.int64), np.floor(sx).astype(np.int64)
     y1, x1 = np.minimum(y0 + 1, h - 1), np.minimum(x0 + 1, w - 1)
-    fy = (sy - y0).astype(np.float32)[None, :, :, None]
-    fx = (sx - x0).astype(np.float32)[None, :, :, None]
-    top = x[:, y0, x0] * (1 - fx) + x[:, y0, x1] * fx
-    bottom = x[:, y1, x0] * (1 - fx) + x[:, y1, x1] * fx
-    out = top * (1 - fy) + bottom * fy
-    background = x[:, :1, :1, :]  # (n, 1, 1, c): the top-left pixel
-    return np.where(inside[None, :, :, None], out, background)
+    fy, fx = (sy - y0).ravel(), (sx - x0).ravel()
+    flat = x.reshape(n, h * w, c)
+    out = np.zeros((n, h * w, c), dtype=np.float32)
+    # the four neighbours' bilinear weights, per output pixel
+    for rows, cols, weight in (
+        (y0, x0, (1 - fy) * (1 - fx)),
+        (y0, x1, (1 - fy) * fx),
+        (y1, x0, fy * (1 - fx)),
+        (y1, x1, fy * fx),
+    ):
+        index = (rows * w + cols).ravel()
+        out += np.take(flat, index, axis=1) * weight.astype(np.float32)[None, :, None]
+    out = np.where(inside[None, :, None], out, flat[:, :1, :])
+    return out.reshape(x.shape)
 
 
 def _blur(spec: Mapping[str, Any], x: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -363,11 +373,12 @@ def _blur(spec: Mapping[str, Any], x: np.ndarray, pos: np.ndarray) -> np.ndarray
         pad = [(0, 0)] * out.ndim
         pad[axis] = (radius, radius)
         padded = np.pad(out, pad, mode="reflect" if size > radius else "edge")
-        acc = np.zeros_like(out)
-        for i, tap in enumerate(taps):
-            acc += tap * np.take(padded, np.arange(i, i + size), axis=axis)
-        out = acc
-    return out
+        moved = np.moveaxis(padded, axis, 0)  # a view: slices along axis 0
+        acc = taps[0] * moved[0:size]
+        for i in range(1, len(taps)):
+            acc += taps[i] * moved[i : i + size]
+        out = np.moveaxis(acc, 0, axis)
+    return np.ascontiguousarray(out)
 
 
 def _affine(spec: Mapping[str, Any], x: np.ndarray, pos: np.ndarray) -> np.ndarray:
