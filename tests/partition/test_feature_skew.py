@@ -423,3 +423,25 @@ def test_a_quarter_turn_is_a_quarter_turn() -> None:
     np.testing.assert_allclose(turned, np.rot90(x, -1, axes=(1, 2)), atol=1e-5)
     with pytest.raises(PartitionError, match="unknown feature_transform 'spin'"):
         apply_feature_transform({"kind": "spin"}, x, np.arange(2))
+
+
+def test_affine_measures_columns_without_their_missing_values() -> None:
+    from fedpipe.data.partition import (
+        apply_feature_transform,
+        client_feature_transforms,
+    )
+
+    pool = np.array([[1.0, np.nan], [3.0, 5.0], [np.nan, 7.0]], dtype=np.float32)
+    (spec,) = client_feature_transforms(
+        "domains",
+        n_clients=1,
+        seed=0,
+        input_shape=(2,),
+        value_range=(-10.0, 10.0),
+        feature_names=["u", "v"],
+        pool=pool,
+    )
+    assert spec["center"] == [2.0, 6.0]
+    out = apply_feature_transform(spec, pool, np.arange(3))
+    assert np.isnan(out[0, 1]) and np.isnan(out[2, 0])
+    assert np.isfinite(out[1]).all()

@@ -234,9 +234,12 @@ def _domain(
     # affine (tables): measured in the pool's column statistics
     assert columns is not None and pool is not None
     chosen = pool[:, columns].astype(np.float64)
-    mean = np.nan_to_num(np.nanmean(chosen, axis=0)) if len(chosen) else 0 * chosen[0]
-    std = np.nan_to_num(np.nanstd(chosen, axis=0)) if len(chosen) else 0 * chosen[0]
-    std = np.where(std > 0, std, 1.0)
+    present = ~np.isnan(chosen)
+    count = np.maximum(present.sum(axis=0), 1)
+    values = np.where(present, chosen, 0.0)
+    mean = values.sum(axis=0) / count  # missing values left out (0 if none)
+    std = np.sqrt(np.where(present, (chosen - mean) ** 2, 0.0).sum(axis=0) / count)
+    std = np.where(std > 0, std, 1.0)  # a constant column shifts in its own units
     scale = np.exp(rng.uniform(*np.log(AFFINE_SCALE), size=len(columns)))
     shift = rng.uniform(*AFFINE_SHIFT, size=len(columns)) * std
     return {
