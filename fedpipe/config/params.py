@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from fedpipe.config.sections import ComponentSection, Section
+from fedpipe.config.skew import DOMAIN_TRANSFORMS, FEATURE_SKEWS
 from fedpipe.core import atomic, registry
 from fedpipe.core.errors import ParamsError
 
@@ -139,7 +140,10 @@ class PartitionParams(ComponentSection):
     ``method`` picks a registered partitioner; the other keys it reads
     (``alpha``, ``classes_per_client``, ...) are the settings the partitioners
     declare on their classes. The section's own keys: ``min_samples`` and
-    ``min_classes`` (what every client must get) and ``local_test_fraction``.
+    ``min_classes`` (what every client must get), ``local_test_fraction``, and
+    the feature skew laid over any method (``feature_skew``, ``noise_sigma``,
+    ``domain_transforms``, ``domain_columns``;
+    :mod:`fedpipe.data.partition.featureskew`).
     """
 
     kind: ClassVar[str] = "partitioner"
@@ -147,6 +151,10 @@ class PartitionParams(ComponentSection):
     min_samples: int = Field(10, ge=1)
     min_classes: int = Field(1, ge=1)
     local_test_fraction: float = Field(0.2, ge=0.0, lt=1.0)
+    feature_skew: Literal[FEATURE_SKEWS] = "none"  # type: ignore[valid-type]
+    noise_sigma: float = Field(0.1, ge=0.0, allow_inf_nan=False)
+    domain_transforms: tuple[Literal[DOMAIN_TRANSFORMS], ...] | None = None  # type: ignore[valid-type]  # noqa: E501
+    domain_columns: tuple[str, ...] | None = None
 
 
 class FederationParams(Section):
