@@ -83,6 +83,13 @@ def preprocess_stage(params: Params) -> None:
     data_tasks.preprocess(
         layout.PREPARED_DIR, layout.MANIFEST, layout.TRANSFORM, params.preprocess
     )
+    data_tasks.client_statistics(
+        layout.PREPARED_DIR,
+        layout.MANIFEST,
+        layout.CLIENT_STATS,
+        layout.SKEW_PNG,
+        params.preprocess,
+    )
 
 
 @flow(name="init-model", flow_run_name="init-model")

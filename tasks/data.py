@@ -163,6 +163,29 @@ def preprocess(
     )  # fmt: skip
 
 
+@task(name="client-statistics", cache_policy=NO_CACHE)
+def client_statistics(
+    prepared: Path,
+    manifest: Path,
+    out: Path,
+    skew_png: Path,
+    settings: PreprocessParams,
+) -> None:
+    """The readable per-client statistics (``fedpipe stats``) and the
+    feature-skew heatmap; counts below ``preprocess.min_count_shown`` withheld."""
+    from fedpipe.data.preprocess.heatmap import write_skew_png
+    from fedpipe.data.preprocess.summary import summarize_prepared
+
+    stats = summarize_prepared(prepared, manifest, settings)
+    write_json(out, stats)
+    write_skew_png(stats, skew_png)
+    get_run_logger().info(
+        "client statistics: %d column(s) of %d clients (counts below %d withheld) "
+        "-> %s, %s",
+        len(stats["columns"]), stats["clients"], stats["min_count"], out, skew_png,
+    )  # fmt: skip
+
+
 def load_manifest(path: Path) -> dict:
     """Read the partition manifest."""
     return read_json(path)

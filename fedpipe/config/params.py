@@ -550,12 +550,15 @@ class PreprocessParams(Section):
     held-out set by the federated fit); ``missing`` ``refuse`` (a missing
     feature value stops the run at validation) or ``mean`` / ``median``
     (imputed, plus an indicator column per column that had missing values).
+    ``min_count_shown``: the readable statistics (``data/preprocess/stats.json``,
+    ``fedpipe stats``) write no count of fewer rows than this (``"<k"``).
     """
 
     numeric: Literal["standard", "robust", "minmax", "none"] = "standard"
     fit: Literal["federated", "local"] = "federated"
     missing: Literal["refuse", "mean", "median"] = "refuse"
     bins: int = Field(256, ge=2, le=65536)
+    min_count_shown: int = Field(5, ge=1)
 
 
 class RuntimeParams(Section):
