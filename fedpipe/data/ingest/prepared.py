@@ -127,6 +127,10 @@ class _PreparedWriter:
     def __enter__(self) -> _PreparedWriter:
         parent = self.out_dir.parent
         parent.mkdir(parents=True, exist_ok=True)
+        # what a killed writer left (its temporary directory, or the old one set
+        # aside mid-swap): one stage writes here at a time (the repository lock)
+        for stale in parent.glob(f".{self.out_dir.name}.*.partial*"):
+            shutil.rmtree(stale, ignore_errors=True)
         while True:
             tmp = parent / f".{self.out_dir.name}.{secrets.token_hex(4)}.partial"
             try:
