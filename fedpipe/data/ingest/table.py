@@ -412,7 +412,9 @@ class _ParquetTable:
 
     def columns(self) -> list[str]:
         schema = self._file.schema_arrow
-        index = set((schema.pandas_metadata or {}).get("index_columns", []))
+        stored = (schema.pandas_metadata or {}).get("index_columns", [])
+        # a RangeIndex is described by a dict, not stored as a column
+        index = {c for c in stored if isinstance(c, str)}
         return [c for c in schema.names if c not in index]
 
     def count_rows(self) -> int:
