@@ -20,6 +20,8 @@ with ``preprocess.missing: mean`` (federated ``standard``), beside its central
 counterpart (mean of the present values, an indicator column per column with
 missing values, standardized).
 
+The next two tables run with the partition and personalization defaults (iid,
+none; the rest as above), then with the issue's Dirichlet 0.5 + FedPer beside.
 A seeded synthetic table (``mixed_table``: 6 numeric columns on scales 1e-3 to
 1e4, two string categorical columns that matter for the label, about 5 % of the
 cells blank) runs with the defaults plus ``preprocess.missing: mean``, and with
@@ -92,15 +94,22 @@ def breast_cancer(missing: float = 0.0, seed: int = 0) -> pd.DataFrame:
 
 
 def new_project(
-    path: Path, table: pd.DataFrame, env: Mapping[str, str], rounds: int
+    path: Path,
+    table: pd.DataFrame,
+    env: Mapping[str, str],
+    rounds: int,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Path:
-    """A fedpipe project with ``table`` as its data and the issue's settings."""
+    """A fedpipe project with ``table`` as its data and the issue's settings
+    (``overrides`` on top)."""
     remote = str(path) + "-remote"
     _run([FEDPIPE, "init", str(path), "--remote", remote], path.parent, env)
     (path / "data").mkdir(exist_ok=True)
     table.to_csv(path / "data/table.csv", index=False)
     settings = {k: dict(v) for k, v in SETTINGS.items()}
     settings["federation"]["rounds"] = rounds
+    for section, values in (overrides or {}).items():
+        settings[section] = {**settings.get(section, {}), **values}
     _set_params(path, settings)
     return path
 
@@ -425,12 +434,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("central", "central model, pooled rows standardized centrally"),
         ("missing", f"{args.missing:.0%} missing, `missing: mean`, federated"),
         ("missing-central", f"{args.missing:.0%} missing, central (mean + indicator)"),
-        ("mixed", "mixed table, defaults + `missing: mean`, federated"),
-        ("mixed-local", "mixed table, `missing: mean`, `fit: local`"),
-        ("mixed-central", "mixed table, central model, pooled rows prepared centrally"),
-        ("text", "messages, `text: [message]` multi-hot, federated"),
-        ("text-tfidf", "messages, `text_encoding: tfidf`, federated"),
-        ("text-central", "messages, central bag of words + logistic regression"),
+        ("mixed", "mixed table (iid), defaults + `missing: mean`, federated"),
+        ("mixed-local", "mixed table (iid), `missing: mean`, `fit: local`"),
+        ("mixed-central", "mixed table (iid), central, pooled rows prepared centrally"),
+        ("mixed-fedper", "mixed table, Dirichlet 0.5 + FedPer, federated"),
+        ("mixed-fedper-central", "mixed table, Dirichlet 0.5, central"),
+        ("text", "messages (iid), `text: [message]` multi-hot, federated"),
+        ("text-tfidf", "messages (iid), `text_encoding: tfidf`, federated"),
+        ("text-central", "messages (iid), central bag of words + logistic regression"),
+        ("text-fedper", "messages, Dirichlet 0.5 + FedPer, multi-hot, federated"),
+        ("text-fedper-central", "messages, Dirichlet 0.5, central bag of words + LR"),
     ]
     for name, label in rows:
         if name in results:
@@ -458,26 +471,45 @@ def _breast_cancer(
     results["missing-central"] = central_accuracy(gappy)
 
 
+#: the mixed and text tables' main rows: the partition and personalization
+#: defaults (iid, none); the issue's Dirichlet 0.5 + FedPer is the row beside
+IID = {"partition": {"method": "iid"}, "personalization": {"method": "none"}}
+ISSUE = {"partition": {"method": "dirichlet"}, "personalization": {"method": "fedper"}}
+
+
 def _mixed(root: Path, env: Mapping[str, str], args: Any, results: dict) -> None:
-    project = new_project(
-        root / "mixed", mixed_table(missing=args.missing), env, args.rounds
-    )
+    table = mixed_table(missing=args.missing)
+    project = new_project(root / "mixed", table, env, args.rounds, IID)
     base = {"numeric": "standard", "missing": "mean"}
     for name, fit in (("mixed", "federated"), ("mixed-local", "local")):
         results[name] = run_variant(project, env, {**base, "fit": fit})
-        print(f"{name:<13} global acc {results[name]:.4f}", flush=True)
+        _show(name, results[name])
     results["mixed-central"] = central_mixed_accuracy(project)
-    print(f"mixed-central global acc {results['mixed-central']:.4f}", flush=True)
+    _show("mixed-central", results["mixed-central"])
+    _set_params(project, ISSUE)
+    results["mixed-fedper"] = run_variant(project, env, {**base, "fit": "federated"})
+    _show("mixed-fedper", results["mixed-fedper"])
+    results["mixed-fedper-central"] = central_mixed_accuracy(project)
+    _show("mixed-fedper-central", results["mixed-fedper-central"])
 
 
 def _text(root: Path, env: Mapping[str, str], args: Any, results: dict) -> None:
-    project = new_project(root / "text", text_table(), env, args.rounds)
+    project = new_project(root / "text", text_table(), env, args.rounds, IID)
     base = {"text": ["message"], "missing": "refuse"}
     for name, encoding in (("text-tfidf", "tfidf"), ("text", "multihot")):
         results[name] = run_variant(project, env, {**base, "text_encoding": encoding})
-        print(f"{name:<12} global acc {results[name]:.4f}", flush=True)
+        _show(name, results[name])
     results["text-central"] = central_text_accuracy(project)
-    print(f"text-central global acc {results['text-central']:.4f}", flush=True)
+    _show("text-central", results["text-central"])
+    _set_params(project, ISSUE)
+    results["text-fedper"] = run_variant(project, env, base)
+    _show("text-fedper", results["text-fedper"])
+    results["text-fedper-central"] = central_text_accuracy(project)
+    _show("text-fedper-central", results["text-fedper-central"])
+
+
+def _show(name: str, accuracy: float) -> None:
+    print(f"{name:<21} global acc {accuracy:.4f}", flush=True)
 
 
 if __name__ == "__main__":
