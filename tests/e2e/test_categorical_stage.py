@@ -91,6 +91,13 @@ def test_run_and_repro_give_the_same_bits(projects: dict) -> None:
         assert run and run == file_hashes(projects["repro"], pattern), pattern
 
 
+def test_lineage_names_the_encoded_columns(
+    projects: dict, cli_env: dict[str, str]
+) -> None:
+    out = run_cli([FEDPIPE, "lineage", "round", "2"], projects["run"], cli_env).stdout
+    assert "encoded shop (onehot, 4), message (multihot," in out
+
+
 def test_a_new_declaration_reruns_the_ingest(
     projects: dict, cli_env: dict[str, str]
 ) -> None:
