@@ -21,7 +21,8 @@ counterpart (mean of the present values, an indicator column per column with
 missing values, standardized).
 
 The next two tables run with the partition and personalization defaults (iid,
-none; the rest as above), then with the issue's Dirichlet 0.5 + FedPer beside.
+none; the rest as above; the mixed table with 5 local epochs), then with the
+issue's Dirichlet 0.5 + FedPer beside.
 A seeded synthetic table (``mixed_table``: 6 numeric columns on scales 1e-3 to
 1e4, two string categorical columns that matter for the label, about 5 % of the
 cells blank) runs with the defaults plus ``preprocess.missing: mean``, and with
@@ -475,11 +476,14 @@ def _breast_cancer(
 #: defaults (iid, none); the issue's Dirichlet 0.5 + FedPer is the row beside
 IID = {"partition": {"method": "iid"}, "personalization": {"method": "none"}}
 ISSUE = {"partition": {"method": "dirichlet"}, "personalization": {"method": "fedper"}}
+#: the mixed table learns slowly: with 1 local epoch, 15 rounds leave the
+#: federated model under-trained (0.78 against 0.85 central on the same budget)
+MIXED = {**IID, "train": {"epochs": 5}}
 
 
 def _mixed(root: Path, env: Mapping[str, str], args: Any, results: dict) -> None:
     table = mixed_table(missing=args.missing)
-    project = new_project(root / "mixed", table, env, args.rounds, IID)
+    project = new_project(root / "mixed", table, env, args.rounds, MIXED)
     base = {"numeric": "standard", "missing": "mean"}
     for name, fit in (("mixed", "federated"), ("mixed-local", "local")):
         results[name] = run_variant(project, env, {**base, "fit": fit})
