@@ -26,6 +26,7 @@ _CHUNK_CELLS = 2**20  # cells per chunk read from the file (bounds memory)
 _MAX_SHOWN_COLUMNS = 20
 _MAX_SHOWN_VALUE = 40
 _EXACT_INT = 2**53  # labels beyond this are not exact in float64
+_PROBE_ROWS = 1024  # rows read first to rule out columns of numbers
 
 
 def ingest_table(
@@ -291,21 +292,37 @@ def _text_columns(
     declared: dict[str, str],
     chunk_rows: int,
 ) -> dict[str, str]:
-    """The undeclared feature columns none of whose present values is a number
-    (one pass over the candidates), as categorical."""
-    candidates = [c for c in reader.text_candidates(features) if c not in declared]
-    if not candidates:
-        return {}
-    numbers = dict.fromkeys(candidates, False)
-    texts = dict.fromkeys(candidates, False)
-    for chunk in reader.chunks(candidates, chunk_rows):
-        for column in candidates:
-            raw = chunk[column]
-            values = _numeric(raw, key="data.feature_columns", path=reader.path)
-            present = raw.notna().to_numpy()
-            numbers[column] |= bool((present & ~np.isnan(values)).any())
-            texts[column] |= bool((present & np.isnan(values)).any())
-    return {c: "categorical" for c in candidates if texts[c] and not numbers[c]}
+    """The undeclared feature columns none of whose present values is a number,
+    as categorical. The first rows, then the whole file only while some
+    candidate column has shown no number yet (a numeric table: its first rows)."""
+    open_ = [c for c in reader.text_candidates(features) if c not in declared]
+    texts: dict[str, bool] = {}
+    if open_:
+        _drop_numbers(reader, reader.head(open_, _PROBE_ROWS), open_, texts)
+    for chunk in reader.chunks(list(open_), chunk_rows) if open_ else ():
+        _drop_numbers(reader, chunk, open_, texts)
+        if not open_:
+            break
+    return {c: "categorical" for c in open_ if texts.get(c)}
+
+
+def _drop_numbers(
+    reader: _CsvTable | _ParquetTable,
+    chunk: pd.DataFrame,
+    open_: list[str],
+    texts: dict[str, bool],
+) -> None:
+    """Remove from ``open_`` the columns with a number in ``chunk``; note in
+    ``texts`` those with a present value."""
+    for column in list(open_):
+        raw = chunk[column]
+        values = _numeric(raw, key="data.feature_columns", path=reader.path)
+        present = raw.notna().to_numpy()
+        if (present & ~np.isnan(values)).any():
+            open_.remove(column)  # has a number: not a text column
+            texts.pop(column, None)
+        elif present.any():
+            texts[column] = True
 
 
 def _check_num_classes(num_classes: object) -> None:
@@ -377,6 +394,10 @@ class _CsvTable:
         """Columns that may hold text (in a CSV, any)."""
         return list(columns)
 
+    def head(self, columns: list[str], rows: int) -> pd.DataFrame:
+        """The first ``rows`` rows of ``columns``."""
+        return self._read(nrows=rows)[columns]
+
     def count_rows(self) -> int:
         first = self.columns()[:1]
         return sum(len(c) for c in self._read(usecols=first, chunksize=2**16))
@@ -437,6 +458,10 @@ class _ParquetTable:
     def chunks(self, columns: list[str], chunk_rows: int) -> Iterator[pd.DataFrame]:
         for batch in self._file.iter_batches(batch_size=chunk_rows, columns=columns):
             yield batch.to_pandas()[columns]
+
+    def head(self, columns: list[str], rows: int) -> pd.DataFrame:
+        """The first ``rows`` rows of ``columns``."""
+        return next(iter(self.chunks(columns, rows)), pd.DataFrame(columns=columns))
 
 
 def _open_table(path: Path) -> _CsvTable | _ParquetTable:
