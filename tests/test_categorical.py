@@ -134,14 +134,14 @@ def test_a_number_after_the_first_rows_keeps_a_column_numeric(
     """The first rows rule columns of numbers out; a column that looks like
     text there is read to the end before it is called categorical."""
     n = 3000
-    code = ["n/a"] * n
+    code = ["unknown"] * n
     code[2500] = "5"
     frame = pd.DataFrame({"x": np.arange(n), "code": code, "label": np.arange(n) % 2})
     frame.to_csv(tmp_path / "t.csv", index=False)
     ingest_table(tmp_path / "t.csv", out_dir=tmp_path / "p", label_column="label")
     assert "column_types" not in read_schema(tmp_path / "p")
     status = read_samples(tmp_path / "p")["status"]
-    assert status.iloc[0] == "non-numeric value 'n/a' in column 'code'"
+    assert status.iloc[0] == "non-numeric value 'unknown' in column 'code'"
     assert status.iloc[2500] == "ok"
 
 
