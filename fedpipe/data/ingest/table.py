@@ -57,7 +57,8 @@ def ingest_table(
 
     String columns are stored as codes: a column listed in ``categorical`` or
     ``text``, and any other column none of whose present values is a number
-    (found by a first pass over the file), holds per row the code of its value
+    (its first 1,024 rows rule a column of numbers out; a column still without
+    a number is read to the end first), holds per row the code of its value
     (its text, surrounding spaces removed), numbered in order of first
     appearance, as float32 (NaN when missing). ``schema.json`` then has
     ``column_types`` (column -> ``"categorical"`` or ``"text"``) and ``strings``
