@@ -43,7 +43,12 @@ def mnist5k_stage(params: Params) -> None:
 @flow(name="ingest", flow_run_name="ingest")
 def ingest_stage(params: Params) -> None:
     """Stage ``ingest``: ``data.source`` in the prepared format (``data/prepared``)."""
-    data_tasks.ingest(params.data, layout.PREPARED_DIR)
+    data_tasks.ingest(
+        params.data,
+        layout.PREPARED_DIR,
+        params.preprocess.categorical,
+        params.preprocess.text,
+    )
 
 
 @flow(name="validate", flow_run_name="validate")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,15 @@ def materialize_mnist5k(out: Path) -> int:
 
 
 @task(name="ingest", cache_policy=NO_CACHE)
-def ingest(data: DataParams, out_dir: Path) -> int:
-    """Read ``data.source`` at ``data.path`` into the prepared format."""
-    result = fdata.ingest(data, out_dir)
+def ingest(
+    data: DataParams,
+    out_dir: Path,
+    categorical: Sequence[str] = (),
+    text: Sequence[str] = (),
+) -> int:
+    """Read ``data.source`` at ``data.path`` into the prepared format
+    (``categorical``, ``text``: ``preprocess.categorical``, ``preprocess.text``)."""
+    result = fdata.ingest(data, out_dir, categorical=categorical, text=text)
     get_run_logger().info(
         "ingested %d samples (%d with problems) from %s %s into %s in %.1f s: "
         "shape %s, classes %s",

@@ -552,6 +552,22 @@ class PreprocessParams(Section):
     (imputed, plus an indicator column per column that had missing values).
     ``min_count_shown``: the readable statistics (``data/preprocess/stats.json``,
     ``fedpipe stats``) write no count of fewer rows than this (``"<k"``).
+
+    Categorical columns (every column whose values are all text, and the
+    columns listed in ``categorical``): each client counts the values of its
+    own training rows; the vocabulary keeps the values seen in at least
+    ``min_category_count`` rows across clients, anything else (rare, or never
+    in a client's training rows) goes to an "other" slot;
+    ``categorical_encoding`` ``onehot`` (one column per value, plus "other") or
+    ``index`` (one column: 0 = other, 1.. the vocabulary, for an embedding).
+    Free-text columns (listed in ``text``): lower-cased, split on non-word
+    characters; the vocabulary keeps the tokens counted ``min_token_count``
+    times across the clients' training rows, the ``max_tokens`` most frequent;
+    ``text_encoding`` ``multihot`` (1.0 per token present) or ``tfidf``
+    (token counts times the federated inverse document frequency, each row
+    scaled to unit length, as sklearn's ``TfidfVectorizer``). With imputation,
+    a missing categorical value becomes the most frequent one; a missing text
+    is empty.
     """
 
     numeric: Literal["standard", "robust", "minmax", "none"] = "standard"
@@ -559,6 +575,23 @@ class PreprocessParams(Section):
     missing: Literal["refuse", "mean", "median"] = "refuse"
     bins: int = Field(256, ge=2, le=65536)
     min_count_shown: int = Field(5, ge=1)
+    categorical: list[str] = []
+    categorical_encoding: Literal["onehot", "index"] = "onehot"
+    min_category_count: int = Field(5, ge=1)
+    text: list[str] = []
+    text_encoding: Literal["multihot", "tfidf"] = "multihot"
+    min_token_count: int = Field(2, ge=1)
+    max_tokens: int = Field(1000, ge=1)
+
+    @model_validator(mode="after")
+    def _declared_once(self) -> PreprocessParams:
+        both = sorted(set(self.categorical) & set(self.text))
+        if both:
+            raise ValueError(
+                f"preprocess.categorical and preprocess.text both list {both}; "
+                "a column is one or the other"
+            )
+        return self
 
 
 class RuntimeParams(Section):
