@@ -104,6 +104,13 @@ def score_table(params: Any, table: Path, *, round_: int, out: Path) -> Scored:
             "fedpipe predict scores tables (data.source: table); this run's data "
             f"is images ({transform.note})"
         )
+    if transform.encodings:
+        encoded = ", ".join(repr(e.name) for e in transform.encodings)
+        raise FedpipeError(
+            f"fedpipe predict scores tables of numeric columns; this run encodes "
+            f"the categorical or text columns {encoded} (preprocess.categorical, "
+            "preprocess.text), which predict does not read yet"
+        )
     ids, x = read_scoring_table(
         table,
         columns=transform.columns,
