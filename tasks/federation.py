@@ -28,6 +28,7 @@ from fedpipe.data.splits import input_spec
 from fedpipe.federation.build import (
     client_algorithm_for,
     client_evaluation,
+    client_sampling,
     failure_policy,
     local_training,
     model_spec,
@@ -128,6 +129,7 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         failures=failure_policy(params),
         planted=planted_faults(params),
         steps=round_steps_for(params),
+        sampling=client_sampling(params),
     )
 
 

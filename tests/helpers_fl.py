@@ -58,6 +58,7 @@ from fedpipe.data.splits import (
 from fedpipe.federation.attacks import AttackPlan
 from fedpipe.federation.build import (
     client_algorithm_for,
+    client_sampling,
     needs_key,
     privacy_for,
     private_strategy,
@@ -282,6 +283,7 @@ def run_federation(
             failures=failures or FailurePolicy(),
             planted=planted or PlantedFaults(),
             steps=steps,
+            sampling=client_sampling(params),
         )
         try:
             out = run_round(inputs, map_clients=run_here(runner), runner=runner)

@@ -155,6 +155,11 @@ class FederationParams(Section):
     clients: int = Field(10, ge=1)
     rounds: int = Field(10, ge=1)
     fraction_fit: float = Field(1.0, gt=0.0, le=1.0)
+    sampling: Literal["fixed", "poisson"] = "fixed"
+    """``fixed``: ``clients_per_round()`` clients drawn without replacement each
+    round; ``poisson``: each client joins a round independently with probability
+    ``fraction_fit`` (the sample's size varies; DP accounts it with the PLD
+    accountant, docs/privacy.md)."""
     min_clients: int = Field(1, ge=1)
     # failures a round survives (fedpipe.federation.failures); all off by default
     dropout: float = Field(0.0, ge=0.0, lt=1.0)

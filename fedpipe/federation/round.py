@@ -75,6 +75,46 @@ def sample_clients(
     return sorted(int(c) for c in rng.choice(n_clients, size=per_round, replace=False))
 
 
+@dataclass(frozen=True)
+class FixedSampling:
+    """``federation.sampling: fixed``: ``per_round`` of the clients, uniformly
+    without replacement, seeded per round (:func:`sample_clients`)."""
+
+    name = "fixed"
+
+    def clients(
+        self, *, n_clients: int, per_round: int, seed: int, round_: int
+    ) -> list[int]:
+        """The clients sampled in ``round_``, sorted by id."""
+        return sample_clients(
+            n_clients=n_clients, per_round=per_round, seed=seed, round_=round_
+        )
+
+
+@dataclass(frozen=True)
+class PoissonSampling:
+    """``federation.sampling: poisson``: each client joins ``round_``
+    independently with probability ``rate`` (q, ``federation.fraction_fit``),
+    seeded per round; the sample's size varies around q n (and may be below
+    ``federation.min_clients``: the round then stops as any round short of
+    clients does). The sampling DP-SGD and its PLD accounting assume."""
+
+    rate: float
+    name = "poisson"
+
+    def clients(
+        self, *, n_clients: int, per_round: int, seed: int, round_: int
+    ) -> list[int]:
+        """The clients sampled in ``round_``, sorted by id (``per_round`` is
+        unused: the size is random)."""
+        coins = rng_for(seed, "sample-poisson", round_).random(n_clients)
+        return [int(c) for c in np.flatnonzero(coins < self.rate)]
+
+
+ClientSampling = FixedSampling | PoissonSampling
+"""How a round samples its clients (``federation.sampling``)."""
+
+
 AUTO_ALL_UP_TO = 100
 """``evaluation.clients: auto`` scores every client every round up to this many
 clients. Scoring a client's test split costs about what training on it costs
@@ -173,7 +213,9 @@ class RoundInputs:
     training : LocalTraining
         ``train.*``.
     clients_per_round : int
-        Clients sampled this round.
+        Clients sampled this round (with Poisson sampling, unused).
+    sampling : ClientSampling
+        ``federation.sampling``: fixed-size (the default) or Poisson.
     evaluation : ClientEvaluation
         ``evaluation.*``: which clients the new global model is scored on.
     failures : FailurePolicy
@@ -201,10 +243,11 @@ class RoundInputs:
     failures: FailurePolicy = FailurePolicy()
     planted: PlantedFaults = PlantedFaults()
     steps: tuple[RoundStep, ...] = ()
+    sampling: ClientSampling = FixedSampling()
 
     def sampled(self, round_: int) -> list[int]:
         """The clients sampled in ``round_`` (this federation's sampling)."""
-        return sample_clients(
+        return self.sampling.clients(
             n_clients=len(self.data.clients),
             per_round=self.clients_per_round,
             seed=self.seed,
