@@ -111,6 +111,7 @@ def load_round(params: Params, round_: int) -> RoundInputs:
     the round's settings from ``params``."""
     spec = model_spec(params, input_spec(layout.PREPARED_DIR, layout.TRANSFORM))
     strategy = strategy_for(params)
+    key = noise_key(params)
     return RoundInputs(
         round=round_,
         seed=params.seed,
@@ -120,7 +121,7 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         server_state=load_state(layout.server_state(round_ - 1)),
         client_states=load_client_states(layout.client_state(round_ - 1)),
         strategy=private_strategy(
-            strategy, privacy_for(params), seed=params.seed, key=noise_key(params)
+            strategy, privacy_for(params), seed=params.seed, key=key
         ),
         algorithm=client_algorithm_for(params, spec, strategy),
         training=local_training(params),
@@ -129,7 +130,7 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         failures=failure_policy(params),
         planted=planted_faults(params),
         steps=round_steps_for(params),
-        sampling=client_sampling(params),
+        sampling=client_sampling(params, key),
     )
 
 

@@ -120,6 +120,7 @@ def run_federation(
     planted: PlantedFaults | None = None,
     privacy: dict[str, Any] | None = None,
     fraction_fit: float = 1.0,
+    sampling: str = "fixed",
     strategy_settings: Mapping[str, Any] | None = None,
     attack: AttackPlan | None = None,
     personalization: Mapping[str, Any] | None = None,
@@ -192,6 +193,7 @@ def run_federation(
         seed=seed,
         privacy=privacy or {},
         fraction_fit=fraction_fit,
+        sampling=sampling,
         strategy_settings=strategy_settings or {},
         personalization=dict(personalization or {}),
         partition_settings=dict(partition_settings or {}),
@@ -283,7 +285,7 @@ def run_federation(
             failures=failures or FailurePolicy(),
             planted=planted or PlantedFaults(),
             steps=steps,
-            sampling=client_sampling(params),
+            sampling=client_sampling(params, dp_key),
         )
         try:
             out = run_round(inputs, map_clients=run_here(runner), runner=runner)
@@ -355,6 +357,7 @@ def _params(
     seed: int,
     privacy: dict[str, Any],
     fraction_fit: float,
+    sampling: str,
     strategy_settings: Mapping[str, Any],
     personalization: dict[str, Any],
     partition_settings: dict[str, Any],
@@ -373,6 +376,7 @@ def _params(
                 "rounds": rounds,
                 "min_clients": 1,
                 "fraction_fit": fraction_fit,
+                "sampling": sampling,
             },
             "train": {
                 "epochs": epochs,

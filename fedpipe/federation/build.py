@@ -201,12 +201,13 @@ def privacy_for(params: Params) -> Privacy | None:
     )
 
 
-def client_sampling(params: Params) -> ClientSampling:
-    """How each round samples its clients (``federation.sampling``)."""
+def client_sampling(params: Params, key: bytes | None = None) -> ClientSampling:
+    """How each round samples its clients (``federation.sampling``); ``key``: the
+    project's secret key under DP (the sample is then secret too), else None."""
     f = params.federation
     if f.sampling == "poisson":
-        return PoissonSampling(rate=f.fraction_fit)
-    return FixedSampling()
+        return PoissonSampling(rate=f.fraction_fit, key=key)
+    return FixedSampling(key=key)
 
 
 def client_evaluation(params: Params) -> ClientEvaluation:

@@ -30,7 +30,7 @@ from fedpipe.client.base import (
     LocalTraining,
     Weights,
 )
-from fedpipe.core.seeds import rng_for
+from fedpipe.core.seeds import keyed_rng, rng_for
 from fedpipe.data.splits import ClientData, FederatedData
 from fedpipe.federation.clientstate import ClientStates, merged
 from fedpipe.federation.failures import (
@@ -65,21 +65,41 @@ log = logging.getLogger("fedpipe")
 
 
 def sample_clients(
-    *, n_clients: int, per_round: int, seed: int, round_: int, purpose: str = "sample"
+    *,
+    n_clients: int,
+    per_round: int,
+    seed: int,
+    round_: int,
+    purpose: str = "sample",
+    key: bytes | None = None,
 ) -> list[int]:
     """The clients that train in ``round_`` (or, with another ``purpose``, are
-    picked for it): seeded per round, sorted by id."""
+    picked for it): seeded per round, sorted by id; with ``key`` (the project's
+    secret key, under DP) keyed by it, so the sample cannot be recomputed from
+    ``params.yaml`` (privacy amplification by sampling assumes a secret sample)."""
     if per_round >= n_clients:
         return list(range(n_clients))
-    rng = rng_for(seed, purpose, round_)
+    rng = _sampling_rng(seed, purpose, round_, key)
     return sorted(int(c) for c in rng.choice(n_clients, size=per_round, replace=False))
+
+
+def _sampling_rng(
+    seed: int, purpose: str, round_: int, key: bytes | None
+) -> np.random.Generator:
+    if key is None:
+        return rng_for(seed, purpose, round_)
+    return keyed_rng(key, seed, purpose, round_)
 
 
 @dataclass(frozen=True)
 class FixedSampling:
     """``federation.sampling: fixed``: ``per_round`` of the clients, uniformly
-    without replacement, seeded per round (:func:`sample_clients`)."""
+    without replacement, seeded per round (:func:`sample_clients`).
 
+    ``key``: the project's secret key under DP (None without privacy: the
+    sample derives from the seed alone, as always)."""
+
+    key: bytes | None = field(default=None, repr=False)
     name = "fixed"
 
     def clients(
@@ -87,7 +107,11 @@ class FixedSampling:
     ) -> list[int]:
         """The clients sampled in ``round_``, sorted by id."""
         return sample_clients(
-            n_clients=n_clients, per_round=per_round, seed=seed, round_=round_
+            n_clients=n_clients,
+            per_round=per_round,
+            seed=seed,
+            round_=round_,
+            key=self.key,
         )
 
 
@@ -95,11 +119,13 @@ class FixedSampling:
 class PoissonSampling:
     """``federation.sampling: poisson``: each client joins ``round_``
     independently with probability ``rate`` (q, ``federation.fraction_fit``),
-    seeded per round; the sample's size varies around q n (and may be below
+    seeded per round (and keyed by ``key``, the project's secret key, under DP);
+    the sample's size varies around q n (and may be below
     ``federation.min_clients``: the round then stops as any round short of
     clients does). The sampling DP-SGD and its PLD accounting assume."""
 
     rate: float
+    key: bytes | None = field(default=None, repr=False)
     name = "poisson"
 
     def clients(
@@ -107,8 +133,8 @@ class PoissonSampling:
     ) -> list[int]:
         """The clients sampled in ``round_``, sorted by id (``per_round`` is
         unused: the size is random)."""
-        coins = rng_for(seed, "sample-poisson", round_).random(n_clients)
-        return [int(c) for c in np.flatnonzero(coins < self.rate)]
+        rng = _sampling_rng(seed, "sample_poisson", round_, self.key)
+        return [int(c) for c in np.flatnonzero(rng.random(n_clients) < self.rate)]
 
 
 ClientSampling = FixedSampling | PoissonSampling
