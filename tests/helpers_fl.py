@@ -66,6 +66,7 @@ from fedpipe.federation.build import (
 )
 from fedpipe.federation.failures import FailurePolicy
 from fedpipe.federation.faults import PlantedFaults
+from fedpipe.federation.privacy.views import write_round_records
 from fedpipe.federation.round import RoundFailed, RoundInputs, run_round
 from fedpipe.model.trainer import run_here
 from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
@@ -269,6 +270,8 @@ def run_federation(
     summaries = []
     if save_models:
         save_weights(root / layout.model_weights(0), weights)
+    private = params.privacy.mechanism is not None
+    publish_oracle = params.privacy.publish_oracle
     for k in range(1, rounds + 1):
         inputs = RoundInputs(
             round=k,
@@ -290,14 +293,17 @@ def run_federation(
         try:
             out = run_round(inputs, map_clients=run_here(runner), runner=runner)
         except RoundFailed as failed:
-            write_json(root / layout.health_metrics(k), failed.health)
+            write_round_records(
+                root, k, summary=None, health=failed.health, table=None,
+                private=private, publish_oracle=publish_oracle,
+            )  # fmt: skip
             break
         summary = out.record.summary()
-        write_json(root / layout.round_metrics(k), summary)
-        write_json(root / layout.health_metrics(k), out.health)
-        table = root / layout.client_metrics(k)
-        table.parent.mkdir(parents=True, exist_ok=True)
-        out.record.client_table().to_csv(table, index=False, float_format="%.6g")
+        write_round_records(
+            root, k, summary=summary, health=out.health,
+            table=out.record.client_table(), private=private,
+            publish_oracle=publish_oracle,
+        )  # fmt: skip
         summaries.append(summary)
         if save_models:
             save_weights(root / layout.model_weights(k), out.weights)

@@ -376,6 +376,11 @@ class PrivacyParams(Section):
     clip_lr: float = Field(0.2, gt=0.0)
     count_noise_multiplier: float | None = Field(None, gt=0.0)
     noise_key: Literal[NOISE_KEYS] = "secret"  # type: ignore[valid-type]
+    publish_oracle: bool = False
+    """Under DP, also write the simulation's oracle diagnostics (per-client norms,
+    losses, the sampled set, the exact clipped share) into the published round,
+    health and client records; by default they go to ``.fedpipe/oracle/`` only
+    (git- and dvc-ignored). See docs/privacy.md."""
 
 
 ATTACK_NAMES = registry.names("attack")
