@@ -394,6 +394,8 @@ def _params(
             "strategy": {"name": strategy, **dict(strategy_settings)},
             "privacy": privacy,
             "personalization": personalization,
+            # the rows train as stored: this loop fits no preprocess transform
+            "preprocess": {"numeric": "none"},
             "round_chain": round_chain(rounds),
         }
     )
