@@ -43,7 +43,12 @@ def mnist5k_stage(params: Params) -> None:
 @flow(name="ingest", flow_run_name="ingest")
 def ingest_stage(params: Params) -> None:
     """Stage ``ingest``: ``data.source`` in the prepared format (``data/prepared``)."""
-    data_tasks.ingest(params.data, layout.PREPARED_DIR)
+    data_tasks.ingest(
+        params.data,
+        layout.PREPARED_DIR,
+        params.preprocess.categorical,
+        params.preprocess.text,
+    )
 
 
 @flow(name="validate", flow_run_name="validate")
@@ -82,6 +87,13 @@ def preprocess_stage(params: Params) -> None:
     training statistics (``data/preprocess/transform.json``)."""
     data_tasks.preprocess(
         layout.PREPARED_DIR, layout.MANIFEST, layout.TRANSFORM, params.preprocess
+    )
+    data_tasks.client_statistics(
+        layout.PREPARED_DIR,
+        layout.MANIFEST,
+        layout.CLIENT_STATS,
+        layout.SKEW_PNG,
+        params.preprocess,
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,15 @@ def materialize_mnist5k(out: Path) -> int:
 
 
 @task(name="ingest", cache_policy=NO_CACHE)
-def ingest(data: DataParams, out_dir: Path) -> int:
-    """Read ``data.source`` at ``data.path`` into the prepared format."""
-    result = fdata.ingest(data, out_dir)
+def ingest(
+    data: DataParams,
+    out_dir: Path,
+    categorical: Sequence[str] = (),
+    text: Sequence[str] = (),
+) -> int:
+    """Read ``data.source`` at ``data.path`` into the prepared format
+    (``categorical``, ``text``: ``preprocess.categorical``, ``preprocess.text``)."""
+    result = fdata.ingest(data, out_dir, categorical=categorical, text=text)
     get_run_logger().info(
         "ingested %d samples (%d with problems) from %s %s into %s in %.1f s: "
         "shape %s, classes %s",
@@ -87,29 +93,57 @@ def partition(
     prepared: Path, out: Path, report_dir: Path, **settings: Any
 ) -> Mapping[str, Any]:
     """Deal the training samples to clients; write the manifest and diagnostics."""
-    from fedpipe.data.ingest import read_samples, read_schema
+    from fedpipe.data.ingest import open_features, read_samples, read_schema
     from fedpipe.data.partition.diagnostics import (
         class_count_table,
+        feature_skew,
+        feature_skew_plot,
+        feature_stats,
         label_heatmap,
         skew_summary,
     )
+    from fedpipe.data.sources import prepared_spec
+    from fedpipe.data.splits import open_federated
 
-    manifest = partition_table(read_samples(prepared), **settings)
+    schema = read_schema(prepared)
+    spec = prepared_spec(prepared)
+    manifest = partition_table(
+        read_samples(prepared),
+        features=open_features(prepared),
+        spec=spec,
+        feature_names=schema.get("feature_names"),
+        **settings,
+    )
     write_json(out, manifest)
     report_dir.mkdir(parents=True, exist_ok=True)
-    names = read_schema(prepared)["class_names"]
+    names = schema["class_names"]
     counts = class_count_table(manifest, class_names=names)
     with atomic.writing(report_dir / "class_counts.csv") as tmp:
         counts.to_csv(tmp, index=False)
     label_heatmap(manifest, report_dir / "label_distribution.png")
+    image = len(spec.input_shape) == 3
+    data = open_federated(prepared, out)
+    features = feature_stats(
+        [(c.client, c.x_train_lazy) for c in data.clients], image=image
+    )
+    with atomic.writing(report_dir / "feature_stats.csv") as tmp:
+        features.to_csv(tmp, index=False)
     skew = skew_summary(manifest)
+    skew["feature_skew"] = feature_skew(features)
+    feature_skew_plot(
+        features,
+        report_dir / "feature_skew.png",
+        image=image,
+        title=str(manifest["params"].get("feature_skew", "no feature skew")),
+    )
     write_json(report_dir / "skew.json", skew)
     sizes = [len(c["train"]) for c in manifest["clients"]]
     get_run_logger().info(
-        "partitioned over %d clients (%s): local train sizes %d..%d, label skew %.3f; "
-        "%d held out; %d repeated samples dropped",
+        "partitioned over %d clients (%s): local train sizes %d..%d, label skew %.3f, "
+        "feature skew %.3f; %d held out; %d repeated samples dropped",
         len(sizes), manifest["method"], min(sizes), max(sizes), skew["label_skew"],
-        len(manifest["heldout"]), len(manifest["dropped_duplicates"]),
+        skew["feature_skew"], len(manifest["heldout"]),
+        len(manifest["dropped_duplicates"]),
     )  # fmt: skip
     return manifest
 
@@ -132,6 +166,29 @@ def preprocess(
         "training statistics (%d indicator column(s)) -> %s",
         settings.numeric, settings.fit, settings.missing, len(transform.columns),
         transform.statistics["clients"], len(transform.indicators), out,
+    )  # fmt: skip
+
+
+@task(name="client-statistics", cache_policy=NO_CACHE)
+def client_statistics(
+    prepared: Path,
+    manifest: Path,
+    out: Path,
+    skew_png: Path,
+    settings: PreprocessParams,
+) -> None:
+    """The readable per-client statistics (``fedpipe stats``) and the
+    feature-skew heatmap; counts below ``preprocess.min_count_shown`` withheld."""
+    from fedpipe.data.preprocess.heatmap import write_skew_png
+    from fedpipe.data.preprocess.summary import summarize_prepared
+
+    stats = summarize_prepared(prepared, manifest, settings)
+    write_json(out, stats)
+    write_skew_png(stats, skew_png)
+    get_run_logger().info(
+        "client statistics: %d column(s) of %d clients (counts below %d withheld) "
+        "-> %s, %s",
+        len(stats["columns"]), stats["clients"], stats["min_count"], out, skew_png,
     )  # fmt: skip
 
 

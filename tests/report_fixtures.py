@@ -200,6 +200,22 @@ PARAMS = {
 }
 
 
+def client_stats(n_clients: int, rng: np.random.Generator) -> dict:
+    """The preprocess stage's readable statistics of a 3-column table."""
+    from fedpipe.data.preprocess.summary import summarize
+
+    rows = [rng.normal(i * 0.3, 1.0, size=(40, 3)) for i in range(n_clients)]
+    return summarize(
+        rows,
+        [rng.integers(0, 2, size=40) for _ in rows],
+        columns=["age", "income", "score"],
+        class_names=["no", "yes"],
+        kind="table",
+        min_count=5,
+        bins=64,
+    )
+
+
 def write_run(
     root: Path,
     *,
@@ -234,6 +250,7 @@ def write_run(
         root / "reports/partition/class_counts.csv", index=False
     )
     write_json(root / "reports/partition/skew.json", skew_summary(part))
+    write_json(root / "data/preprocess/stats.json", client_stats(n_clients, rng))
     from fedpipe.observe.history import flatten
 
     rows = [

@@ -65,9 +65,9 @@ def test_every_section_present_in_order(full_page: str) -> None:
     assert headings == [report.html.escape(t) for t in SECTION_TITLES.values()]
 
 
-def test_complete_run_has_four_plots_and_no_missing_notes(full_page: str) -> None:
+def test_complete_run_has_five_plots_and_no_missing_notes(full_page: str) -> None:
     plots = re.findall(r'<figure class="plot" data-plot="(\w+)"><svg ', full_page)
-    assert plots == ["metrics", "divergence", "norms", "labels"]
+    assert plots == ["metrics", "divergence", "norms", "labels", "skew"]
     assert 'class="missing"' not in full_page
 
 
@@ -169,7 +169,7 @@ def test_run_without_health_records_keeps_the_other_plots(tmp_path: Path) -> Non
     write_run(tmp_path)
     shutil.rmtree(tmp_path / "metrics/health")
     page = build_report(tmp_path, findings=[])
-    assert re.findall(r'data-plot="(\w+)"', page) == ["metrics", "labels"]
+    assert re.findall(r'data-plot="(\w+)"', page) == ["metrics", "labels", "skew"]
     assert "rerun the rounds" in _section(page, "norms")
 
 
@@ -215,7 +215,7 @@ def test_unreadable_file_is_named_and_other_sections_render(tmp_path: Path) -> N
     assert "could not read the health records: JSONDecodeError" in _section(
         page, "divergence"
     )
-    assert re.findall(r'data-plot="(\w+)"', page) == ["metrics", "labels"]
+    assert re.findall(r'data-plot="(\w+)"', page) == ["metrics", "labels", "skew"]
 
 
 def test_null_values_do_not_break_plots(tmp_path: Path) -> None:
@@ -236,6 +236,7 @@ def test_null_values_do_not_break_plots(tmp_path: Path) -> None:
         "divergence",
         "norms",
         "labels",
+        "skew",
     ]
 
 

@@ -16,8 +16,9 @@ TEMPLATE_FILES = ("dvc.yaml", "params.yaml")
 # output or dependency, never pushed
 SECRET_DIR = ".fedpipe/"
 # written by every run but not versioned: the HTML report is rebuilt from the
-# versioned metrics (`fedpipe report`)
-GITIGNORED = ("reports/report.html", "logs/", SECRET_DIR)
+# versioned metrics (`fedpipe report`); `fedpipe predict` rebuilds a round's
+# model.keras from its versioned weights and transform
+GITIGNORED = ("reports/report.html", "logs/", SECRET_DIR, "models/*/model.keras")
 DVCIGNORED = (SECRET_DIR,)
 
 REMOTE_NAME = "storage"

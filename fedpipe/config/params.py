@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from fedpipe.config.sections import ComponentSection, Section
+from fedpipe.config.skew import DOMAIN_TRANSFORMS, FEATURE_SKEWS
 from fedpipe.core import atomic, registry
 from fedpipe.core.errors import ParamsError
 
@@ -139,7 +140,10 @@ class PartitionParams(ComponentSection):
     ``method`` picks a registered partitioner; the other keys it reads
     (``alpha``, ``classes_per_client``, ...) are the settings the partitioners
     declare on their classes. The section's own keys: ``min_samples`` and
-    ``min_classes`` (what every client must get) and ``local_test_fraction``.
+    ``min_classes`` (what every client must get), ``local_test_fraction``, and
+    the feature skew laid over any method (``feature_skew``, ``noise_sigma``,
+    ``domain_transforms``, ``domain_columns``;
+    :mod:`fedpipe.data.partition.featureskew`).
     """
 
     kind: ClassVar[str] = "partitioner"
@@ -147,6 +151,10 @@ class PartitionParams(ComponentSection):
     min_samples: int = Field(10, ge=1)
     min_classes: int = Field(1, ge=1)
     local_test_fraction: float = Field(0.2, ge=0.0, lt=1.0)
+    feature_skew: Literal[FEATURE_SKEWS] = "none"  # type: ignore[valid-type]
+    noise_sigma: float = Field(0.1, ge=0.0, allow_inf_nan=False)
+    domain_transforms: tuple[Literal[DOMAIN_TRANSFORMS], ...] | None = None  # type: ignore[valid-type]  # noqa: E501
+    domain_columns: tuple[str, ...] | None = None
 
 
 class FederationParams(Section):
@@ -552,12 +560,48 @@ class PreprocessParams(Section):
     held-out set by the federated fit); ``missing`` ``refuse`` (a missing
     feature value stops the run at validation) or ``mean`` / ``median``
     (imputed, plus an indicator column per column that had missing values).
+    ``min_count_shown``: the readable statistics (``data/preprocess/stats.json``,
+    ``fedpipe stats``) write no count of fewer rows than this (``"<k"``).
+
+    Categorical columns (every column whose values are all text, and the
+    columns listed in ``categorical``): each client counts the values of its
+    own training rows; the vocabulary keeps the values seen in at least
+    ``min_category_count`` rows across clients, anything else (rare, or never
+    in a client's training rows) goes to an "other" slot;
+    ``categorical_encoding`` ``onehot`` (one column per value, plus "other") or
+    ``index`` (one column: 0 = other, 1.. the vocabulary, for an embedding).
+    Free-text columns (listed in ``text``): lower-cased, split on non-word
+    characters; the vocabulary keeps the tokens counted ``min_token_count``
+    times across the clients' training rows, the ``max_tokens`` most frequent;
+    ``text_encoding`` ``multihot`` (1.0 per token present) or ``tfidf``
+    (token counts times the federated inverse document frequency, each row
+    scaled to unit length, as sklearn's ``TfidfVectorizer``). With imputation,
+    a missing categorical value becomes the most frequent one; a missing text
+    is empty.
     """
 
     numeric: Literal["standard", "robust", "minmax", "none"] = "standard"
     fit: Literal["federated", "local"] = "federated"
     missing: Literal["refuse", "mean", "median"] = "refuse"
     bins: int = Field(256, ge=2, le=65536)
+    min_count_shown: int = Field(5, ge=1)
+    categorical: list[str] = []
+    categorical_encoding: Literal["onehot", "index"] = "onehot"
+    min_category_count: int = Field(5, ge=1)
+    text: list[str] = []
+    text_encoding: Literal["multihot", "tfidf"] = "multihot"
+    min_token_count: int = Field(2, ge=1)
+    max_tokens: int = Field(1000, ge=1)
+
+    @model_validator(mode="after")
+    def _declared_once(self) -> PreprocessParams:
+        both = sorted(set(self.categorical) & set(self.text))
+        if both:
+            raise ValueError(
+                f"preprocess.categorical and preprocess.text both list {both}; "
+                "a column is one or the other"
+            )
+        return self
 
 
 class RuntimeParams(Section):

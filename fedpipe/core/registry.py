@@ -52,6 +52,7 @@ PARTITIONERS = {
     "shards": "fedpipe.data.partition.shards:ShardsPartitioner",
     "quantity": "fedpipe.data.partition.quantity:QuantitySkewPartitioner",
     "natural": "fedpipe.data.partition.natural:NaturalIdPartitioner",
+    "continuous": "fedpipe.data.partition.continuous:ContinuousPartitioner",
 }
 
 ATTACKS = {

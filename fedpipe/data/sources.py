@@ -106,8 +106,17 @@ def make_table(x: np.ndarray, y: np.ndarray, *, prefix: str) -> pd.DataFrame:
     return pd.concat([head, features], axis=1)
 
 
-def ingest(data: DataParams, out_dir: Path) -> IngestResult:
-    """Read ``data.source`` into the prepared format under ``out_dir``."""
+def ingest(
+    data: DataParams,
+    out_dir: Path,
+    *,
+    categorical: Sequence[str] = (),
+    text: Sequence[str] = (),
+) -> IngestResult:
+    """Read ``data.source`` into the prepared format under ``out_dir``.
+
+    ``categorical`` and ``text`` (``preprocess.categorical``, ``preprocess.text``):
+    table columns stored as codes of their values (:func:`ingest_table`)."""
     from fedpipe.data.ingest import ingest_arrays, ingest_image_folder, ingest_table
 
     path = Path(data.path)
@@ -129,6 +138,8 @@ def ingest(data: DataParams, out_dir: Path) -> IngestResult:
             client_column=data.client_column,
             num_classes=data.num_classes,
             classes=data.classes,
+            categorical=categorical,
+            text=text,
         )
     df = read_table(path)
     x = df[MNIST5K.feature_columns].to_numpy(dtype=np.uint8)

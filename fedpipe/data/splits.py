@@ -20,7 +20,7 @@ import dataclasses
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,10 @@ from fedpipe.data.ingest import (
     read_samples,
 )
 from fedpipe.data.partition import PartitionError, make_partitioner
+from fedpipe.data.partition.featureskew import (
+    client_feature_transforms,
+    feature_transformer,
+)
 from fedpipe.data.partition.manifest import (
     build_manifest,
     check_partition,
@@ -72,9 +76,13 @@ class Features:
     transform : RowTransform, optional
         Applied to the converted rows (the ``preprocess`` stage's fit for this
         split); None: the rows as converted.
+    skew : callable, optional
+        ``(rows, positions) -> rows``: the client's feature skew
+        (:func:`fedpipe.data.partition.featureskew.feature_transformer`), applied
+        to the converted rows before ``transform``; None: none.
     """
 
-    __slots__ = ("_positions", "_spec", "_store", "_transform")
+    __slots__ = ("_positions", "_skew", "_spec", "_store", "_transform")
 
     dtype = np.dtype(np.float32)
 
@@ -84,11 +92,13 @@ class Features:
         positions: np.ndarray,
         spec: DatasetSpec,
         transform: RowTransform | None = None,
+        skew: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
     ) -> None:
         self._store = store
         self._positions = np.asarray(positions, dtype=np.int64)
         self._spec = spec
         self._transform = transform
+        self._skew = skew
 
     def __len__(self) -> int:
         return len(self._positions)
@@ -104,7 +114,10 @@ class Features:
     def __getitem__(self, key: slice | np.ndarray | Sequence[int]) -> np.ndarray:
         if isinstance(key, int | np.integer):
             raise TypeError("index a Features view with a slice or an index array")
-        x = to_features(self._store, self._positions[key], self._spec)
+        positions = self._positions[key]
+        x = to_features(self._store, positions, self._spec)
+        if self._skew is not None:
+            x = self._skew(x, positions)
         return x if self._transform is None else self._transform(x)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -330,6 +343,9 @@ def partition_table(
     local_test_fraction: float,
     dedupe: bool,
     settings: Mapping[str, Any],
+    features: np.ndarray | None = None,
+    spec: DatasetSpec | None = None,
+    feature_names: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Hold out a global test split, deal the rest to clients, split each locally.
 
@@ -342,18 +358,36 @@ def partition_table(
         Drop samples whose content repeats an earlier sample's (``data.dedupe``);
         otherwise a duplicate on both sides of the held-out split is an error.
     settings : mapping
-        The ``partition.*`` values (alpha, min_samples, min_classes, ...).
+        The ``partition.*`` values (alpha, min_samples, min_classes,
+        feature_skew, ...).
+    features, spec : numpy.ndarray and DatasetSpec, optional
+        The prepared features (rows aligned with ``samples``) and their spec:
+        needed only by a partitioner that reads the inputs (``continuous``) and
+        by ``partition.feature_skew`` other than ``none``.
+    feature_names : sequence of str, optional
+        A table's feature column names (``schema.json``), for
+        ``partition.continuous_by`` and ``partition.domain_columns``.
 
     Returns
     -------
     dict
         The manifest of :func:`fedpipe.data.partition.manifest.build_manifest`, plus
         ``dropped_duplicates`` (ids) and, for natural partitions, ``client_keys``.
+        With feature skew, ``params`` records its keys and each client entry its
+        ``feature_transform`` (:mod:`fedpipe.data.partition.featureskew`).
+
+    Raises
+    ------
+    PartitionError
+        Besides the partitioners' own: bad feature-skew settings (naming the
+        key), or inputs needed but not given.
     """
     dropped: list[str] = []
+    rows = np.arange(len(samples), dtype=np.int64)  # positions in the prepared data
     if dedupe and "content_hash" in samples:
         repeated = samples["content_hash"].duplicated(keep="first")
         dropped = samples.loc[repeated, "sample_id"].astype(str).tolist()
+        rows = rows[~repeated.to_numpy()]
         samples = samples.loc[~repeated].reset_index(drop=True)
     ids = samples["sample_id"].to_numpy(dtype=str)
     labels = samples["label"].to_numpy(dtype=np.int64)
@@ -374,8 +408,30 @@ def partition_table(
     if method == "natural" and "client_key" in samples:
         groups = samples["client_key"].to_numpy(dtype=str)[train_pos]
     partitioner = make_partitioner(method, **settings)
+    if feature_names is None and spec is not None:
+        feature_names = spec.feature_columns
+    skew_kind = str(settings.get("feature_skew") or "none")
+    if (skew_kind != "none" or partitioner.reads_inputs) and (
+        features is None or spec is None
+    ):
+        raise PartitionError(
+            f"partition.method={method} with partition.feature_skew={skew_kind} "
+            "reads the inputs, but no prepared features were given"
+        )
+    extra: dict[str, Any] = {}
+    if partitioner.reads_inputs:
+        assert features is not None and spec is not None
+        extra["values"] = partitioner.sample_values(  # type: ignore[attr-defined]
+            _row_chunks(features, rows[train_pos], spec),
+            input_shape=spec.input_shape,
+            feature_names=feature_names,
+        )
     parts = partitioner.partition(
-        labels[train_pos], n_clients, rng_for(seed, "partition"), groups=groups
+        labels[train_pos],
+        n_clients,
+        rng_for(seed, "partition"),
+        groups=groups,
+        **extra,
     )
     check_partition(
         parts,
@@ -405,7 +461,72 @@ def partition_table(
     manifest["dropped_duplicates"] = sorted(dropped)
     if groups is not None:
         manifest["client_keys"] = sorted({str(g) for g in groups})
+    if skew_kind != "none":
+        assert features is not None and spec is not None
+        _add_feature_skew(
+            manifest,
+            skew_kind,
+            settings,
+            seed=seed,
+            pool=(features, rows[train_pos], spec),
+            feature_names=feature_names,
+        )
     return manifest
+
+
+SKEW_KEYS = {
+    "noise": ("noise_sigma",),
+    "domains": ("domain_transforms", "domain_columns"),
+}
+"""The ``partition.*`` keys each kind of feature skew reads (recorded in the
+manifest's ``params`` beside ``feature_skew``)."""
+
+
+def _add_feature_skew(
+    manifest: dict[str, Any],
+    kind: str,
+    settings: Mapping[str, Any],
+    *,
+    seed: int,
+    pool: tuple[np.ndarray, np.ndarray, DatasetSpec],
+    feature_names: Sequence[str] | None,
+) -> None:
+    """Record ``partition.feature_skew`` and every client's transform in
+    ``manifest`` (in place)."""
+    features, positions, spec = pool
+    lo, hi = spec.value_range
+    table_pool = None
+    if kind == "domains" and len(spec.input_shape) != 3:
+        table_pool = to_features(features, positions, spec).reshape(len(positions), -1)
+    transforms = client_feature_transforms(
+        kind,
+        n_clients=len(manifest["clients"]),
+        seed=seed,
+        input_shape=spec.input_shape,
+        value_range=(lo / spec.scale, hi / spec.scale),
+        noise_sigma=settings.get("noise_sigma", 0.0),
+        domain_transforms=settings.get("domain_transforms"),
+        domain_columns=settings.get("domain_columns"),
+        feature_names=feature_names,
+        pool=table_pool,
+    )
+    assert transforms is not None
+    params = dict(manifest["params"])
+    params["feature_skew"] = kind
+    for key in SKEW_KEYS.get(kind, ()):
+        value = settings.get(key)
+        params[key] = list(value) if isinstance(value, list | tuple) else value
+    manifest["params"] = dict(sorted(params.items()))
+    for entry, transform in zip(manifest["clients"], transforms, strict=True):
+        entry["feature_transform"] = transform
+
+
+def _row_chunks(
+    features: np.ndarray, positions: np.ndarray, spec: DatasetSpec, size: int = 1024
+) -> Iterator[np.ndarray]:
+    """Rows ``positions`` of ``features``, scaled, ``size`` rows at a time."""
+    for start in range(0, len(positions), size):
+        yield to_features(features, positions[start : start + size], spec)
 
 
 def _check_no_leakage(
@@ -453,25 +574,31 @@ def federated_data(
     are converted per split when read (:class:`Features`); labels and positions
     are held. ``transform`` (the ``preprocess`` stage's) is applied as they are
     read: the held-out set's by its federated fit, client ``i``'s splits by
-    client ``i``'s. ``ref`` names the files they came from
-    (:func:`open_federated` passes it): with it, the data pickles as a
-    reference to them.
+    client ``i``'s. A client's ``feature_transform`` in the manifest (its
+    feature skew, :mod:`fedpipe.data.partition.featureskew`) is applied to its
+    splits first; the held-out set is never skewed. ``ref`` names the files
+    they came from (:func:`open_federated` passes it): with it, the data
+    pickles as a reference to them.
     """
     position = {sid: i for i, sid in enumerate(samples["sample_id"].astype(str))}
     labels = samples["label"].to_numpy(dtype=np.int64)
     if transform is None:
         transform = Transform(kind="identity")
 
-    def split(ids: Sequence[str], client: int | None) -> tuple[Features, np.ndarray]:
+    def split(
+        ids: Sequence[str], client: int | None, skew: Any = None
+    ) -> tuple[Features, np.ndarray]:
         idx = np.fromiter((position[i] for i in ids), dtype=np.int64, count=len(ids))
         rows = row_transform(transform, client)
-        return Features(features, idx, spec, rows), labels[idx].astype(np.int32)
+        x = Features(features, idx, spec, rows, feature_transformer(skew))
+        return x, labels[idx].astype(np.int32)
 
     x_test, y_test = split(manifest["heldout"], None)
     clients = []
     for index, entry in enumerate(manifest["clients"]):
-        x_tr, y_tr = split(entry["train"], index)
-        x_te, y_te = split(entry["test"], index)
+        skew = entry.get("feature_transform")
+        x_tr, y_tr = split(entry["train"], index, skew)
+        x_te, y_te = split(entry["test"], index, skew)
         client = ClientData(entry["client"], x_tr, y_tr, x_te, y_te)
         if ref is not None:
             client._ref = (ref, index)

@@ -77,6 +77,7 @@ SECTION_TITLES = {
     "divergence": "Per-layer divergence",
     "norms": "Client update norms",
     "labels": "Label distribution per client",
+    "stats": "Federated statistics and feature skew",
     "doctor": "Doctor's findings",
     "lineage": "Lineage",
 }
@@ -696,6 +697,55 @@ def _labels_section(run: RunFiles) -> str:
     return "".join(parts)
 
 
+def _stats_section(root: Path) -> str:
+    """The clients' column statistics (``data/preprocess/stats.json``): the
+    global table, the feature-skew heatmap, each client's table folded."""
+    from fedpipe.data.preprocess.heatmap import skew_figure
+    from fedpipe.observe.clientstats import (
+        CLIENT_HEADER,
+        GLOBAL_HEADER,
+        check_stats,
+        client_rows,
+        global_rows,
+    )
+
+    path = root / layout.CLIENT_STATS
+    if not path.is_file():
+        return _note(
+            f"not recorded: no {layout.CLIENT_STATS} (run `fedpipe stage preprocess`)"
+        )
+    stats = check_stats(json.loads(path.read_text()), str(layout.CLIENT_STATS))
+    k, columns = stats["min_count"], list(stats["columns"])
+    esc = [[html.escape(c) for c in row] for row in global_rows(stats, columns)]
+    parts = [
+        f"<p>{stats['kind']}, {stats['clients']} clients, "
+        f"{html.escape(str(stats['rows']))} training "
+        f"rows, from {html.escape(str(layout.CLIENT_STATS))} (the clients' training "
+        f"splits only; counts below {k} are withheld: &lt;{k}). "
+        "<code>fedpipe stats</code> prints the same.</p>",
+        _table(list(GLOBAL_HEADER), esc, "numbers"),
+    ]
+    caption = (
+        "Each client's column mean minus the global mean, in global standard "
+        f"deviations; a blank cell is withheld (fewer than {k} values) or constant."
+    )
+    parts.append(_plot(_svg(skew_figure(stats), label="feature skew"), caption,
+                       name="skew"))  # fmt: skip
+    for i in range(int(stats["clients"])):
+        rows = [[html.escape(c) for c in r] for r in client_rows(stats, i, columns)]
+        labels = ", ".join(
+            f"{name} {v}" for name, v in stats["per_client"][i]["labels"].items()
+        )
+        parts.append(
+            f"<details><summary>Client {i}: "
+            f"{html.escape(str(stats['per_client'][i]['rows']))} rows; "
+            f"labels {html.escape(labels)}</summary>"
+            + _table(list(CLIENT_HEADER), rows, "numbers")
+            + "</details>"
+        )
+    return "".join(parts)
+
+
 def _guarded(build: Callable[[], str], what: str) -> str:
     """``build()``, or a note naming ``what`` and the error if it is unreadable."""
     try:
@@ -743,6 +793,7 @@ def build_report(
         "divergence": (lambda: _divergence_section(run), "the health records"),
         "norms": (lambda: _norms_section(run), "the health records"),
         "labels": (lambda: _labels_section(run), "the partition"),
+        "stats": (lambda: _stats_section(root), "the client statistics"),
         "doctor": (lambda: render_findings(found, doctor_note), "the findings"),
         "lineage": (
             lambda: render_lineage(read_lineage(run)),

@@ -176,6 +176,18 @@ def _partition(root: Path) -> dict[str, Any] | None:
     return out
 
 
+def _skew_text(partition: Mapping[str, Any]) -> str:
+    """``; label skew 0.41, feature skew 0.07`` from the partition's skew.json
+    (empty when it has neither figure)."""
+    skew = partition.get("skew") or {}
+    shown = [
+        f"{name.replace('_', ' ')} {skew[name]:.3f}"
+        for name in ("label_skew", "feature_skew")
+        if isinstance(skew.get(name), int | float)
+    ]
+    return "; " + ", ".join(shown) if shown else ""
+
+
 def _last_round(root: Path) -> dict[str, Any] | None:
     files = numbered_files(root / layout.ROUND_METRICS_DIR, ".json")
     if not files:
@@ -493,7 +505,7 @@ def format_text(status: Status) -> str:
     rows.append(
         (
             "partition",
-            f"{part['method']}, {part['clients']} clients"
+            f"{part['method']}, {part['clients']} clients" + _skew_text(part)
             if part
             else "not partitioned yet (data/partition/manifest.json missing)",
         )

@@ -115,3 +115,19 @@ def test_bad_value_range_raises(tmp_path: Path, value_range: object) -> None:
     x, y = _digits()
     with pytest.raises(IngestError, match=r"value_range: "):
         _ingest(tmp_path, x, y, value_range=value_range)
+
+
+def test_what_a_killed_writer_left_is_cleared_by_the_next(tmp_path: Path) -> None:
+    # a kill mid-ingest leaves its temporary folder; a kill mid-swap the old one
+    # (found by scripts/chaos.py); the next ingest of the same folder clears both
+    partial = tmp_path / ".out.0badc0de.partial"
+    set_aside = tmp_path / ".out.12345678.partial.old"
+    for left in (partial, set_aside):
+        left.mkdir()
+        (left / "features.npy").write_bytes(b"half")
+    other = tmp_path / ".elsewhere.0badc0de.partial"  # another folder's: kept
+    other.mkdir()
+    x, y = _digits()
+    _ingest(tmp_path, x, y)
+    assert not partial.exists() and not set_aside.exists() and other.exists()
+    assert read_schema(tmp_path / "out")["n_samples"] == len(y)

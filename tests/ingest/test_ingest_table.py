@@ -230,9 +230,10 @@ def test_string_in_numeric_column_names_row_and_column(tmp_path: Path) -> None:
 
 
 def test_first_non_numeric_column_is_named(tmp_path: Path) -> None:
-    _ingest(_csv(tmp_path, "x1,x2,y\nfoo,bar,0\n"), tmp_path)
+    _ingest(_csv(tmp_path, "x1,x2,y\nfoo,bar,0\n1,2,1\n"), tmp_path)
     assert _samples(tmp_path)["status"].tolist() == [
-        "non-numeric value 'foo' in column 'x1'"
+        "non-numeric value 'foo' in column 'x1'",
+        "ok",
     ]
 
 
@@ -278,7 +279,7 @@ def test_num_classes_declares_classes_without_samples(tmp_path: Path) -> None:
 
 
 def test_feature_problem_wins_over_label_problem(tmp_path: Path) -> None:
-    _ingest(_csv(tmp_path, "x,y\nabc,0.5\n"), tmp_path, num_classes=2)
+    _ingest(_csv(tmp_path, "x,y\nabc,0.5\n1,1\n"), tmp_path, num_classes=2)
     row = _samples(tmp_path).iloc[0]
     assert (row["label"], row["status"]) == (
         -1,

@@ -13,6 +13,7 @@ import pytest
 
 from fedpipe.data.partition import (
     PARTITIONERS,
+    ContinuousPartitioner,
     DirichletPartitioner,
     IidPartitioner,
     NaturalIdPartitioner,
@@ -29,6 +30,7 @@ from fedpipe.data.partition import (
 # ---------------------------------------------------------------- helpers
 
 SETTINGS: dict[str, dict[str, object]] = {
+    "continuous": {"strictness": 0.5},
     "dirichlet": {"alpha": 1.0},
     "iid": {},
     "natural": {},
@@ -44,6 +46,8 @@ EVERY_SETTING: dict[str, object] = {
     "classes_per_client": 2,
     "shards_per_client": 2,
     "quantity_sigma": 0.5,
+    "strictness": 0.5,
+    "continuous_by": "mean_intensity",
     "min_classes": 1,
     "local_test_fraction": 0.2,
     "a_key_added_later": "ignored",
@@ -64,6 +68,15 @@ def _groups(n: int, n_clients: int) -> np.ndarray:
     return np.array([f"g{k:02d}" for k in np.arange(n) * n_clients // n])
 
 
+def _inputs(name: str, n: int, n_clients: int) -> dict[str, np.ndarray]:
+    """What ``partition`` gets beside the labels: ``groups`` for every method,
+    and ``values`` (one real property per sample) for those that read inputs."""
+    out = {"groups": _groups(n, n_clients)}
+    if PARTITIONERS[name].reads_inputs:
+        out["values"] = np.sin(np.arange(n) * 1.3)
+    return out
+
+
 def _rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
 
@@ -77,11 +90,12 @@ def _partition(
     min_samples: int = 0,
     **overrides: object,
 ) -> list[np.ndarray]:
-    """Partition with the conformance settings; every method gets ``groups``."""
+    """Partition with the conformance settings; every method gets ``groups``
+    (and ``values``, if it reads inputs)."""
     settings = {**SETTINGS[name], **overrides}
     partitioner = make_partitioner(name, min_samples=min_samples, **settings)
     return partitioner.partition(
-        labels, n_clients, _rng(seed), groups=_groups(len(labels), n_clients)
+        labels, n_clients, _rng(seed), **_inputs(name, len(labels), n_clients)
     )
 
 
@@ -109,6 +123,7 @@ def _skew(method: str, alpha: float, seed: int = 0) -> float:
 
 def test_registry_holds_every_method_keyed_by_name() -> None:
     assert PARTITIONERS == {
+        "continuous": ContinuousPartitioner,
         "dirichlet": DirichletPartitioner,
         "iid": IidPartitioner,
         "natural": NaturalIdPartitioner,
@@ -148,6 +163,10 @@ def test_make_partitioner_builds_configured_dirichlet() -> None:
         ("shards", {"shards_per_client": 2, "min_samples": 1}),
         ("quantity", {"quantity_sigma": 0.5, "min_samples": 1}),
         ("natural", {"min_samples": 1}),
+        (
+            "continuous",
+            {"strictness": 0.5, "continuous_by": "mean_intensity", "min_samples": 1},
+        ),
     ],
 )
 def test_make_partitioner_takes_its_keys_and_ignores_the_rest(
@@ -195,7 +214,7 @@ def test_unknown_method_names_key_and_allowed_values() -> None:
     with pytest.raises(PartitionError) as info:
         make_partitioner("x", alpha=1.0, min_samples=0)
     assert str(info.value) == (
-        "partition.method: unknown 'x'; allowed: dirichlet, iid, natural, "
+        "partition.method: unknown 'x'; allowed: continuous, dirichlet, iid, natural, "
         "pathological, quantity, shards"
     )
 
@@ -287,14 +306,14 @@ def test_single_client_gets_everything(name: str) -> None:
 def test_nonpositive_n_clients_rejected(name: str, n_clients: int) -> None:
     p = make_partitioner(name, min_samples=0, **SETTINGS[name])
     with pytest.raises(PartitionError, match="federation.clients"):
-        p.partition(_labels(), n_clients, _rng(), groups=_groups(200, 5))
+        p.partition(_labels(), n_clients, _rng(), **_inputs(name, 200, 5))
 
 
 @pytest.mark.parametrize("name", ALL)
 def test_two_dimensional_labels_rejected(name: str) -> None:
     p = make_partitioner(name, min_samples=0, **SETTINGS[name])
     with pytest.raises(PartitionError, match="1-D"):
-        p.partition(np.zeros((10, 2)), 2, _rng(), groups=_groups(10, 2))
+        p.partition(np.zeros((10, 2)), 2, _rng(), **_inputs(name, 10, 2))
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -308,8 +327,10 @@ def test_partition_does_not_touch_global_random_state(name: str) -> None:
 @pytest.mark.parametrize("name", SEEDED)
 def test_seeded_methods_ignore_groups(name: str) -> None:
     p = make_partitioner(name, min_samples=0, **SETTINGS[name])
-    with_groups = p.partition(_labels(), 5, _rng(3), groups=_groups(200, 5))
-    without = p.partition(_labels(), 5, _rng(3))
+    inputs = _inputs(name, 200, 5)
+    with_groups = p.partition(_labels(), 5, _rng(3), **inputs)
+    del inputs["groups"]
+    without = p.partition(_labels(), 5, _rng(3), **inputs)
     assert all(np.array_equal(x, y) for x, y in zip(with_groups, without, strict=True))
 
 

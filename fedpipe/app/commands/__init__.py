@@ -15,10 +15,12 @@ from fedpipe.app.commands import (
     doctor,
     init,
     lineage,
+    predict,
     report,
     run,
     serve,
     stage,
+    stats,
     status,
     sweep,
     sync,
@@ -36,6 +38,8 @@ COMMANDS = (
     report,
     lineage,
     centralized,
+    stats,
+    predict,
     sweep,
 )
 

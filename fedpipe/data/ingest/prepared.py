@@ -127,6 +127,10 @@ class _PreparedWriter:
     def __enter__(self) -> _PreparedWriter:
         parent = self.out_dir.parent
         parent.mkdir(parents=True, exist_ok=True)
+        # what a killed writer left (its temporary directory, or the old one set
+        # aside mid-swap): one stage writes here at a time (the repository lock)
+        for stale in parent.glob(f".{self.out_dir.name}.*.partial*"):
+            shutil.rmtree(stale, ignore_errors=True)
         while True:
             tmp = parent / f".{self.out_dir.name}.{secrets.token_hex(4)}.partial"
             try:
@@ -226,6 +230,7 @@ class _PreparedWriter:
         started: float,
         feature_names: Sequence[str] | None = None,
         skipped: Sequence[str] = (),
+        extra: Mapping[str, Any] | None = None,
     ) -> IngestResult:
         """Write the tables and move the directory into place.
 
@@ -251,6 +256,9 @@ class _PreparedWriter:
         skipped : sequence of str, optional
             Operating-system files the source left out: in the result and, when
             there are any, in ``schema.json`` ``skipped``.
+        extra : mapping, optional
+            More ``schema.json`` entries (a table's ``column_types`` and
+            ``strings``).
 
         Returns
         -------
@@ -280,6 +288,8 @@ class _PreparedWriter:
             schema["feature_names"] = [str(c) for c in feature_names]
         if skipped:
             schema["skipped"] = [str(s) for s in skipped]
+        if extra:
+            schema.update(extra)
         (self._tmp / SCHEMA_FILE).write_text(
             json.dumps(schema, sort_keys=True, indent=2) + "\n", encoding="utf-8"
         )

@@ -26,6 +26,7 @@ _CHUNK_CELLS = 2**20  # cells per chunk read from the file (bounds memory)
 _MAX_SHOWN_COLUMNS = 20
 _MAX_SHOWN_VALUE = 40
 _EXACT_INT = 2**53  # labels beyond this are not exact in float64
+_PROBE_ROWS = 1024  # rows read first to rule out columns of numbers
 
 
 def ingest_table(
@@ -38,6 +39,8 @@ def ingest_table(
     client_column: str | None = None,
     num_classes: int | None = None,
     classes: Sequence[str] | None = None,
+    categorical: Sequence[str] = (),
+    text: Sequence[str] = (),
 ) -> IngestResult:
     """Convert a table with one sample per row into ``out_dir``.
 
@@ -51,6 +54,16 @@ def ingest_table(
     the row's status to ``"non-numeric value '<v>' in column '<c>'"`` (first such
     column); a value missing in the file is NaN with status ``"ok"`` (validation
     counts NaN separately).
+
+    String columns are stored as codes: a column listed in ``categorical`` or
+    ``text``, and any other column none of whose present values is a number
+    (its first 1,024 rows rule a column of numbers out; a column still without
+    a number is read to the end first), holds per row the code of its value
+    (its text, surrounding spaces removed), numbered in order of first
+    appearance, as float32 (NaN when missing). ``schema.json`` then has
+    ``column_types`` (column -> ``"categorical"`` or ``"text"``) and ``strings``
+    (column -> its values in code order); a table without string columns has
+    neither, and its files are as before.
 
     Labels are class indices or class names. With ``classes`` given, every
     present label must be one of those names (its text, surrounding spaces
@@ -88,6 +101,9 @@ def ingest_table(
         number of class names.
     classes : sequence of str, optional
         ``data.classes``: the class names in index order. Default: see above.
+    categorical, text : sequence of str, optional
+        ``preprocess.categorical``, ``preprocess.text``: feature columns stored as
+        codes of their values (numbers included) and their kind.
 
     Returns
     -------
@@ -121,6 +137,7 @@ def ingest_table(
     for key, column in roles.items():
         _require_column(column, key=key, columns=columns, path=path)
     features = _feature_columns(feature_columns, columns, roles, path)
+    declared = _declared_kinds(categorical, text, features, path)
     _check_num_classes(num_classes)
     names = _check_classes(classes, num_classes)
     n_rows = reader.count_rows()
@@ -130,8 +147,10 @@ def ingest_table(
             "sample"
         )
 
-    rows = _Rows(path=path, features=features, roles=roles)
     chunk_rows = max(1, _CHUNK_CELLS // len(columns))
+    kinds = {**_text_columns(reader, features, declared, chunk_rows), **declared}
+    kinds = {c: kinds[c] for c in features if c in kinds}
+    rows = _Rows(path=path, features=features, roles=roles, kinds=kinds)
     with _PreparedWriter(
         out_dir, n_samples=n_rows, input_shape=(len(features),), dtype=np.float32
     ) as writer:
@@ -156,6 +175,7 @@ def ingest_table(
             scale=1.0,
             started=started,
             feature_names=features,
+            extra=rows.string_schema(),
         )
 
 
@@ -240,6 +260,72 @@ def _feature_columns(
     return chosen
 
 
+def _declared_kinds(
+    categorical: Sequence[str],
+    text: Sequence[str],
+    features: list[str],
+    path: Path,
+) -> dict[str, str]:
+    """Column -> ``"categorical"`` / ``"text"`` for the declared columns."""
+    out: dict[str, str] = {}
+    for key, kind, listed in (
+        ("preprocess.categorical", "categorical", categorical),
+        ("preprocess.text", "text", text),
+    ):
+        if isinstance(listed, str):
+            raise IngestError(
+                f"{key}: expected a list of column names, got the string "
+                f"{listed!r} (write [{listed!r}] for one column)"
+            )
+        unknown = [c for c in listed if c not in features]
+        if unknown:
+            raise IngestError(
+                f"{key}: {_shown(unknown)} is not a feature column of {path}; "
+                f"feature columns: {_shown(features)}"
+            )
+        out.update({c: kind for c in listed})
+    return out
+
+
+def _text_columns(
+    reader: _CsvTable | _ParquetTable,
+    features: list[str],
+    declared: dict[str, str],
+    chunk_rows: int,
+) -> dict[str, str]:
+    """The undeclared feature columns none of whose present values is a number,
+    as categorical. The first rows, then the whole file only while some
+    candidate column has shown no number yet (a numeric table: its first rows)."""
+    open_ = [c for c in reader.text_candidates(features) if c not in declared]
+    texts: dict[str, bool] = {}
+    if open_:
+        _drop_numbers(reader, reader.head(open_, _PROBE_ROWS), open_, texts)
+    for chunk in reader.chunks(list(open_), chunk_rows) if open_ else ():
+        _drop_numbers(reader, chunk, open_, texts)
+        if not open_:
+            break
+    return {c: "categorical" for c in open_ if texts.get(c)}
+
+
+def _drop_numbers(
+    reader: _CsvTable | _ParquetTable,
+    chunk: pd.DataFrame,
+    open_: list[str],
+    texts: dict[str, bool],
+) -> None:
+    """Remove from ``open_`` the columns with a number in ``chunk``; note in
+    ``texts`` those with a present value."""
+    for column in list(open_):
+        raw = chunk[column]
+        values = _numeric(raw, key="data.feature_columns", path=reader.path)
+        present = raw.notna().to_numpy()
+        if (present & ~np.isnan(values)).any():
+            open_.remove(column)  # has a number: not a text column
+            texts.pop(column, None)
+        elif present.any():
+            texts[column] = True
+
+
 def _check_num_classes(num_classes: object) -> None:
     if num_classes is None:
         return
@@ -305,6 +391,14 @@ class _CsvTable:
     def columns(self) -> list[str]:
         return [str(c) for c in self._read(nrows=0).columns]
 
+    def text_candidates(self, columns: list[str]) -> list[str]:
+        """Columns that may hold text (in a CSV, any)."""
+        return list(columns)
+
+    def head(self, columns: list[str], rows: int) -> pd.DataFrame:
+        """The first ``rows`` rows of ``columns``."""
+        return self._read(nrows=rows)[columns]
+
     def count_rows(self) -> int:
         first = self.columns()[:1]
         return sum(len(c) for c in self._read(usecols=first, chunksize=2**16))
@@ -340,15 +434,35 @@ class _ParquetTable:
 
     def columns(self) -> list[str]:
         schema = self._file.schema_arrow
-        index = set((schema.pandas_metadata or {}).get("index_columns", []))
+        stored = (schema.pandas_metadata or {}).get("index_columns", [])
+        # a RangeIndex is described by a dict, not stored as a column
+        index = {c for c in stored if isinstance(c, str)}
         return [c for c in schema.names if c not in index]
 
     def count_rows(self) -> int:
         return int(self._file.metadata.num_rows)
 
+    def text_candidates(self, columns: list[str]) -> list[str]:
+        """Columns whose stored type is not a number or a boolean."""
+        schema = self._file.schema_arrow
+        return [
+            c
+            for c in columns
+            if not (
+                pa.types.is_integer(schema.field(c).type)
+                or pa.types.is_floating(schema.field(c).type)
+                or pa.types.is_boolean(schema.field(c).type)
+                or pa.types.is_decimal(schema.field(c).type)
+            )
+        ]
+
     def chunks(self, columns: list[str], chunk_rows: int) -> Iterator[pd.DataFrame]:
         for batch in self._file.iter_batches(batch_size=chunk_rows, columns=columns):
             yield batch.to_pandas()[columns]
+
+    def head(self, columns: list[str], rows: int) -> pd.DataFrame:
+        """The first ``rows`` rows of ``columns``."""
+        return next(iter(self.chunks(columns, rows)), pd.DataFrame(columns=columns))
 
 
 def _open_table(path: Path) -> _CsvTable | _ParquetTable:
@@ -409,7 +523,10 @@ class _Rows:
     path: Path
     features: list[str]
     roles: dict[str, str]
+    kinds: dict[str, str] = field(default_factory=dict)
     n_rows: int = field(default=0, init=False)
+    # per string column: value -> code, in order of first appearance
+    _codes: dict[str, dict[str, int]] = field(default_factory=dict, init=False)
     sample_ids: list[str] = field(default_factory=list, init=False)
     client_keys: list[str] = field(default_factory=list, init=False)
     # per row: the first problem of each kind (None when there is none)
@@ -461,6 +578,9 @@ class _Rows:
         x = np.empty((len(chunk), len(self.features)), np.float32)
         for j, column in enumerate(self.features):
             raw = chunk[column]
+            if column in self.kinds:
+                x[:, j] = self._encode(column, raw)
+                continue
             values = _numeric(raw, key="data.feature_columns", path=self.path)
             x[:, j] = values
             bad = raw.notna().to_numpy() & np.isnan(values) & pd.isna(status)
@@ -473,6 +593,28 @@ class _Rows:
             self._low = min(self._low, float(finite.min()))
             self._high = max(self._high, float(finite.max()))
         return x
+
+    def _encode(self, column: str, raw: pd.Series) -> np.ndarray:
+        """A string column's codes (NaN: missing), new values numbered on."""
+        codes = self._codes.setdefault(column, {})
+        out = np.full(len(raw), np.nan)
+        for i, value in enumerate(raw.tolist()):
+            if pd.isna(value):
+                continue
+            key = _key(value).strip()
+            if key:
+                out[i] = codes.setdefault(key, len(codes))
+        return out
+
+    def string_schema(self) -> dict[str, Any] | None:
+        """``column_types`` and ``strings`` for ``schema.json`` (None: no
+        string column)."""
+        if not self.kinds:
+            return None
+        return {
+            "column_types": dict(self.kinds),
+            "strings": {c: list(self._codes.get(c, {})) for c in self.kinds},
+        }
 
     def _labels(self, raw: pd.Series) -> None:
         """Record each label both as a class index and as a class name."""

@@ -6,25 +6,36 @@ Public API:
   (:class:`IidPartitioner`), ``dirichlet`` (:class:`DirichletPartitioner`),
   ``pathological`` (:class:`PathologicalPartitioner`), ``shards``
   (:class:`ShardsPartitioner`), ``quantity`` (:class:`QuantitySkewPartitioner`)
-  and ``natural`` (:class:`NaturalIdPartitioner`);
+  ``natural`` (:class:`NaturalIdPartitioner`) and ``continuous``
+  (:class:`ContinuousPartitioner`);
+- feature skew on top of any of them (:mod:`.featureskew`:
+  :func:`client_feature_transforms`, :func:`apply_feature_transform`);
 - ``PARTITIONERS`` (the registry's built-ins, resolved) and
   :func:`make_partitioner`, which reads :mod:`fedpipe.core.registry`;
 - the manifest helpers (:func:`split_heldout`, :func:`check_partition`,
   :func:`build_manifest`, :func:`label_skew`);
 - the diagnostics (:func:`class_count_table`, :func:`label_heatmap`,
-  :func:`skew_summary`), which import pandas / matplotlib when called.
+  :func:`skew_summary`, :func:`feature_stats`, :func:`feature_skew_plot`),
+  which import pandas / matplotlib when called.
 """
 
 from __future__ import annotations
 
 from fedpipe.core import registry
 from fedpipe.data.partition.base import Partitioner, PartitionError
+from fedpipe.data.partition.continuous import ContinuousPartitioner
 from fedpipe.data.partition.diagnostics import (
     class_count_table,
+    feature_skew_plot,
+    feature_stats,
     label_heatmap,
     skew_summary,
 )
 from fedpipe.data.partition.dirichlet import DirichletPartitioner
+from fedpipe.data.partition.featureskew import (
+    apply_feature_transform,
+    client_feature_transforms,
+)
 from fedpipe.data.partition.iid import IidPartitioner
 from fedpipe.data.partition.manifest import (
     build_manifest,
@@ -39,17 +50,22 @@ from fedpipe.data.partition.shards import ShardsPartitioner
 
 __all__ = [
     "PARTITIONERS",
+    "ContinuousPartitioner",
     "DirichletPartitioner",
     "IidPartitioner",
     "NaturalIdPartitioner",
     "PartitionError",
     "Partitioner",
+    "apply_feature_transform",
     "PathologicalPartitioner",
     "QuantitySkewPartitioner",
     "ShardsPartitioner",
     "build_manifest",
     "check_partition",
     "class_count_table",
+    "client_feature_transforms",
+    "feature_skew_plot",
+    "feature_stats",
     "label_heatmap",
     "label_skew",
     "make_partitioner",

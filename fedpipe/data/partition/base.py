@@ -67,6 +67,10 @@ class Partitioner(Component, abc.ABC):
     name: ClassVar[str]
     section: ClassVar[str] = "partition"
     settings: ClassVar[tuple[str, ...]] = ()
+    reads_inputs: ClassVar[bool] = False
+    """True when :meth:`partition` needs ``values=``, one real number per sample
+    computed from the inputs by the class's ``sample_values(chunks, *,
+    input_shape, feature_names)`` (the ``"continuous"`` partitioner)."""
 
     @classmethod
     def from_params(cls, **settings: Any) -> Self:
@@ -133,7 +137,9 @@ class Partitioner(Component, abc.ABC):
         groups : np.ndarray or None, optional
             1-D natural client key per sample (e.g. a writer or hospital id),
             aligned with ``labels``. Default ``None``. Only the ``"natural"``
-            partitioner uses it; every other partitioner ignores it.
+            partitioner uses it; every other partitioner ignores it. A
+            partitioner with :attr:`reads_inputs` also takes ``values=``, one
+            real number per sample (only it is passed them).
 
         Returns
         -------

@@ -1,9 +1,13 @@
-"""Diagnostics of a partition manifest: class-count table, heatmap, skew summary.
+"""Diagnostics of a partition: class-count table, heatmap, skew summary, and
+how far each client's inputs sit from the federation's.
 
-All three read the manifest returned by
+The first three read the manifest returned by
 :func:`fedpipe.data.partition.manifest.build_manifest` (or its JSON round trip) and
-nothing else. pandas and matplotlib are imported inside the functions that need
-them, so importing :mod:`fedpipe.data.partition` stays numpy-only.
+nothing else; :func:`feature_stats` reads the clients' training inputs (as
+:func:`fedpipe.data.splits.federated_data` gives them, feature skew applied) and
+:func:`feature_skew_plot` draws its table. pandas and matplotlib are imported
+inside the functions that need them, so importing :mod:`fedpipe.data.partition`
+stays numpy-only.
 """
 
 from __future__ import annotations
@@ -21,10 +25,18 @@ from fedpipe.data.partition.manifest import label_skew
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["class_count_table", "label_heatmap", "skew_summary"]
+__all__ = [
+    "class_count_table",
+    "feature_skew",
+    "feature_skew_plot",
+    "feature_stats",
+    "label_heatmap",
+    "skew_summary",
+]
 
 _ANNOTATE_MAX_CELLS = 400  # write counts into the heatmap cells up to this many
 _TICK_EVERY_CLIENT_MAX = 60  # label every client row up to this many clients
+_CHUNK_ROWS = 1024  # rows converted at a time by feature_stats
 
 
 def _count_matrix(manifest: dict, which: str) -> np.ndarray:
@@ -234,3 +246,200 @@ def skew_summary(manifest: dict) -> dict[str, Any]:
             int((counts > 0).sum(axis=1).min()) if sizes.size else 0
         ),
     }
+
+
+# ---------------------------------------------------------------- feature skew
+
+
+def _chunks(x: Any, dtype: Any = np.float64) -> Any:
+    """``x`` (an array or a lazy view with ``len`` and slicing) a few rows at a
+    time, 2-D ``(rows, values)`` of ``dtype``."""
+    for start in range(0, len(x), _CHUNK_ROWS):
+        rows = np.asarray(x[start : start + _CHUNK_ROWS], dtype=dtype)
+        yield rows.reshape(len(rows), -1)
+
+
+def feature_stats(clients: Sequence[tuple[int, Any]], *, image: bool) -> pd.DataFrame:
+    """How far each client's training inputs sit from the federation's.
+
+    The federation is every client's training rows pooled. Images: each image's
+    mean intensity ``m`` and contrast ``c`` (the standard deviation of its
+    values); a client's ``location`` is its mean ``m`` minus the pooled mean, in
+    pooled standard deviations of ``m``, its ``spread`` the same for ``c``.
+    Tables: per column, the client's mean minus the pooled mean in pooled
+    standard deviations, and the log of its standard deviation over the pooled
+    one (missing values left out, constant columns skipped); ``location`` and
+    ``spread`` are their root mean squares over the columns. ``distance`` is
+    ``sqrt(location ** 2 + spread ** 2)``: 0 for a client that looks like the
+    federation, about 1 for one a whole federation spread away.
+
+    Parameters
+    ----------
+    clients : sequence of (int, array-like)
+        Each client's id and its training inputs (``(n, *input_shape)``; a lazy
+        view is read :data:`_CHUNK_ROWS` rows at a time).
+    image : bool
+        Whether the inputs are images (else table rows).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per client: ``client``, ``n_train``, ``location``, ``spread``,
+        ``distance``; images also ``mean_intensity`` and ``contrast`` (the
+        client's means of ``m`` and ``c``). Empty clients get NaN figures.
+    """
+    import pandas as pd
+
+    if image:
+        per_client = []
+        for _, x in clients:
+            stats = [  # float32 rows, float64 sums
+                np.stack(
+                    [
+                        rows.mean(axis=1, dtype=np.float64),
+                        rows.std(axis=1, dtype=np.float64),
+                    ],
+                    axis=1,
+                )
+                for rows in _chunks(x, np.float32)
+            ]
+            per_client.append(np.concatenate(stats) if stats else np.empty((0, 2)))
+        pooled = np.concatenate(per_client) if per_client else np.empty((0, 2))
+        center = pooled.mean(axis=0) if len(pooled) else np.zeros(2)
+        scale = pooled.std(axis=0) if len(pooled) else np.ones(2)
+        scale = np.where(scale > 0, scale, 1.0)
+        means = np.array(
+            [s.mean(axis=0) if len(s) else np.full(2, np.nan) for s in per_client]
+        ).reshape(len(per_client), 2)
+        z = (means - center) / scale
+        table = pd.DataFrame(
+            {
+                "client": [int(c) for c, _ in clients],
+                "n_train": [len(s) for s in per_client],
+                "mean_intensity": means[:, 0],
+                "contrast": means[:, 1],
+                "location": z[:, 0],
+                "spread": z[:, 1],
+            }
+        )
+    else:
+        sums = []
+        for _, x in clients:
+            total = squares = count = None
+            for rows in _chunks(x):
+                seen = ~np.isnan(rows)
+                values = np.where(seen, rows, 0.0)
+                part = (values.sum(0), (values**2).sum(0), seen.sum(0))
+                if total is None:
+                    total, squares, count = part
+                else:
+                    total, squares, count = (
+                        total + part[0],
+                        squares + part[1],
+                        count + part[2],
+                    )
+            sums.append((total, squares, count, len(x)))
+        width = next((len(t) for t, *_ in sums if t is not None), 0)
+        zero = np.zeros(width)
+        filled = [(t if t is not None else zero, q if q is not None else zero,
+                   c if c is not None else zero, n) for t, q, c, n in sums]  # fmt: skip
+        all_n = sum(c for _, _, c, _ in filled) if filled else zero
+        all_mean = _safe_div(sum(t for t, _, _, _ in filled), all_n)
+        all_var = _safe_div(sum(q for _, q, _, _ in filled), all_n) - all_mean**2
+        all_std = np.sqrt(np.maximum(all_var, 0.0))
+        live = all_std > 1e-12
+        location, spread = [], []
+        for t, q, c, _ in filled:
+            mean = _safe_div(t, c)
+            std = np.sqrt(np.maximum(_safe_div(q, c) - mean**2, 0.0))
+            ok = live & (c > 0)
+            if not ok.any():
+                location.append(np.nan)
+                spread.append(np.nan)
+                continue
+            z = (mean[ok] - all_mean[ok]) / all_std[ok]
+            ratio = np.log(np.maximum(std[ok], 1e-12) / all_std[ok])
+            location.append(float(np.sqrt(np.mean(z**2))))
+            spread.append(float(np.sqrt(np.mean(ratio**2))))
+        table = pd.DataFrame(
+            {
+                "client": [int(c) for c, _ in clients],
+                "n_train": [n for *_, n in filled],
+                "location": location,
+                "spread": spread,
+            }
+        )
+    table["distance"] = np.sqrt(table["location"] ** 2 + table["spread"] ** 2)
+    return table
+
+
+def _safe_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return np.divide(a, b, out=np.zeros(np.broadcast(a, b).shape), where=b > 0)
+
+
+def feature_skew(table: pd.DataFrame) -> float:
+    """The summary figure: the clients' mean :func:`feature_stats` ``distance``
+    (0.0 for none; empty clients left out)."""
+    distance = table["distance"].dropna()
+    return float(distance.mean()) if len(distance) else 0.0
+
+
+def feature_skew_plot(
+    table: pd.DataFrame, path: Path, *, image: bool, title: str = ""
+) -> None:
+    """Write a PNG of each client's distance from the federation's inputs.
+
+    Three bars per client: the size of its ``location`` and ``spread`` parts
+    and its ``distance`` (their root sum of squares), with the mean distance
+    (:func:`feature_skew`, the figure in ``skew.json``) as a dashed line. Agg
+    canvas, no global backend change; the ``Software`` metadata entry is
+    omitted.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        Output of :func:`feature_stats`.
+    path : Path
+        Where to write the PNG; parent directories are created.
+    image : bool
+        Names the parts for images (intensity, contrast) or tables (column means,
+        column spreads).
+    title : str
+        Added after the figure's own title (e.g. the method and its params).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    n = len(table)
+    width = min(max(6.0, 0.45 * n + 3.0), 24.0)
+    fig = Figure(figsize=(width, 4.0), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    where = np.arange(n)
+    parts = (
+        ("mean intensity (z)", "contrast (z)")
+        if image
+        else ("column means (rms z)", "column spreads (rms log ratio)")
+    )
+    ax.bar(where - 0.27, np.abs(table["location"]), 0.27, label="|" + parts[0] + "|")
+    ax.bar(where, np.abs(table["spread"]), 0.27, label="|" + parts[1] + "|")
+    ax.bar(where + 0.27, table["distance"], 0.27, label="distance", color="black")
+    ax.axhline(
+        feature_skew(table),
+        color="grey",
+        linestyle="--",
+        label=f"feature_skew = {feature_skew(table):.3f}",
+    )
+    if n <= _TICK_EVERY_CLIENT_MAX:
+        ax.set_xticks(where, labels=[str(int(c)) for c in table["client"]])
+    ax.set_xlabel("client")
+    ax.set_ylabel("federation standard deviations")
+    ax.legend(fontsize=8)
+    text = "How far each client's inputs sit from the federation's"
+    if title:
+        text += ": " + title
+    ax.set_title("\n".join(textwrap.wrap(text, width=int(width * 11))), fontsize=10)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", metadata={"Software": None})

@@ -9,10 +9,18 @@ are read). :func:`fit_prepared` fits a prepared data set under its partition.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fedpipe.data.preprocess.apply import RowTransform, read_transform, row_transform
+from fedpipe.data.preprocess.encode import (
+    CATEGORICAL_KINDS,
+    merge_counts,
+    value_counts,
+)
 from fedpipe.data.preprocess.fit import (
     PreprocessError,
     Transform,
@@ -55,12 +63,82 @@ def fit_prepared(prepared: Path, manifest: Path, settings: Any) -> Transform:
     schema = read_schema(prepared)
     if schema.get("source") != "table":
         return identity_transform(IMAGE_NOTE)
+    columns = [str(c) for c in schema["feature_names"]]
+    column_types = dict(schema.get("column_types") or {})
+    _check_declared(column_types, settings)
     data = open_federated(prepared, manifest)
-    return fit_transform(
-        [client.x_train for client in data.clients],
-        columns=[str(c) for c in schema["feature_names"]],
+    client_rows = [client.x_train for client in data.clients]
+    transform = fit_transform(
+        client_rows,
+        columns=columns,
         numeric=settings.numeric,
         fit=settings.fit,
         missing=settings.missing,
         bins=settings.bins,
+        column_types=column_types,
+        strings=schema.get("strings") or {},
+        categorical_encoding=settings.categorical_encoding,
+        min_category_count=settings.min_category_count,
+        text_encoding=settings.text_encoding,
+        min_token_count=settings.min_token_count,
+        max_tokens=settings.max_tokens,
     )
+    if not transform.encodings:
+        return transform
+    # counted after the fit, from the fitted vocabularies (never an input)
+    heldout = heldout_other(
+        transform, client_rows, data.x_test, schema.get("strings") or {}
+    )
+    return dataclasses.replace(transform, heldout=heldout)
+
+
+def heldout_other(
+    transform: Transform,
+    client_rows: list[np.ndarray],
+    x_test: Any,
+    strings: dict[str, list[str]],
+) -> dict[str, Any]:
+    """Per categorical column, the held-out rows whose value goes to "other":
+    ``unseen`` (no client's training rows have it) and ``rare`` (fewer than
+    ``preprocess.min_category_count`` do), with the unseen values (up to 20)."""
+    rows = np.asarray(x_test, dtype=np.float64)
+    out: dict[str, Any] = {"rows": len(rows), "other": {}}
+    for enc in transform.encodings:
+        if enc.kind not in CATEGORICAL_KINDS:
+            continue
+        values = strings.get(enc.name, [])
+        trained = merge_counts(
+            value_counts(x[:, enc.column], values) for x in client_rows
+        )
+        codes = rows[:, enc.column]
+        codes = codes[~np.isnan(codes)].astype(np.int64)
+        counts = np.bincount(codes, minlength=len(values))
+        unseen: dict[str, int] = {}
+        rare = 0
+        for code in np.flatnonzero(counts):
+            value = values[code]
+            if value in enc.vocabulary:
+                continue
+            if value in trained:
+                rare += int(counts[code])
+            else:
+                unseen[value] = int(counts[code])
+        out["other"][enc.name] = {
+            "unseen": sum(unseen.values()),
+            "rare": rare,
+            "unseen_values": dict(sorted(unseen.items())[:20]),
+        }
+    return out
+
+
+def _check_declared(column_types: dict[str, str], settings: Any) -> None:
+    """The columns ``preprocess.categorical`` / ``.text`` declare were stored
+    as such by the ingest (it reads the same keys)."""
+    for key, kind in (("categorical", "categorical"), ("text", "text")):
+        stale = [c for c in getattr(settings, key) if column_types.get(c) != kind]
+        if stale:
+            raise PreprocessError(
+                f"preprocess.{key}: {', '.join(repr(c) for c in stale)} not stored "
+                f"as {kind} by the ingest stage (the prepared data predates the "
+                "setting); run the ingest stage again (fedpipe run does)"
+            )

@@ -22,6 +22,16 @@ from typing import Any
 import numpy as np
 
 from fedpipe.core.errors import FedpipeError
+from fedpipe.data.preprocess.encode import (
+    OTHER,
+    Encoding,
+    merge_counts,
+    token_counts,
+    value_counts,
+    vocabulary,
+)
+from fedpipe.data.preprocess.encode import categorical_encoding as encode_categorical
+from fedpipe.data.preprocess.encode import text_encoding as encode_text
 from fedpipe.data.preprocess.stats import (
     Moments,
     edges_for,
@@ -98,6 +108,14 @@ class Transform:
         an indicator column (1.0 = was missing) after the features.
     statistics : dict
         Per column, the merged statistics the fit used (readable only).
+    encodings : tuple of Encoding
+        The categorical and text columns' encodings (their output columns come
+        after the numeric columns, in this order, before the indicators).
+    heldout : dict
+        Counted after the fit, for reading only (never an input of the fit):
+        per categorical column, the held-out rows whose value went to "other"
+        because no client's training rows had it (``unseen``) or too few did
+        (``rare``).
     """
 
     kind: str
@@ -108,6 +126,8 @@ class Transform:
     indicators: tuple[int, ...] = ()
     statistics: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    encodings: tuple[Encoding, ...] = ()
+    heldout: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_identity(self) -> bool:
@@ -115,9 +135,17 @@ class Transform:
         return self.kind == "identity"
 
     @property
+    def numeric_columns(self) -> tuple[int, ...]:
+        """The stored columns that are scaled (not encoded), in order."""
+        encoded = {e.column for e in self.encodings}
+        return tuple(j for j in range(len(self.columns)) if j not in encoded)
+
+    @property
     def n_outputs(self) -> int:
-        """Columns after the transform: the features, then the indicators."""
-        return len(self.columns) + len(self.indicators)
+        """Columns after the transform: the numeric columns, each encoded
+        column's, then the indicators."""
+        widths = sum(e.width for e in self.encodings)
+        return len(self.numeric_columns) + widths + len(self.indicators)
 
     def scaling_for(self, client: int | None) -> Scaling:
         """Client ``client``'s parameters (None: the held-out set's)."""
@@ -144,6 +172,10 @@ class Transform:
         )
         if self.local:
             out["local"] = {str(i): s.to_json() for i, s in enumerate(self.local)}
+        if self.encodings:
+            out["encodings"] = [e.to_json() for e in self.encodings]
+        if self.heldout:
+            out["heldout"] = self.heldout
         return out
 
     @classmethod
@@ -167,6 +199,10 @@ class Transform:
             indicators=tuple(columns.index(c) for c in raw["indicators"]),
             statistics=dict(raw.get("statistics") or {}),
             note=str(raw.get("note", "")),
+            encodings=tuple(
+                Encoding.from_json(e, columns) for e in raw.get("encodings") or ()
+            ),
+            heldout=dict(raw.get("heldout") or {}),
         )
 
 
@@ -183,6 +219,13 @@ def fit_transform(
     fit: str,
     missing: str,
     bins: int,
+    column_types: Mapping[str, str] | None = None,
+    strings: Mapping[str, Sequence[str]] | None = None,
+    categorical_encoding: str = "onehot",
+    min_category_count: int = 5,
+    text_encoding: str = "multihot",
+    min_token_count: int = 2,
+    max_tokens: int = 1000,
 ) -> Transform:
     """Fit the table transform from the clients' training rows.
 
@@ -198,6 +241,14 @@ def fit_transform(
         The ``d`` feature column names (for messages and the JSON).
     numeric, fit, missing, bins
         ``preprocess.numeric``, ``.fit``, ``.missing``, ``.bins``.
+    column_types : mapping, optional
+        The string columns (``schema.json`` ``column_types``): name ->
+        ``"categorical"`` or ``"text"``; their stored values are codes into
+        ``strings`` (name -> values in code order). Each client counts its own
+        rows' values (tokens); the merged counts fix the vocabulary.
+    categorical_encoding, min_category_count, text_encoding, min_token_count, \
+max_tokens
+        The ``preprocess.*`` keys of the same names.
 
     Raises
     ------
@@ -221,19 +272,124 @@ def fit_transform(
             )
             for x, m in zip(client_rows, per_client, strict=True)
         )
+    settings: dict[str, Any] = {
+        "numeric": numeric,
+        "fit": fit,
+        "missing": missing,
+        "bins": bins,
+    }
+    statistics = _statistics(
+        merged, np.asarray(counts), edges, columns, len(client_rows)
+    )
+    encodings: tuple[Encoding, ...] = ()
+    if column_types:
+        knobs = {
+            "categorical_encoding": categorical_encoding,
+            "min_category_count": min_category_count,
+            "text_encoding": text_encoding,
+            "min_token_count": min_token_count,
+            "max_tokens": max_tokens,
+        }
+        settings.update(knobs)
+        encodings, fills = _fit_encodings(
+            client_rows, columns, column_types, strings or {}, statistics, **knobs
+        )
+        federated = _codes_as_stored(federated, fills)
+        local = tuple(_codes_as_stored(s, fills) for s in local)
     return Transform(
         kind="table",
         columns=tuple(columns),
-        settings={"numeric": numeric, "fit": fit, "missing": missing, "bins": bins},
+        settings=settings,
         federated=federated,
         local=local,
         indicators=tuple(int(j) for j in np.flatnonzero(merged.missing > 0))
         if missing != "refuse"
         else (),
-        statistics=_statistics(
-            merged, np.asarray(counts), edges, columns, len(client_rows)
-        ),
+        statistics=statistics,
+        encodings=encodings,
     )
+
+
+def _fit_encodings(
+    client_rows: Sequence[np.ndarray],
+    columns: Sequence[str],
+    column_types: Mapping[str, str],
+    strings: Mapping[str, Sequence[str]],
+    statistics: dict[str, Any],
+    *,
+    categorical_encoding: str,
+    min_category_count: int,
+    text_encoding: str,
+    min_token_count: int,
+    max_tokens: int,
+) -> tuple[tuple[Encoding, ...], dict[int, float]]:
+    """Each string column's encoding from the clients' merged counts, and the
+    code a missing value becomes when imputing (a categorical column's most
+    frequent value; -1, no token, for a text). Writes the counts into
+    ``statistics``."""
+    encodings = []
+    fills: dict[int, float] = {}
+    for j, name in enumerate(columns):
+        kind = column_types.get(name)
+        if kind is None:
+            continue
+        values = list(strings.get(name, ()))
+        entry = statistics["columns"][name]
+        present = {"count": entry["count"], "missing": entry["missing"]}
+        if kind == "categorical":
+            merged = merge_counts(value_counts(x[:, j], values) for x in client_rows)
+            kept = vocabulary(merged, min_category_count)
+            encodings.append(
+                encode_categorical(j, name, categorical_encoding, kept, values)
+            )
+            known = set(kept)
+            rare = sum(c for v, c in merged.items() if v not in known)
+            fills[j] = float(values.index(kept[0])) if kept else -1.0
+            statistics["columns"][name] = {
+                "type": "categorical",
+                **present,
+                "categories": {v: int(merged[v]) for v in kept},
+                OTHER: {"rows": int(rare), "values": len(merged) - len(kept)},
+            }
+        else:
+            parts = [token_counts(x[:, j], values) for x in client_rows]
+            occurrences = merge_counts(p[0] for p in parts)
+            documents = merge_counts(p[1] for p in parts)
+            texts = sum(p[2] for p in parts)
+            kept = vocabulary(occurrences, min_token_count, max_tokens)
+            encodings.append(
+                encode_text(
+                    j,
+                    name,
+                    text_encoding,
+                    kept,
+                    values,
+                    documents=documents,
+                    rows=texts,
+                )  # fmt: skip
+            )
+            fills[j] = -1.0  # no code: no token
+            statistics["columns"][name] = {
+                "type": "text",
+                **present,
+                "tokens": len(occurrences),
+                "kept": len(kept),
+                "top": {t: int(occurrences[t]) for t in kept[:20]},
+            }
+    return tuple(encodings), fills
+
+
+def _codes_as_stored(scaling: Scaling, fills: Mapping[int, float]) -> Scaling:
+    """``scaling`` with the encoded columns left as codes (centre 0, scale 1),
+    a missing one filled with ``fills[j]`` when imputing."""
+    at = np.array(sorted(fills), dtype=np.int64)
+    center, scale = scaling.center.copy(), scaling.scale.copy()
+    center[at], scale[at] = 0.0, 1.0
+    fill = None
+    if scaling.fill is not None:
+        fill = scaling.fill.copy()
+        fill[at] = [fills[j] for j in sorted(fills)]
+    return Scaling(center=center, scale=scale, fill=fill)
 
 
 def fit_scaling(

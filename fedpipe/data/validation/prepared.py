@@ -157,6 +157,19 @@ def _prepared_frame(summary: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _categorical_hint(result: Any) -> str:
+    """How to declare a column of numbers and text as categorical, when the
+    problems shown are non-numeric values."""
+    shown = unexpected_values(result)
+    if "non-numeric value" not in shown:
+        return ""
+    return (
+        "; a column of categories written partly as numbers: list it in "
+        "preprocess.categorical (every value becomes a category), otherwise fix "
+        "those rows or leave them empty (missing)"
+    )
+
+
 def _prepared_checks(
     gxe: Any, spec: Spec, names: Mapping[int, str], *, allow_missing: bool = False
 ) -> list[Check]:
@@ -187,7 +200,7 @@ def _prepared_checks(
             lambda r: (
                 f"every sample must be read without a problem; "
                 f"{have(r, 'a problem')} "
-                f"(e.g. {unexpected_values(r)})"
+                f"(e.g. {unexpected_values(r)}){_categorical_hint(r)}"
             ),
         ),
         Check(

@@ -107,6 +107,8 @@ def _info_lines(info: Mapping[str, Any]) -> list[str]:
                 if t["indicators"]
                 else ""
             )
+            if t.get("encoded"):
+                extra += f", encoded {', '.join(t['encoded'])}"
             lines.append(
                 f"  transform: {t['numeric']} ({t['fit']} fit from {t['clients']} "
                 f"clients' statistics, {t['rows']} training rows), missing "

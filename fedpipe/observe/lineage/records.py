@@ -104,6 +104,11 @@ def _transform_info(
         "missing": settings.get("missing"),
         "columns": len(raw.get("columns") or []),
         "indicators": list(raw.get("indicators") or []),
+        "encoded": [
+            f"{e.get('column')} ({e.get('kind')}, {len(e.get('vocabulary') or [])})"
+            for e in raw.get("encodings") or []
+            if isinstance(e, Mapping)
+        ],
         "clients": stats.get("clients"),
         "rows": stats.get("rows"),
     }

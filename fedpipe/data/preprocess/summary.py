@@ -1,0 +1,227 @@
+"""Federated statistics a person can read (``data/preprocess/stats.json``).
+
+Built from the same per-client summaries the fit uses (:mod:`.stats`: each
+client's :class:`~.stats.Moments` and its histogram on edges fixed by the
+merged min/max), kept per client instead of only merged: per column, globally
+and per client, the count, missing values, mean, std and quartiles (from the
+histogram), a coarse histogram, each client's label counts, and the feature
+skew (each client's column mean in global standard deviations).
+
+The minimum-count rule (NVIDIA FLARE's filter): no count of fewer than
+``min_count`` rows (a histogram bin, a label, a missing count, a client's
+column) is written; it reads ``"<k"``, and a client's mean, std, quartiles and
+skew of a column it holds fewer than ``k`` values of read ``"<k"`` too. The
+rule is applied as the file is written, so the versioned file never holds a
+small cell. Global minimum and maximum are written (the fit uses them); they
+are single values, as in ``transform.json``.
+
+Images are summarized as one column, ``mean_intensity`` (each image's mean
+pixel value after the /255 scaling).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fedpipe.data.preprocess.stats import (
+    Moments,
+    edges_for,
+    histogram,
+    merge,
+    moments,
+    quantiles,
+)
+
+__all__ = [
+    "FORMAT",
+    "IMAGE_COLUMN",
+    "shown",
+    "skew_matrix",
+    "summarize",
+]
+
+FORMAT = 1  # of stats.json
+IMAGE_COLUMN = "mean_intensity"
+QUARTILES = (25, 50, 75)
+
+
+def shown(count: int, min_count: int) -> int | str:
+    """``count`` as written under the minimum-count rule: ``"<k"`` for
+    ``0 < count < k`` (an empty cell tells nothing about any row)."""
+    count = int(count)
+    return count if count == 0 or count >= min_count else f"<{min_count}"
+
+
+def summarize(
+    client_rows: Sequence[np.ndarray],
+    client_labels: Sequence[np.ndarray],
+    *,
+    columns: Sequence[str],
+    class_names: Sequence[str],
+    kind: str,
+    min_count: int,
+    bins: int,
+    shown_bins: int = 10,
+) -> dict[str, Any]:
+    """The readable statistics of the clients' training rows (``stats.json``).
+
+    Parameters
+    ----------
+    client_rows : sequence of numpy.ndarray
+        Client ``i``'s training features ``(n_i, d)``, NaN = missing.
+    client_labels : sequence of numpy.ndarray
+        Client ``i``'s training labels (class indices).
+    columns, class_names
+        Names of the ``d`` columns and of the classes.
+    kind : str
+        ``"table"`` or ``"image"`` (written, for the reader).
+    min_count : int
+        ``preprocess.min_count_shown``: the smallest count written.
+    bins : int
+        ``preprocess.bins``: the histogram the quartiles are read from.
+    shown_bins : int
+        Bins of the histogram written per column (default 10).
+    """
+    per_client = [moments(x) for x in client_rows]
+    merged = merge(per_client)
+    fine = edges_for(merged, bins)
+    coarse = edges_for(merged, shown_bins)
+    fine_counts = [histogram(x, fine) for x in client_rows]
+    coarse_counts = [histogram(x, coarse) for x in client_rows]
+    k = int(min_count)
+    glob = _column_block(merged, sum(fine_counts), fine, sum(coarse_counts), k)
+    for j, block in enumerate(glob):  # the fit's min and max (transform.json's)
+        block["min"], block["max"] = _float(merged.low[j]), _float(merged.high[j])
+    clients = []
+    for i, (m, f, c, y) in enumerate(
+        zip(per_client, fine_counts, coarse_counts, client_labels, strict=True)
+    ):
+        labels = np.bincount(np.asarray(y, dtype=np.int64), minlength=len(class_names))
+        clients.append(
+            {
+                "client": i,
+                "rows": shown(m.rows, k),
+                "labels": {
+                    str(name): shown(n, k)
+                    for name, n in zip(class_names, labels, strict=True)
+                },
+                "columns": dict(
+                    zip(columns, _column_block(m, f, fine, c, k), strict=True)
+                ),
+            }
+        )
+    return {
+        "format": FORMAT,
+        "kind": kind,
+        "min_count": k,
+        "clients": len(client_rows),
+        "rows": shown(merged.rows, k),
+        "columns": list(columns),
+        "histogram_edges": {name: _floats(coarse[j]) for j, name in enumerate(columns)},
+        "global": dict(zip(columns, glob, strict=True)),
+        "per_client": clients,
+        "skew": _skew(per_client, merged, k),
+    }
+
+
+def skew_matrix(stats: dict[str, Any]) -> np.ndarray:
+    """``(clients, columns)`` feature skew of a ``stats.json``: each client's
+    column mean minus the global mean, in global standard deviations (NaN
+    where suppressed or the column is constant)."""
+    return np.array(
+        [[np.nan if v is None else v for v in row] for row in stats["skew"]],
+        dtype=np.float64,
+    ).reshape(int(stats["clients"]), len(stats["columns"]))
+
+
+def _column_block(
+    m: Moments,
+    fine_counts: np.ndarray,
+    fine_edges: np.ndarray,
+    coarse_counts: np.ndarray,
+    k: int,
+) -> list[dict[str, Any]]:
+    """Per column: the statistics of the rows ``m`` summarizes, rule applied."""
+    q = {p: quantiles(fine_counts, fine_edges, p / 100) for p in QUARTILES}
+    out = []
+    for j in range(m.count.shape[0]):
+        hidden = 0 < int(m.count[j]) < k
+        block: dict[str, Any] = {
+            "count": shown(m.count[j], k),
+            "missing": shown(m.missing[j], k),
+        }
+        values = {
+            "mean": m.mean[j],
+            "std": m.std[j],
+            **{f"q{p}": v[j] for p, v in q.items()},
+        }
+        for name, value in values.items():
+            block[name] = f"<{k}" if hidden else _float(value)
+        block["histogram"] = [shown(n, k) for n in coarse_counts[j]]
+        out.append(block)
+    return out
+
+
+def _skew(per_client: Sequence[Moments], merged: Moments, k: int) -> list[list]:
+    """Rows per client: ``(mean_i - mean) / std`` per column (None where the
+    client holds fewer than ``k`` values or the column is constant)."""
+    spread = merged.std
+    rows = []
+    for m in per_client:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            z = (m.mean - merged.mean) / spread
+        ok = (m.count >= k) & np.isfinite(z) & (spread > 0)
+        rows.append(
+            [_float(v) if good else None for v, good in zip(z, ok, strict=True)]
+        )
+    return rows
+
+
+def _float(value: Any) -> float | None:
+    v = float(value)
+    return v if np.isfinite(v) else None
+
+
+def _floats(values: np.ndarray) -> list[float]:
+    return [float(v) for v in np.asarray(values, dtype=np.float64)]
+
+
+def summarize_prepared(prepared: Any, manifest: Any, settings: Any) -> dict[str, Any]:
+    """:func:`summarize` of a prepared data set's clients' training splits
+    (the held-out set and the local test splits are never read).
+
+    Parameters
+    ----------
+    settings
+        ``preprocess.*`` (``min_count_shown``, ``bins``).
+    """
+    from fedpipe.data.ingest import read_schema
+    from fedpipe.data.splits import open_federated
+
+    schema = read_schema(prepared)
+    data = open_federated(prepared, manifest)
+    table = schema.get("source") == "table"
+    if table:
+        columns = [str(c) for c in schema["feature_names"]]
+        rows = [client.x_train for client in data.clients]
+    else:
+        columns = [IMAGE_COLUMN]
+        rows = [_intensity(client.x_train) for client in data.clients]
+    return summarize(
+        rows,
+        [client.y_train for client in data.clients],
+        columns=columns,
+        class_names=[str(c) for c in schema.get("class_names") or data.spec.classes],
+        kind="table" if table else "image",
+        min_count=settings.min_count_shown,
+        bins=settings.bins,
+    )
+
+
+def _intensity(x: np.ndarray) -> np.ndarray:
+    """Each image's mean value, ``(n, 1)`` float64."""
+    flat = np.asarray(x).reshape(len(x), -1)
+    return flat.mean(axis=1, dtype=np.float64)[:, None]

@@ -1,0 +1,120 @@
+"""A raw table to score (``fedpipe predict``): its row ids and feature rows.
+
+The rows come out as the ingest converts a table's features (float32, NaN for
+an empty cell), in the fitted transform's column order; what cannot be scored
+stops with one line naming the column, the rows and what would be accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedpipe.core.errors import FedpipeError
+
+__all__ = ["ScoringError", "read_scoring_table"]
+
+_SHOWN_ROWS = 5
+
+
+class ScoringError(FedpipeError, ValueError):
+    """The table cannot be scored as it is."""
+
+
+def _rows(index: np.ndarray) -> str:
+    """Data rows as 1-based numbers (the header is not a row)."""
+    shown = ", ".join(str(int(i) + 1) for i in index[:_SHOWN_ROWS])
+    more = f" and {len(index) - _SHOWN_ROWS} more" if len(index) > _SHOWN_ROWS else ""
+    return f"row{'s' if len(index) > 1 else ''} {shown}{more}"
+
+
+def _read(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise ScoringError(f"{path}: no such file; give a CSV or Parquet table")
+    name = path.name.lower()
+    try:
+        if name.endswith((".parquet", ".pq")):
+            return pd.read_parquet(path).astype(object)
+        return pd.read_csv(path, dtype=str)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError,
+            OSError, ValueError) as exc:  # fmt: skip
+        raise ScoringError(
+            f"{path}: not a readable table ({exc}); expected a CSV with a header "
+            "line, or a Parquet file"
+        ) from None
+
+
+def read_scoring_table(
+    path: Path,
+    *,
+    columns: Sequence[str],
+    id_column: str | None,
+    allow_missing: bool,
+) -> tuple[list[str], np.ndarray]:
+    """The ids and ``(n, len(columns))`` float32 rows of the table at ``path``.
+
+    Parameters
+    ----------
+    columns : sequence of str
+        The feature columns the model takes (``transform.json``'s), in order;
+        other columns (the label, anything else) are ignored.
+    id_column : str or None
+        ``data.id_column``: its values are the ids; None: ``row-1``,
+        ``row-2``, ... (the ingest's ids of a table without one).
+    allow_missing : bool
+        Empty cells are scored (the transform imputes them); else refused.
+
+    Raises
+    ------
+    ScoringError
+        A column missing, a non-numeric value, an empty cell the transform
+        cannot fill, or no rows.
+    """
+    path = Path(path)
+    table = _read(path)
+    have = [str(c) for c in table.columns]
+    absent = [c for c in columns if c not in have]
+    if absent:
+        raise ScoringError(
+            f"{path}: column {absent[0]!r} is missing"
+            + (f" (and {len(absent) - 1} more)" if len(absent) > 1 else "")
+            + f"; the model takes the columns {', '.join(map(repr, columns))}"
+        )
+    if id_column is not None and id_column not in have:
+        raise ScoringError(
+            f"{path}: no column {id_column!r} (data.id_column names it as the row "
+            "ids); add it, or score a table that has it"
+        )
+    if len(table) == 0:
+        raise ScoringError(f"{path}: no data rows; expected one line per row")
+    x = np.empty((len(table), len(columns)), dtype=np.float32)
+    for j, name in enumerate(columns):
+        raw = table[name]
+        values = pd.to_numeric(raw, errors="coerce").to_numpy(
+            dtype=np.float64, na_value=np.nan
+        )
+        bad = np.flatnonzero(raw.notna().to_numpy() & np.isnan(values))
+        if bad.size:
+            first = raw.iloc[int(bad[0])]
+            raise ScoringError(
+                f"{path}: column {name!r} has non-numeric values ({_rows(bad)}, "
+                f"e.g. {str(first)[:40]!r}); the model was trained on numbers in "
+                "this column"
+            )
+        empty = np.flatnonzero(np.isnan(values))
+        if empty.size and not allow_missing:
+            raise ScoringError(
+                f"{path}: column {name!r} has empty cells ({_rows(empty)}); the "
+                "model was trained with preprocess.missing: refuse, so it cannot "
+                "fill them: fill them, or retrain with preprocess.missing: mean "
+                "or median"
+            )
+        x[:, j] = values
+    if id_column is None:
+        ids = [f"row-{r}" for r in range(1, len(table) + 1)]
+    else:
+        ids = [str(v) for v in table[id_column].tolist()]
+    return ids, x
