@@ -12,6 +12,11 @@ amplifies privacy, which is why DP-FedAvg is run with many clients.
 
     python scripts/privacy_table.py [--epsilons 1 2 4 8 inf] [--rounds 20]
         [--federations 10:10 100:20 500:100] [--cohort-size 50] [--out DIR]
+        [--sampling fixed|poisson]
+
+``--sampling poisson``: each client joins a round with probability m / n (keyed
+by the secret key), sigma calibrated and epsilon reported by the PLD accountant
+(``pld-poisson``); ``fixed`` (the default): m of n, RDP (``rdp-fixed``).
 
 Prints the table as Markdown and writes ``privacy_table.md`` / ``.json`` to
 ``--out``. The noise is keyed by the project's secret key (``.fedpipe/dp.key``
@@ -41,7 +46,13 @@ from fedpipe.data.sources import DatasetSpec, load_mnist5k
 from fedpipe.data.splits import FederatedData, federated_data, partition_table
 from fedpipe.federation.build import private_strategy
 from fedpipe.federation.privacy.accountant import noise_for_epsilon
-from fedpipe.federation.round import RoundInputs, run_round
+from fedpipe.federation.round import (
+    ClientSampling,
+    FixedSampling,
+    PoissonSampling,
+    RoundInputs,
+    run_round,
+)
 from fedpipe.model.cohort import cohort_map
 from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 from fedpipe.strategy import make_strategy
@@ -98,6 +109,7 @@ def run(
     seed: int,
     cohort_size: int | None,
     key: bytes | None = None,
+    sampling: ClientSampling | None = None,
 ) -> dict[str, Any]:
     """One federation of ``rounds`` rounds; its last round's numbers."""
     strategy = make_strategy("fedavg")
@@ -120,6 +132,7 @@ def run(
                 algorithm=make_client("sgd"),
                 training=LocalTraining(epochs=1, batch_size=32, lr=lr),
                 clients_per_round=per_round,
+                sampling=sampling or FixedSampling(key=key if privacy else None),
             ),
             map_clients=cohort_map(runner, cohort_size),
             runner=runner,
@@ -139,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         help="clients:per_round pairs",
     )
     ap.add_argument("--clip", type=float, default=0.5, help="privacy.clip_norm")
+    ap.add_argument(
+        "--sampling", choices=["fixed", "poisson"], default="fixed",
+        help="federation.sampling (poisson: the PLD accountant)",
+    )  # fmt: skip
     ap.add_argument("--lr", type=float, default=0.1, help="train.lr")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
@@ -179,12 +196,30 @@ def main(argv: list[str] | None = None) -> int:
                         delta=DELTA,
                         n_clients=n,
                         per_round=m,
+                        sampling=args.sampling,
+                        rate=m / n,
                     )
                 )
                 privacy = (
                     None
                     if math.isinf(target)
-                    else Privacy("central", args.clip, sigma, DELTA, n, m)
+                    else Privacy(
+                        "central",
+                        args.clip,
+                        sigma,
+                        DELTA,
+                        n,
+                        m,
+                        sampling=args.sampling,
+                        sampling_rate=m / n if args.sampling == "poisson" else None,
+                    )  # fmt: skip
+                )
+                key = load_or_create_key(layout.DP_KEY)
+                keyed = key if privacy else None
+                sampling = (
+                    PoissonSampling(m / n, key=keyed)
+                    if args.sampling == "poisson"
+                    else FixedSampling(key=keyed)
                 )
                 last = run(
                     data,
@@ -195,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
                     lr=args.lr,
                     seed=args.seed,
                     cohort_size=args.cohort_size,
-                    key=load_or_create_key(layout.DP_KEY),
+                    key=key,
+                    sampling=sampling,
                 )
                 spent = (last.get("privacy") or {}).get("epsilon")
                 rows.append(
@@ -230,7 +266,8 @@ def _row(r: dict[str, Any]) -> str:
 
 def _table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     head = (
-        f"Central DP-FedAvg, mlp, IID, {args.rounds} rounds, clip norm {args.clip}, "
+        f"Central DP-FedAvg, mlp, IID, {args.sampling} sampling, {args.rounds} "
+        f"rounds, clip norm {args.clip}, "
         f"train.lr {args.lr}, seed {args.seed}, δ = {DELTA:g}\n\n"
         "| clients | per round | target ε | σ | ε spent | global accuracy | s |\n"
         "|---:|---:|---:|---:|---:|---:|---:|"

@@ -20,14 +20,13 @@ from prefect.cache_policies import NO_CACHE
 
 from fedpipe.config import layout
 from fedpipe.config.params import Params
-from fedpipe.core import atomic
-from fedpipe.core.jsonio import write_json
 from fedpipe.core.secretkey import load_or_create_key
 from fedpipe.core.weights import load_state, load_weights, save_state, save_weights
 from fedpipe.data.splits import input_spec
 from fedpipe.federation.build import (
     client_algorithm_for,
     client_evaluation,
+    client_sampling,
     failure_policy,
     local_training,
     model_spec,
@@ -39,6 +38,7 @@ from fedpipe.federation.build import (
     strategy_for,
 )
 from fedpipe.federation.clientstate import load_client_states, save_client_states
+from fedpipe.federation.privacy.views import write_round_records
 from fedpipe.federation.round import RoundFailed, RoundInputs, RoundOutputs, run_round
 from fedpipe.model.cohort import cohort_map
 from fedpipe.model.trainer import ClientFailure, ClientJob, ClientResult, MapClients
@@ -93,9 +93,10 @@ def federation_round(
         )
     except RoundFailed as failed:
         # what the doctor needs to name the client that sent non-finite values
-        write_health(failed.health, layout.health_metrics(round_))
+        # (under DP in the oracle record: .fedpipe/oracle/round-K.json)
+        write_health(failed.health, round_, params)
         raise
-    table = write_round(outputs, round_)
+    table = write_round(outputs, round_, params)
     publish_round_table(outputs.record, table)
     summary = outputs.record.summary()
     line = progress_line(
@@ -110,6 +111,7 @@ def load_round(params: Params, round_: int) -> RoundInputs:
     the round's settings from ``params``."""
     spec = model_spec(params, input_spec(layout.PREPARED_DIR, layout.TRANSFORM))
     strategy = strategy_for(params)
+    key = noise_key(params)
     return RoundInputs(
         round=round_,
         seed=params.seed,
@@ -119,7 +121,7 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         server_state=load_state(layout.server_state(round_ - 1)),
         client_states=load_client_states(layout.client_state(round_ - 1)),
         strategy=private_strategy(
-            strategy, privacy_for(params), seed=params.seed, key=noise_key(params)
+            strategy, privacy_for(params), seed=params.seed, key=key
         ),
         algorithm=client_algorithm_for(params, spec, strategy),
         training=local_training(params),
@@ -128,6 +130,7 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         failures=failure_policy(params),
         planted=planted_faults(params),
         steps=round_steps_for(params),
+        sampling=client_sampling(params, key),
     )
 
 
@@ -263,24 +266,41 @@ def task_name(jobs: Sequence[ClientJob]) -> str:
     return f"round {first.round} · clients {first.client}-{last.client} ({len(jobs)})"
 
 
-def write_health(health: dict, path: Path) -> None:
-    """Write a round's health record (also when aggregation refused the round)."""
-    write_json(path, health)
+def write_health(health: dict, round_: int, params: Params) -> None:
+    """Write a round's health record when aggregation refused the round (under
+    DP its server view, the full record in the oracle's)."""
+    write_round_records(
+        Path("."),
+        round_,
+        summary=None,
+        health=health,
+        table=None,
+        private=params.privacy.mechanism is not None,
+        publish_oracle=params.privacy.publish_oracle,
+    )
 
 
-def write_round(outputs: RoundOutputs, round_: int) -> pd.DataFrame:
+def write_round(outputs: RoundOutputs, round_: int, params: Params) -> pd.DataFrame:
     """Write round K's versioned outputs: model, server and client state, metrics,
-    per-client table and health record. Returns the per-client table."""
+    per-client table and health record; under DP the published records keep
+    the server's view and the oracle's go to ``.fedpipe/oracle/round-K.json``
+    (:mod:`fedpipe.federation.privacy.views`). Returns the published per-client
+    table."""
     record = outputs.record
     # what the health record cost is logged, not versioned: the record must be
     # the same bits whenever the round is recomputed (dvc repro, another runner)
     get_run_logger().debug("health record: %.3f s", outputs.health_seconds)
-    write_json(layout.health_metrics(round_), outputs.health)
     save_weights(layout.model_weights(round_), outputs.weights)
     save_state(layout.server_state(round_), outputs.server_state)
     save_client_states(layout.client_state(round_), outputs.client_states)
-    write_json(layout.round_metrics(round_), record.summary())
-    table = record.client_table()
-    with atomic.writing(layout.client_metrics(round_)) as tmp:
-        table.to_csv(tmp, index=False, float_format="%.6g")
+    table = write_round_records(
+        Path("."),
+        round_,
+        summary=record.summary(),
+        health=outputs.health,
+        table=record.client_table(),
+        private=params.privacy.mechanism is not None,
+        publish_oracle=params.privacy.publish_oracle,
+    )
+    assert table is not None
     return table

@@ -63,4 +63,5 @@ def doctor_and_report(root: Path) -> tuple[str, Path]:
         logger.info("fedpipe doctor: no findings")
     path = write_report(root, findings=[f.to_dict() for f in findings], run=run)
     logger.info("run report: %s", path.resolve())
-    return format_markdown(findings), path.resolve()
+    view = f"{run.view_text}\n\n" if run.view_text else ""  # a DP run's view
+    return view + format_markdown(findings), path.resolve()

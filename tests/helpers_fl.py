@@ -58,6 +58,7 @@ from fedpipe.data.splits import (
 from fedpipe.federation.attacks import AttackPlan
 from fedpipe.federation.build import (
     client_algorithm_for,
+    client_sampling,
     needs_key,
     privacy_for,
     private_strategy,
@@ -65,6 +66,7 @@ from fedpipe.federation.build import (
 )
 from fedpipe.federation.failures import FailurePolicy
 from fedpipe.federation.faults import PlantedFaults
+from fedpipe.federation.privacy.views import write_round_records
 from fedpipe.federation.round import RoundFailed, RoundInputs, run_round
 from fedpipe.model.trainer import run_here
 from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
@@ -119,6 +121,7 @@ def run_federation(
     planted: PlantedFaults | None = None,
     privacy: dict[str, Any] | None = None,
     fraction_fit: float = 1.0,
+    sampling: str = "fixed",
     strategy_settings: Mapping[str, Any] | None = None,
     attack: AttackPlan | None = None,
     personalization: Mapping[str, Any] | None = None,
@@ -191,6 +194,7 @@ def run_federation(
         seed=seed,
         privacy=privacy or {},
         fraction_fit=fraction_fit,
+        sampling=sampling,
         strategy_settings=strategy_settings or {},
         personalization=dict(personalization or {}),
         partition_settings=dict(partition_settings or {}),
@@ -266,6 +270,8 @@ def run_federation(
     summaries = []
     if save_models:
         save_weights(root / layout.model_weights(0), weights)
+    private = params.privacy.mechanism is not None
+    publish_oracle = params.privacy.publish_oracle
     for k in range(1, rounds + 1):
         inputs = RoundInputs(
             round=k,
@@ -282,18 +288,22 @@ def run_federation(
             failures=failures or FailurePolicy(),
             planted=planted or PlantedFaults(),
             steps=steps,
+            sampling=client_sampling(params, dp_key),
         )
         try:
             out = run_round(inputs, map_clients=run_here(runner), runner=runner)
         except RoundFailed as failed:
-            write_json(root / layout.health_metrics(k), failed.health)
+            write_round_records(
+                root, k, summary=None, health=failed.health, table=None,
+                private=private, publish_oracle=publish_oracle,
+            )  # fmt: skip
             break
         summary = out.record.summary()
-        write_json(root / layout.round_metrics(k), summary)
-        write_json(root / layout.health_metrics(k), out.health)
-        table = root / layout.client_metrics(k)
-        table.parent.mkdir(parents=True, exist_ok=True)
-        out.record.client_table().to_csv(table, index=False, float_format="%.6g")
+        write_round_records(
+            root, k, summary=summary, health=out.health,
+            table=out.record.client_table(), private=private,
+            publish_oracle=publish_oracle,
+        )  # fmt: skip
         summaries.append(summary)
         if save_models:
             save_weights(root / layout.model_weights(k), out.weights)
@@ -353,6 +363,7 @@ def _params(
     seed: int,
     privacy: dict[str, Any],
     fraction_fit: float,
+    sampling: str,
     strategy_settings: Mapping[str, Any],
     personalization: dict[str, Any],
     partition_settings: dict[str, Any],
@@ -371,6 +382,7 @@ def _params(
                 "rounds": rounds,
                 "min_clients": 1,
                 "fraction_fit": fraction_fit,
+                "sampling": sampling,
             },
             "train": {
                 "epochs": epochs,

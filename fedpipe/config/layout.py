@@ -34,6 +34,9 @@ CENTRALIZED_METRICS = Path(
 #: the secret key of DP noise (fedpipe.core.secretkey): ignored by git and DVC,
 #: neither a dependency nor an output of any stage
 DP_KEY = Path(".fedpipe/dp.key")
+#: under DP, the simulation's oracle diagnostics of each round (per-client norms,
+#: losses, the sampled set): beside the key, git- and dvc-ignored, no stage's out
+ORACLE_DIR = Path(".fedpipe/oracle")
 
 ROUND_STAGE = "round"
 
@@ -72,6 +75,11 @@ def client_metrics(round_: int) -> Path:
 def health_metrics(round_: int) -> Path:
     """The round's health record (:func:`fedpipe.federation.health.round_health`)."""
     return HEALTH_METRICS_DIR / f"round-{round_}.json"
+
+
+def oracle_record(round_: int) -> Path:
+    """Round K's oracle view under DP (:mod:`fedpipe.federation.privacy.views`)."""
+    return ORACLE_DIR / f"round-{round_}.json"
 
 
 def stage_names(rounds: int) -> list[str]:

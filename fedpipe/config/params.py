@@ -163,6 +163,11 @@ class FederationParams(Section):
     clients: int = Field(10, ge=1)
     rounds: int = Field(10, ge=1)
     fraction_fit: float = Field(1.0, gt=0.0, le=1.0)
+    sampling: Literal["fixed", "poisson"] = "fixed"
+    """``fixed``: ``clients_per_round()`` clients drawn without replacement each
+    round; ``poisson``: each client joins a round independently with probability
+    ``fraction_fit`` (the sample's size varies; DP accounts it with the PLD
+    accountant, docs/privacy.md)."""
     min_clients: int = Field(1, ge=1)
     # failures a round survives (fedpipe.federation.failures); all off by default
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
@@ -379,6 +384,11 @@ class PrivacyParams(Section):
     clip_lr: float = Field(0.2, gt=0.0)
     count_noise_multiplier: float | None = Field(None, gt=0.0)
     noise_key: Literal[NOISE_KEYS] = "secret"  # type: ignore[valid-type]
+    publish_oracle: bool = False
+    """Under DP, also write the simulation's oracle diagnostics (per-client norms,
+    losses, the sampled set, the exact clipped share) into the published round,
+    health and client records; by default they go to ``.fedpipe/oracle/`` only
+    (git- and dvc-ignored). See docs/privacy.md."""
 
 
 ATTACK_NAMES = registry.names("attack")

@@ -41,7 +41,8 @@ class Privacy:
         The delta at which epsilon is reported.
     n_clients, per_round : int
         Clients in the federation (n) and sampled per round (m, without
-        replacement: the sampling rate is q = m / n).
+        replacement: the sampling rate is q = m / n; with Poisson sampling m is
+        only the federation's nominal count).
     target_epsilon : float or None
         Stop before the round that would spend more.
     adaptive_clip : bool
@@ -54,6 +55,12 @@ class Privacy:
         ``secret``: the noise is keyed by the project's secret key (nobody
         without it can regenerate it); ``params_not_private``: derived from the
         seed alone, so the guarantee does not hold (debugging only).
+    sampling : str
+        ``federation.sampling``: ``fixed`` (m of n without replacement) or
+        ``poisson`` (each client joins a round with probability
+        ``sampling_rate``).
+    sampling_rate : float or None
+        q of Poisson sampling (``federation.fraction_fit``); None with ``fixed``.
     """
 
     mechanism: str
@@ -68,6 +75,35 @@ class Privacy:
     clip_lr: float = 0.2
     count_noise_multiplier: float | None = None
     noise_key: str = "secret"
+    sampling: str = "fixed"
+    sampling_rate: float | None = None
+
+    @property
+    def rate(self) -> float:
+        """q, the chance that a given client is in a round's sample."""
+        if self.sampling == "poisson":
+            assert self.sampling_rate is not None
+            return self.sampling_rate
+        return self.per_round / self.n_clients
+
+    @property
+    def expected_clients(self) -> float:
+        """The fixed denominator of central DP's mean: m with fixed-size
+        sampling, the expected sample size q n with Poisson sampling (so the
+        mean's sensitivity is C / m, or C / (q n), whoever was sampled)."""
+        if self.sampling == "poisson":
+            return self.rate * self.n_clients
+        return self.per_round
+
+    @property
+    def accountant(self) -> str:
+        """Which accountant bounds epsilon: ``pld-poisson`` (central DP under
+        Poisson sampling, add/remove-one, PLD), ``rdp-fixed`` (central DP under
+        fixed-size sampling without replacement, replace-one, RDP) or
+        ``rdp-local`` (local DP, each client's Gaussian releases, RDP)."""
+        if self.mechanism == "local":
+            return "rdp-local"
+        return "pld-poisson" if self.sampling == "poisson" else "rdp-fixed"
 
     @property
     def keyed(self) -> bool:
@@ -79,7 +115,7 @@ class Privacy:
         """z_b, the clipped count's noise multiplier (adaptive clipping)."""
         if self.count_noise_multiplier is not None:
             return self.count_noise_multiplier
-        return DEFAULT_COUNT_NOISE_PER_CLIENT * self.per_round
+        return DEFAULT_COUNT_NOISE_PER_CLIENT * self.expected_clients
 
     @property
     def update_multiplier(self) -> float:

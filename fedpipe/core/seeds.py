@@ -32,6 +32,8 @@ PURPOSES = {
     "slow": 32,
     "privacy": 11,
     "attack": 33,
+    # federation.sampling: poisson (fedpipe.federation.round.PoissonSampling)
+    "sample_poisson": 41,
     # fedpipe.data.partition.featureskew: each client's transform and noise
     "feature_skew": 47,
 }

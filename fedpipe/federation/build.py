@@ -22,7 +22,12 @@ from fedpipe.federation.failures import FailurePolicy
 from fedpipe.federation.faults import MisweightedAggregation, PlantedFaults
 from fedpipe.federation.personalization import Personalization, resolve
 from fedpipe.federation.privacy.rounds import PrivateStrategy
-from fedpipe.federation.round import ClientEvaluation
+from fedpipe.federation.round import (
+    ClientEvaluation,
+    ClientSampling,
+    FixedSampling,
+    PoissonSampling,
+)
 from fedpipe.federation.steps import RoundStep
 from fedpipe.model.training import ModelSpec, model_spec_for
 from fedpipe.model.zoo import layer_groups, normalization_layers
@@ -187,7 +192,22 @@ def privacy_for(params: Params) -> Privacy | None:
         clip_lr=p.clip_lr,
         count_noise_multiplier=p.count_noise_multiplier,
         noise_key=p.noise_key,
+        sampling=params.federation.sampling,
+        sampling_rate=(
+            params.federation.fraction_fit
+            if params.federation.sampling == "poisson"
+            else None
+        ),
     )
+
+
+def client_sampling(params: Params, key: bytes | None = None) -> ClientSampling:
+    """How each round samples its clients (``federation.sampling``); ``key``: the
+    project's secret key under DP (the sample is then secret too), else None."""
+    f = params.federation
+    if f.sampling == "poisson":
+        return PoissonSampling(rate=f.fraction_fit, key=key)
+    return FixedSampling(key=key)
 
 
 def client_evaluation(params: Params) -> ClientEvaluation:

@@ -30,7 +30,7 @@ from fedpipe.client.base import (
     LocalTraining,
     Weights,
 )
-from fedpipe.core.seeds import rng_for
+from fedpipe.core.seeds import keyed_rng, rng_for
 from fedpipe.data.splits import ClientData, FederatedData
 from fedpipe.federation.clientstate import ClientStates, merged
 from fedpipe.federation.failures import (
@@ -65,14 +65,80 @@ log = logging.getLogger("fedpipe")
 
 
 def sample_clients(
-    *, n_clients: int, per_round: int, seed: int, round_: int, purpose: str = "sample"
+    *,
+    n_clients: int,
+    per_round: int,
+    seed: int,
+    round_: int,
+    purpose: str = "sample",
+    key: bytes | None = None,
 ) -> list[int]:
     """The clients that train in ``round_`` (or, with another ``purpose``, are
-    picked for it): seeded per round, sorted by id."""
+    picked for it): seeded per round, sorted by id; with ``key`` (the project's
+    secret key, under DP) keyed by it, so the sample cannot be recomputed from
+    ``params.yaml`` (privacy amplification by sampling assumes a secret sample)."""
     if per_round >= n_clients:
         return list(range(n_clients))
-    rng = rng_for(seed, purpose, round_)
+    rng = _sampling_rng(seed, purpose, round_, key)
     return sorted(int(c) for c in rng.choice(n_clients, size=per_round, replace=False))
+
+
+def _sampling_rng(
+    seed: int, purpose: str, round_: int, key: bytes | None
+) -> np.random.Generator:
+    if key is None:
+        return rng_for(seed, purpose, round_)
+    return keyed_rng(key, seed, purpose, round_)
+
+
+@dataclass(frozen=True)
+class FixedSampling:
+    """``federation.sampling: fixed``: ``per_round`` of the clients, uniformly
+    without replacement, seeded per round (:func:`sample_clients`).
+
+    ``key``: the project's secret key under DP (None without privacy: the
+    sample derives from the seed alone, as always)."""
+
+    key: bytes | None = field(default=None, repr=False)
+    name = "fixed"
+
+    def clients(
+        self, *, n_clients: int, per_round: int, seed: int, round_: int
+    ) -> list[int]:
+        """The clients sampled in ``round_``, sorted by id."""
+        return sample_clients(
+            n_clients=n_clients,
+            per_round=per_round,
+            seed=seed,
+            round_=round_,
+            key=self.key,
+        )
+
+
+@dataclass(frozen=True)
+class PoissonSampling:
+    """``federation.sampling: poisson``: each client joins ``round_``
+    independently with probability ``rate`` (q, ``federation.fraction_fit``),
+    seeded per round (and keyed by ``key``, the project's secret key, under DP);
+    the sample's size varies around q n (and may be below
+    ``federation.min_clients``: the round then stops as any round short of
+    clients does). The sampling DP-SGD and its PLD accounting assume."""
+
+    rate: float
+    key: bytes | None = field(default=None, repr=False)
+    name = "poisson"
+
+    def clients(
+        self, *, n_clients: int, per_round: int, seed: int, round_: int
+    ) -> list[int]:
+        """The clients sampled in ``round_``, sorted by id (``per_round`` is
+        unused: the size is random)."""
+        rng = _sampling_rng(seed, "sample_poisson", round_, self.key)
+        return [int(c) for c in np.flatnonzero(rng.random(n_clients) < self.rate)]
+
+
+ClientSampling = FixedSampling | PoissonSampling
+"""How a round samples its clients (``federation.sampling``)."""
 
 
 AUTO_ALL_UP_TO = 100
@@ -173,7 +239,9 @@ class RoundInputs:
     training : LocalTraining
         ``train.*``.
     clients_per_round : int
-        Clients sampled this round.
+        Clients sampled this round (with Poisson sampling, unused).
+    sampling : ClientSampling
+        ``federation.sampling``: fixed-size (the default) or Poisson.
     evaluation : ClientEvaluation
         ``evaluation.*``: which clients the new global model is scored on.
     failures : FailurePolicy
@@ -201,10 +269,11 @@ class RoundInputs:
     failures: FailurePolicy = FailurePolicy()
     planted: PlantedFaults = PlantedFaults()
     steps: tuple[RoundStep, ...] = ()
+    sampling: ClientSampling = FixedSampling()
 
     def sampled(self, round_: int) -> list[int]:
         """The clients sampled in ``round_`` (this federation's sampling)."""
-        return sample_clients(
+        return self.sampling.clients(
             n_clients=len(self.data.clients),
             per_round=self.clients_per_round,
             seed=self.seed,

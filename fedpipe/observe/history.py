@@ -81,11 +81,19 @@ def privacy_text(summary: Mapping[str, Any], *, short: bool = False) -> str:
     void = "guarantee" in p  # privacy.noise_key: params_not_private
     if short:
         return f"  ε {eps}" + (" (NOT PRIVATE: noise from params)" if void else "")
+    # under DP the published records leave out the exact clipped share (the
+    # oracle's: fedpipe.federation.privacy.views); older records name no accountant
+    clipped = (
+        f", {p['clipped_fraction']:.0%} of updates clipped"
+        if "clipped_fraction" in p
+        else ""
+    )
+    accountant = f", accountant {p['accountant']}" if "accountant" in p else ""
     text = (
         f"Differential privacy ({p['mechanism']}, client level): ε = {eps} at "
         f"δ = {p['delta']:g} after round {summary['round']} "
         f"(noise multiplier {p['noise_multiplier']:g}, clip norm "
-        f"{p['clip_norm']:g}, {p['clipped_fraction']:.0%} of updates clipped)"
+        f"{p['clip_norm']:g}{clipped}{accountant})"
     )
     if void:
         text += f". NOT PRIVATE: guarantee {p['guarantee']}"

@@ -635,7 +635,10 @@ def _privacy_note(run: RunFiles) -> str:
 
     last = run.rounds[max(run.rounds)] if run.rounds else {}
     text = privacy_text(last)
-    return f'<p class="privacy">{html.escape(text)}</p>' if text else ""
+    note = f'<p class="privacy">{html.escape(text)}</p>' if text else ""
+    if run.view_text:  # which view of a DP run this report read
+        note += f'<p class="privacy view">{html.escape(run.view_text)}</p>'
+    return note
 
 
 _NO_HEALTH = (

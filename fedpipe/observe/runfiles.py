@@ -151,6 +151,12 @@ class RunFiles:
         without a lock file.
     commit : Commit
         The git state (:func:`read_commit`).
+    view : str
+        Which view of a DP run's rounds was read
+        (:mod:`fedpipe.federation.privacy.views`): ``oracle`` (the oracle records
+        of ``.fedpipe/oracle/`` replaced the published ones), ``server`` (DP, no
+        oracle records: the published server view only) or ``full`` (no DP, or
+        ``privacy.publish_oracle``: the records hold everything).
     errors : dict of str to Exception
         A part (one of :data:`PARTS`) that exists but could not be read, with
         the exception reading it raised.
@@ -172,7 +178,13 @@ class RunFiles:
     columns: list[dict[str, Any]] | None = None
     lock_outs: list[dict[str, Any]] | None = None
     commit: Commit = Commit()
+    view: str = "full"
     errors: dict[str, Exception] = field(default_factory=dict)
+
+    @property
+    def view_text(self) -> str | None:
+        """One line saying which view of a DP run was read (None: ``full``)."""
+        return VIEW_TEXT.get(self.view)
 
     @property
     def n_classes(self) -> int | None:
@@ -196,6 +208,23 @@ class RunFiles:
         for part in parts:
             if part in self.errors:
                 raise self.errors[part]
+
+
+#: what the doctor and the report say of the view they read (none for ``full``)
+VIEW_TEXT = {
+    "oracle": (
+        "View: oracle. This DP run's per-client diagnostics (norms, losses, the "
+        f"sampled clients) were read from {layout.ORACLE_DIR}/, which is not "
+        "published (git- and dvc-ignored); the published records hold the "
+        "server's view only."
+    ),
+    "server": (
+        "View: server. This DP run's published records hold only what the server "
+        "may release (the noised model, epsilon, its own held-out evaluation); "
+        f"without the oracle records ({layout.ORACLE_DIR}/) the per-client "
+        "diagnostics are not available, so findings that need them are silent."
+    ),
+}
 
 
 # ---------------------------------------------------------------- reading
@@ -374,6 +403,7 @@ def load_run(root: Path) -> RunFiles:
         names = schema.get("feature_names")
         read("columns", root / FEATURES_NPY, lambda p: column_statistics(p, names))
     read("lock", root / DVC_LOCK, read_lock_outs)
+    view = _with_oracle(root, parts)
     labels, sample_ids = parts.pop("samples", (None, None))
     return RunFiles(
         root=root,
@@ -381,8 +411,47 @@ def load_run(root: Path) -> RunFiles:
         sample_ids=sample_ids,
         lock_outs=parts.pop("lock", None),
         commit=read_commit(root),
+        view=view,
         errors=errors,
         **parts,
+    )
+
+
+def _with_oracle(root: Path, parts: dict[str, Any]) -> str:
+    """Put the oracle records of ``.fedpipe/oracle/`` in place of the published
+    rounds, health records and client tables; the view read."""
+    import pandas as pd
+
+    from fedpipe.federation.privacy.views import full_records
+
+    oracle = numbered_files(root / layout.ORACLE_DIR, ".json")
+    for k, path in oracle.items():
+        try:
+            summary, health, clients = full_records(_read_json(path))
+        except (OSError, ValueError, KeyError):
+            continue
+        if summary:
+            parts.setdefault("rounds", {})[k] = summary
+        parts.setdefault("health", {})[k] = health
+        if clients:
+            parts.setdefault("clients", {})[k] = pd.DataFrame(clients)
+    for part in ("rounds", "health", "clients"):
+        if part in parts:
+            parts[part] = dict(sorted(parts[part].items()))
+    if oracle:
+        return "oracle"
+    published = [*parts.get("rounds", {}).values(), *parts.get("health", {}).values()]
+    if any(_server_view(record) for record in published):
+        return "server"
+    return "full"
+
+
+def _server_view(record: Any) -> bool:
+    if not isinstance(record, dict):
+        return False
+    privacy = record.get("privacy")
+    return record.get("view") == "server" or (
+        isinstance(privacy, dict) and privacy.get("view") == "server"
     )
 
 

@@ -88,8 +88,9 @@ def _the_published_files_do_not_give_the_noise_away(
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     run_cli(["git", "check-ignore", "-q", str(layout.DP_KEY)], project, cli_env)
     params = load_params(project / "params.yaml")
-    record = json.loads((project / "metrics/rounds/round-1.json").read_text())
-    signal, noise = record["privacy"]["signal_norm"], record["privacy"]["noise_norm"]
+    # the noise-free signal norm is the oracle's (not in the published record)
+    oracle = json.loads((project / layout.oracle_record(1)).read_text())["summary"]
+    signal, noise = oracle["privacy"]["signal_norm"], oracle["privacy"]["noise_norm"]
     before = load_weights(project / layout.model_weights(0))
     after = load_weights(project / layout.model_weights(1))
     delta = [np.asarray(a, np.float64) - b for a, b in zip(after, before, strict=True)]
@@ -103,6 +104,74 @@ def _the_published_files_do_not_give_the_noise_away(
     assert abs(attacker - signal) > 0.5 * noise, (attacker, signal, noise)
     owner = stripped(privacy_rng(params.seed, 1, key=key_file.read_bytes()))
     assert owner == pytest.approx(signal, rel=1e-3, abs=1e-4)
+
+
+def _published_files(project: Path, cli_env: dict[str, str]) -> list[Path]:
+    """Every file a DP run publishes: git-tracked, or a DVC output (the outs,
+    metrics and plots dvc.lock records, folders walked)."""
+    tracked = run_cli(["git", "ls-files"], project, cli_env).stdout.split()
+    lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    outs = [o["path"] for stage in lock.values() for o in stage.get("outs", [])]
+    files = {project / p for p in tracked}
+    for out in outs:
+        path = project / out
+        files |= {path} if path.is_file() else set(path.rglob("*"))
+    return sorted(f for f in files if f.is_file())
+
+
+def _keys(value: object) -> set[str]:
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in _keys(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in _keys(v)}
+    return set()
+
+
+def test_a_dp_run_publishes_no_oracle_statistic(
+    tiny_run: dict, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    project = tmp_path / "p"
+    shutil.copytree(tiny_run["project"], project)
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["privacy"] = {"mechanism": "central", "noise_multiplier": 1.0, "delta": 1e-3}
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env)
+
+    from fedpipe.federation.privacy.views import ORACLE_KEYS
+
+    published = _published_files(project, cli_env)
+    names = {str(f.relative_to(project)) for f in published}
+    rounds = TINY["federation"]["rounds"]
+    assert {f"metrics/rounds/round-{k}.json" for k in range(1, rounds + 1)} <= names
+    assert f"metrics/health/round-{rounds}.json" in names
+    # "clients" and the like name other things outside the round records (the
+    # partition manifest's assignment, the client-state index): there the
+    # specific oracle keys are looked for, in the round records every one
+    generic = {"clients", "layers", "aggregation", "excluded", "gap", "divergence"}
+    leaks = {}
+    for f in published:
+        relative = str(f.relative_to(project))
+        wanted = set(ORACLE_KEYS)
+        if not relative.startswith(("metrics/", "reports/")):
+            wanted -= generic
+        if f.suffix == ".json":
+            found = _keys(json.loads(f.read_text())) & wanted
+        elif f.suffix == ".csv":
+            header = f.read_text().splitlines()[:1]
+            found = set(header[0].split(",") if header else []) & wanted
+        else:
+            continue
+        if found:
+            leaks[str(f.relative_to(project))] = sorted(found)
+    assert not leaks
+    # the oracle view is on disk for the doctor, git-ignored and no DVC output
+    oracle = project / layout.oracle_record(rounds)
+    assert "clients_selected" in json.loads(oracle.read_text())["summary"]
+    run_cli(["git", "check-ignore", "-q", str(layout.oracle_record(rounds))], project,
+            cli_env)  # fmt: skip
+    assert not any(str(f).startswith(str(project / ".fedpipe")) for f in published)
+    doctor = run_cli([FEDPIPE, "doctor", "--fail-on", "never"], project, cli_env)
+    assert doctor.stdout.startswith("View: oracle"), doctor.stdout[:500]
 
 
 def test_privacy_table_script_at_one_epsilon(

@@ -48,12 +48,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import json
 
     from fedpipe.observe.doctor import diagnose, exit_code, format_markdown, format_text
+    from fedpipe.observe.runfiles import load_run
 
-    findings = diagnose(Path("."))
+    run = load_run(Path("."))
+    findings = diagnose(run)
+    view = f"{run.view_text}\n\n" if run.view_text else ""  # a DP run's view
     if args.format == "json":
         print(json.dumps([f.to_dict() for f in findings], indent=2))
     elif args.format == "markdown":
-        print(format_markdown(findings))
+        print(view + format_markdown(findings))
     else:
-        print(format_text(findings))
+        print(view + format_text(findings))
     return exit_code(findings, fail_on=args.fail_on)

@@ -3,7 +3,8 @@
 Google's ``dp_accounting`` (Rényi DP, Mironov 2017) does the arithmetic; this
 module says which mechanism a round is:
 
-* **central** -- the round samples m of the n clients uniformly *without
+* **central, fixed size** (``federation.sampling: fixed``, the default; the
+  ``rdp-fixed`` accountant) -- the round samples m of the n clients uniformly *without
   replacement* (what :func:`fedpipe.federation.round.sample_clients` does), then
   releases the sum of clipped updates plus Gaussian noise. That is dp_accounting's
   ``SampledWithoutReplacementDpEvent`` (Wang, Balle and Kasiviswanathan, 2019,
@@ -13,12 +14,27 @@ module says which mechanism a round is:
   adaptive clipping the round also releases the noised clipped count, whose
   sensitivity under replacement is 1 (a bit of 1/2 becomes -1/2): the round is the
   composition of both Gaussians, as Andrew et al. (2021) account it.
+* **central, Poisson** (``federation.sampling: poisson``) -- each client joins
+  the round independently with probability q; the server releases the sum of
+  the sampled clients' clipped updates plus Gaussian noise, divided by the
+  expected size q n. Adding or removing one client moves that sum by at most C,
+  so under the *add/remove-one* relation the round is dp_accounting's
+  ``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))``, accounted with the
+  privacy-loss-distribution (PLD) accountant, which is tight up to its
+  (pessimistic) discretization: the ``pld-poisson`` accountant. With adaptive
+  clipping the (uncentred) clipped count, of sensitivity 1, adds a second
+  Gaussian released with the same sample; two Gaussians on the same client are
+  one Gaussian of multiplier ``(sigma_D^-2 + (z_b/2)^-2)^(-1/2)`` (the worst case
+  moves both at once), which is what the PLD accountant composes.
 * **local** -- each client releases its own noised update to the server, which
   knows who was sampled: no amplification by sampling. A client's epsilon is the
   Gaussian mechanism (multiplier sigma / 2, again replace-one) composed over the
   rounds it took part in; the run reports the worst client's.
 
-Rounds compose: epsilon after round K is that of K rounds' events.
+Rounds compose: epsilon after round K is that of K rounds' events. Every round
+record names its accountant (:attr:`fedpipe.config.privacy.Privacy.accountant`),
+and ``target_epsilon`` stops and :func:`noise_for_epsilon` calibrates with the
+same one.
 """
 
 from __future__ import annotations
@@ -30,6 +46,7 @@ from collections.abc import Callable, Sequence
 import dp_accounting
 import numpy as np
 from dp_accounting import dp_event
+from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon as rdp_epsilon
 
@@ -47,7 +64,31 @@ class PrivacyBudgetExceeded(FedpipeError, ValueError):
 
 
 def round_event(privacy: Privacy) -> dp_event.DpEvent:
-    """The DP event of one central round (sampling, then the Gaussian release)."""
+    """The DP event of one central round (sampling, then the Gaussian release):
+    under fixed-size sampling for replace-one (:func:`_fixed_round_event`), under
+    Poisson sampling for add/remove-one (:func:`_poisson_round_event`)."""
+    return _ROUND_EVENTS[privacy.sampling](privacy)
+
+
+def poisson_multiplier(privacy: Privacy) -> float:
+    """The Gaussian multiplier of one Poisson round under add/remove-one: sigma
+    (the update's noise std sigma_D C over its sensitivity C), or with adaptive
+    clipping the update and the clipped count together,
+    ``(sigma_D^-2 + (z_b / 2)^-2)^(-1/2)`` (the count's noise std z_b / 2 over
+    its sensitivity 1)."""
+    sigma = privacy.update_multiplier
+    if not privacy.adaptive_clip:
+        return sigma
+    return float((sigma**-2 + (privacy.count_multiplier / 2.0) ** -2) ** -0.5)
+
+
+def _poisson_round_event(privacy: Privacy) -> dp_event.DpEvent:
+    return dp_event.PoissonSampledDpEvent(
+        privacy.rate, dp_event.GaussianDpEvent(poisson_multiplier(privacy))
+    )
+
+
+def _fixed_round_event(privacy: Privacy) -> dp_event.DpEvent:
     release: dp_event.DpEvent = dp_event.GaussianDpEvent(
         privacy.update_multiplier / REPLACE_ONE_SENSITIVITY
     )
@@ -61,6 +102,12 @@ def round_event(privacy: Privacy) -> dp_event.DpEvent:
         sample_size=privacy.per_round,
         event=release,
     )
+
+
+_ROUND_EVENTS: dict[str, Callable[[Privacy], dp_event.DpEvent]] = {
+    "fixed": _fixed_round_event,
+    "poisson": _poisson_round_event,
+}
 
 
 def composed_epsilon(
@@ -89,9 +136,32 @@ def central_epsilon(privacy: Privacy, rounds: int) -> float:
         return math.inf if rounds else 0.0
     if rounds == 0:
         return 0.0
+    if privacy.sampling == "poisson":
+        return _pld_epsilon(privacy, rounds)
     orders, curve = _round_rdp(privacy)
     epsilon, _ = rdp_epsilon(orders, rounds * curve, privacy.delta)
     return float(epsilon)
+
+
+#: PLD's grid of privacy-loss values (dp_accounting's default); its rounding is
+#: pessimistic, so the epsilon is an upper bound
+PLD_DISCRETIZATION = 1e-4
+
+
+def pld_accountant() -> PLDAccountant:
+    """The PLD accountant of Poisson rounds (add/remove-one)."""
+    return PLDAccountant(
+        neighboring_relation=NeighborRel.ADD_OR_REMOVE_ONE,
+        value_discretization_interval=PLD_DISCRETIZATION,
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _pld_epsilon(privacy: Privacy, rounds: int) -> float:
+    """Epsilon of ``rounds`` Poisson rounds at ``privacy.delta`` (PLD)."""
+    accountant = pld_accountant()
+    accountant.compose(round_event(privacy), rounds)
+    return float(accountant.get_epsilon(privacy.delta))
 
 
 @functools.lru_cache(maxsize=32)
@@ -157,21 +227,58 @@ def noise_for_epsilon(
     delta: float,
     n_clients: int,
     per_round: int,
+    sampling: str = "fixed",
+    rate: float | None = None,
 ) -> float:
     """The smallest sigma whose central rounds spend at most ``target`` after
-    ``rounds`` rounds (fixed clipping; dp_accounting's calibration)."""
+    ``rounds`` rounds (fixed clipping; dp_accounting's calibration), with the
+    accountant the rounds report: RDP for ``sampling`` ``fixed``, PLD for
+    ``poisson`` (``rate``: q)."""
 
-    def event(sigma: float) -> dp_event.DpEvent:
-        p = Privacy("central", 1.0, sigma, delta, n_clients, per_round)
-        return dp_event.SelfComposedDpEvent(round_event(p), rounds)
+    def event_for(sampling: str) -> Callable[[float], dp_event.DpEvent]:
+        def event(sigma: float) -> dp_event.DpEvent:
+            p = Privacy(
+                "central", 1.0, sigma, delta, n_clients, per_round,
+                sampling=sampling, sampling_rate=rate,
+            )  # fmt: skip
+            return dp_event.SelfComposedDpEvent(round_event(p), rounds)
 
-    return float(
+        return event
+
+    def rdp() -> RdpAccountant:
+        if sampling != "poisson":
+            return RdpAccountant(neighboring_relation=NeighborRel.REPLACE_ONE)
+        # a bracket for PLD: integer orders (the fractional ones of Poisson
+        # sampling fail to converge at small sigma, and warn)
+        return RdpAccountant(
+            orders=list(range(2, 257)),
+            neighboring_relation=NeighborRel.ADD_OR_REMOVE_ONE,
+        )
+
+    sigma_rdp = float(
         dp_accounting.calibrate_dp_mechanism(
-            lambda: RdpAccountant(neighboring_relation=NeighborRel.REPLACE_ONE),
-            event,
+            rdp,
+            event_for(sampling),
             target,
             delta,
             bracket_interval=dp_accounting.LowerEndpointAndGuess(1e-2, 1.0),
+            tol=1e-4,
+        )
+    )
+    if sampling != "poisson":
+        return sigma_rdp
+    # PLD is tighter than RDP on the same event (both bound it): its sigma is
+    # below RDP's, and searching from there keeps PLD off tiny sigmas, whose
+    # loss distributions are huge
+    return float(
+        dp_accounting.calibrate_dp_mechanism(
+            pld_accountant,
+            event_for(sampling),
+            target,
+            delta,
+            bracket_interval=dp_accounting.ExplicitBracketInterval(
+                sigma_rdp / 4.0, sigma_rdp * 1.05
+            ),
             tol=1e-4,
         )
     )

@@ -5,7 +5,10 @@ recurrent language models"): each client's update delta ``w_k - w_global`` is
 clipped to L2 norm C over all layers; the clipped deltas are summed *unweighted*,
 Gaussian noise ``N(0, (sigma C)^2)`` is added to every coordinate of the sum, and
 the sum is divided by the expected number of clients per round m (a fixed
-denominator, so the sensitivity is C / m whoever was sampled). The strategy's
+denominator, so the sensitivity is C / m whoever was sampled; under Poisson
+sampling, ``federation.sampling: poisson``, the sum runs over a random set and
+is divided by its expected size q n: sensitivity C / (q n) for one client added
+or removed). The strategy's
 server step then takes that one mean delta as its only update: FedAvg applies
 it, FedAvgM / FedAdam / FedYogi / FedAdagrad use it as their pseudo-gradient.
 
@@ -111,20 +114,23 @@ def noised_mean(
     clipped: Clipped, privacy: Privacy, rng: np.random.Generator
 ) -> Weights:
     """``(sum_k clipped_k + N(0, (sigma_Delta C)^2)) / m``: central DP-FedAvg's
-    mean delta, over the expected (fixed) number of clients per round m."""
+    mean delta, over the expected (fixed) number of clients per round m
+    (:attr:`Privacy.expected_clients`: m, or q n under Poisson sampling, where
+    the sum runs over a random set and the denominator stays q n)."""
     total = [np.zeros_like(d) for d in clipped.deltas[0]]
     for delta in clipped.deltas:
         total = [t + d for t, d in zip(total, delta, strict=True)]
     std = privacy.update_multiplier * clipped.clip
     noise = gaussian_like(rng, total, std)
-    return [(t + z) / privacy.per_round for t, z in zip(total, noise, strict=True)]
+    m = privacy.expected_clients
+    return [(t + z) / m for t, z in zip(total, noise, strict=True)]
 
 
 def next_clip(clipped: Clipped, privacy: Privacy, rng: np.random.Generator) -> float:
     """Andrew et al.'s geometric step: the clip for the next round, from the
     noised share of clients inside this round's clip."""
     noise = rng.normal(0.0, privacy.count_multiplier / 2.0)
-    share = (clipped.inside + noise) / privacy.per_round
+    share = (clipped.inside + noise) / privacy.expected_clients
     return clipped.clip * math.exp(-privacy.clip_lr * (share - privacy.target_quantile))
 
 

@@ -209,10 +209,10 @@ def _central(
     # the strategy's server step on one update: the noised mean delta
     one = ClientUpdate(updates[0].client, synthetic, 1)
     weights, new_state = strategy.aggregate_round(before, [one], inner_state)
-    report = _report(privacy, clipped, [1.0 / privacy.per_round] * len(updates))
-    report["noise_norm"] = _noise_norm(
-        privacy.update_multiplier * clip, before, [1.0 / privacy.per_round]
-    )
+    share = 1.0 / privacy.expected_clients
+    report = _report(privacy, clipped, [share] * len(updates))
+    std = privacy.update_multiplier * clip
+    report["noise_norm"] = _noise_norm(std, before, [share])
     if privacy.adaptive_clip:
         new_clip = next_clip(clipped, privacy, rng)
         new_state = {**new_state, CLIP_KEY: np.asarray(new_clip, dtype=np.float64)}
@@ -297,5 +297,6 @@ def with_epsilon(
     return {
         "epsilon": None if value is None else round(value, 6),
         "delta": privacy.delta,
+        "accountant": privacy.accountant,
         **report,
     }

@@ -1,0 +1,137 @@
+"""Two views under DP (issue 25, item 2): the published round, health and client
+records keep the server's view; the oracle diagnostics go to .fedpipe/oracle/,
+which the doctor and the report read when present (and say so). Without DP the
+records are the same bits as before."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from fedpipe.config import layout
+from fedpipe.federation.privacy.views import ORACLE_KEYS, split_round
+from fedpipe.observe.doctor import diagnose
+from fedpipe.observe.report import write_report
+from fedpipe.observe.runfiles import load_run
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers_fl import run_federation  # noqa: E402
+
+KEY = bytes(range(32))
+DP = {"mechanism": "central", "noise_multiplier": 1.0}
+
+
+def keys_in(value: Any) -> set[str]:
+    """Every mapping key anywhere in a JSON value."""
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in keys_in(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in keys_in(v)}
+    return set()
+
+
+def published_keys(root: Path) -> set[str]:
+    """The keys of every published record (round, health) and the client tables'
+    columns."""
+    found: set[str] = set()
+    for folder in (layout.ROUND_METRICS_DIR, layout.HEALTH_METRICS_DIR):
+        for path in (root / folder).glob("*.json"):
+            found |= keys_in(json.loads(path.read_text()))
+    for path in (root / layout.CLIENT_METRICS_DIR).glob("*.csv"):
+        found |= set(pd.read_csv(path).columns)
+    return found
+
+
+@pytest.fixture(scope="module")
+def dp_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
+    root = tmp_path_factory.mktemp("dp")
+    summaries = run_federation(
+        root, n_samples=300, clients=5, rounds=2, fraction_fit=0.6, privacy=DP,
+        dp_key=KEY,
+    )  # fmt: skip
+    return root, summaries
+
+
+def test_dp_records_publish_the_server_view_only(dp_run) -> None:
+    root, summaries = dp_run
+    leaked = published_keys(root) & set(ORACLE_KEYS)
+    assert not leaked
+    record = json.loads((root / layout.round_metrics(2)).read_text())
+    assert record["privacy"]["view"] == "server"
+    assert record["privacy"]["epsilon"] == summaries[-1]["privacy"]["epsilon"]
+    assert record["privacy"]["accountant"] == "rdp-fixed"
+    assert "global" in record  # the server's own held-out evaluation stays
+    # ... and the in-memory summary did have them: the test can fail
+    assert {"clients_selected", "local"} <= set(summaries[-1])
+    assert "signal_norm" in summaries[-1]["privacy"]
+
+
+def test_the_oracle_view_is_kept_out_of_git_and_dvc(dp_run) -> None:
+    root, summaries = dp_run
+    oracle = json.loads((root / layout.oracle_record(2)).read_text())
+    assert oracle["view"] == "oracle"
+    assert oracle["summary"]["clients_selected"] == summaries[-1]["clients_selected"]
+    assert oracle["health"]["clients"]  # per-client norms, cosines, losses
+    assert {"update_norm", "cosine_to_mean", "train_loss"} <= set(
+        oracle["health"]["clients"][0]
+    )
+    assert len(oracle["clients"]) == 5
+    # .fedpipe/ is ignored by git and DVC, and no stage declares it
+    repo = Path(__file__).parents[1]
+    assert ".fedpipe/" in (repo / ".gitignore").read_text().split()
+    assert ".fedpipe/" in (repo / ".dvcignore").read_text().split()
+    assert ".fedpipe" not in (repo / "dvc.yaml").read_text()
+
+
+def test_doctor_and_report_read_the_oracle_and_say_so(dp_run, tmp_path) -> None:
+    root, summaries = dp_run
+    run = load_run(root)
+    assert run.view == "oracle" and "oracle" in (run.view_text or "")
+    assert run.rounds[2]["clients_selected"] == summaries[-1]["clients_selected"]
+    assert run.health[1]["clients"]
+    diagnose(run)
+    page = write_report(root, tmp_path / "report.html", findings=None, run=run)
+    assert "View: oracle" in page.read_text()
+    # without the oracle records: the server view, said as such, and no crash
+    server = tmp_path / "server"
+    shutil.copytree(root, server)
+    shutil.rmtree(server / layout.ORACLE_DIR)
+    run = load_run(server)
+    assert run.view == "server" and "View: server" in (run.view_text or "")
+    assert "clients_selected" not in run.rounds[2]
+    diagnose(run)
+    page = write_report(server, tmp_path / "r2.html", findings=None, run=run)
+    assert "View: server" in page.read_text()
+
+
+def test_publish_oracle_keeps_everything_in_the_records(tmp_path: Path) -> None:
+    summaries = run_federation(
+        tmp_path, n_samples=300, clients=5, rounds=1, fraction_fit=0.6,
+        privacy={**DP, "publish_oracle": True}, dp_key=KEY,
+    )  # fmt: skip
+    record = json.loads((tmp_path / layout.round_metrics(1)).read_text())
+    assert record["clients_selected"] == summaries[0]["clients_selected"]
+    assert record["privacy"]["view"] == "server+oracle"
+    assert "signal_norm" in record["privacy"]
+    assert not (tmp_path / layout.ORACLE_DIR).exists()
+    assert load_run(tmp_path).view == "full"
+
+
+def test_without_dp_nothing_is_split(tmp_path: Path) -> None:
+    summaries = run_federation(
+        tmp_path, n_samples=300, clients=5, rounds=1, fraction_fit=0.6
+    )
+    written = (tmp_path / layout.round_metrics(1)).read_text()
+    assert written == json.dumps(summaries[0], indent=2, sort_keys=True) + "\n"
+    assert "clients" in json.loads((tmp_path / layout.health_metrics(1)).read_text())
+    assert not (tmp_path / layout.ORACLE_DIR).exists()
+    run = load_run(tmp_path)
+    assert run.view == "full" and run.view_text is None
+    views = split_round(summaries[0], {"round": 1}, [], private=False)
+    assert views.oracle is None and views.summary == summaries[0]
