@@ -86,11 +86,17 @@ def _out_flags(stage: str, check: Check) -> list[Flag]:
     return [Flag("changed", stage, check.path, message)]
 
 
-def _cache_flags(project: DvcProject, stage: PipelineStage) -> list[Flag]:
+def _cache_flags(
+    project: DvcProject, stage: PipelineStage, outs: Sequence[Check]
+) -> list[Flag]:
     """The stage's recorded outputs missing or altered in DVC's cache
     (:mod:`fedpipe.observe.cachecheck`; DVC itself trusts a read-only cache
-    file without hashing it)."""
-    recorded = [(project.rel(o), o.hash_info.value) for o in stage.outs]
+    file without hashing it). An output missing from the cache and the
+    workspace both (a clone before ``dvc pull``) is flagged once, as missing."""
+    gone = {check.path for check in outs if check.status == "missing"}
+    recorded = [
+        (check.path, check.recorded_md5) for check in outs if check.path not in gone
+    ]
     damaged = damaged_outs(Path(project.root), stage.name, recorded)
     return [
         Flag("cache", stage.name, bad.path, bad.text(stage=False)) for bad in damaged
@@ -248,7 +254,7 @@ def audit_stage(
     outs = [check_out(project, out) for out in stage.outs]
     for check in outs:
         flags.extend(_out_flags(stage.name, check))
-    flags.extend(_cache_flags(project, stage))
+    flags.extend(_cache_flags(project, stage, outs))
     cmd_expected, found = check_command(project, stage)
     flags.extend(found)
     return StageAudit(
