@@ -43,18 +43,23 @@ def _dvcs_own(root: Path, names: list[str]) -> None:
     from dvc.repo import Repo
 
     repo = Repo(str(root))
-    by_name = {stage.addressing: stage for stage in repo.index.stages}
-    stages = [by_name[n] for n in names]
-    for stage in stages:
-        stage.save()
-        stage.commit(relink=False)
-    stages[0].dvcfile.dump_stages(stages, update_pipeline=False)
+    with repo.lock:
+        by_name = {stage.addressing: stage for stage in repo.index.stages}
+        stages = [by_name[n] for n in names]
+        for stage in stages:
+            stage.save()
+            stage.commit(relink=False)
+        stages[0].dvcfile.dump_stages(stages, update_pipeline=False)
 
 
-def test_the_same_bytes_as_dvcs_own_dump(tmp_path: Path) -> None:
+def test_the_same_bytes_as_dvcs_own_dump(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ours, theirs = _repo(tmp_path / "ours"), _repo(tmp_path / "theirs")
     for names in (["one"], ["two"], ["one", "two"]):
+        monkeypatch.chdir(ours)  # as the recorder runs: in its project
         dvclock.commit_stages(ours, names, lock_held=False)
+        monkeypatch.chdir(theirs)
         _dvcs_own(theirs, names)
         assert (ours / "dvc.lock").read_bytes() == (theirs / "dvc.lock").read_bytes()
     assert not list(ours.glob("dvc.lock.tmp"))
@@ -64,6 +69,7 @@ def test_a_full_disk_leaves_the_old_lock_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = _repo(tmp_path / "repo")
+    monkeypatch.chdir(root)  # as the recorder runs: in its project
     dvclock.commit_stages(root, ["one"], lock_held=False)
     before = (root / "dvc.lock").read_bytes()
 
