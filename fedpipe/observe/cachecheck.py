@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 
 import yaml
@@ -86,17 +88,42 @@ def _check(root: Path, stage: str, path: str, md5: str) -> Damaged | None:
     return None
 
 
+def uncached(root: Path) -> list[str]:
+    """Patterns (``fnmatch``) of the outputs ``dvc.yaml`` keeps out of the cache
+    (``cache: false``: metrics, reports); a template's ``${...}`` matches
+    anything."""
+    pipeline = root / "dvc.yaml"
+    if not pipeline.is_file():
+        return []
+    stages = (yaml.safe_load(pipeline.read_text()) or {}).get("stages") or {}
+    found = []
+    for definition in stages.values():
+        body = (definition or {}).get("do", definition) or {}
+        for key in ("outs", "metrics", "plots"):
+            entries = [e for e in body.get(key) or [] if isinstance(e, dict)]
+            for entry in entries:
+                for path, settings in entry.items():
+                    if (settings or {}).get("cache") is False:
+                        found.append(re.sub(r"\$\{[^}]*\}", "*", path))
+    return found
+
+
 def damaged_objects(root: Path) -> list[Damaged]:
     """The recorded model stages' outputs whose cache objects are missing or
     not their md5 (a directory: its listing and each file in it); [] without a
-    ``dvc.lock``."""
+    ``dvc.lock``. Outputs ``dvc.yaml`` keeps out of the cache are left out."""
     lock = root / "dvc.lock"
     if not lock.is_file():
         return []
     stages = (yaml.safe_load(lock.read_text()) or {}).get("stages") or {}
+    skip = uncached(root)
     found: list[Damaged] = []
     for name, record in stages.items():
-        outs = [(o["path"], o.get("md5")) for o in record.get("outs") or []]
+        outs = [
+            (o["path"], o.get("md5"))
+            for o in record.get("outs") or []
+            if not any(fnmatch(o["path"], pattern) for pattern in skip)
+        ]
         found += damaged_outs(root, name, outs)
     return found
 

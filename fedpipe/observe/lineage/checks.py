@@ -92,8 +92,10 @@ def _cache_flags(
     """The stage's recorded outputs missing or altered in DVC's cache
     (:mod:`fedpipe.observe.cachecheck`; DVC itself trusts a read-only cache
     file without hashing it). An output missing from the cache and the
-    workspace both (a clone before ``dvc pull``) is flagged once, as missing."""
+    workspace both (a clone before ``dvc pull``) is flagged once, as missing;
+    one kept out of the cache (``cache: false``) is not looked for there."""
     gone = {check.path for check in outs if check.status == "missing"}
+    gone |= {project.rel(out) for out in stage.outs if not out.use_cache}
     recorded = [
         (check.path, check.recorded_md5) for check in outs if check.path not in gone
     ]
