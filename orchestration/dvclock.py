@@ -241,7 +241,8 @@ def main(argv: Sequence[str]) -> int:
             reply: dict[str, object] = {"ok": True}
         except Exception as exc:  # noqa: BLE001 - reported to the run, which raises it
             reply = {"error": traceback.format_exc()}
-            full = disk_full_in(exc, where=root)
+            # DVC copying the outputs into its cache says no file name
+            full = disk_full_in(exc, where=root / ".dvc" / "cache")
             if full is not None:
                 reply["disk_full"] = {"path": str(full.path), "needed": full.needed}
         sys.stdout.write(json.dumps(reply) + "\n")
