@@ -229,6 +229,14 @@ def _import_path() -> str:
     return here if not rest else f"{here}{os.pathsep}{rest}"
 
 
+def _drop_partial_copies(root: Path) -> None:
+    """Remove the half-written copies (``.NAME.tmp``) DVC leaves in its cache
+    when the disk fills while it copies an output in: they hold the space the
+    operator frees for the resumed run, and DVC does not reuse them."""
+    for tmp in (root / ".dvc" / "cache" / "files" / "md5").rglob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+
+
 def main(argv: Sequence[str]) -> int:
     from orchestration.repolock import held_for_us
 
@@ -245,6 +253,8 @@ def main(argv: Sequence[str]) -> int:
             full = disk_full_in(exc, where=root / ".dvc" / "cache")
             if full is not None:
                 reply["disk_full"] = {"path": str(full.path), "needed": full.needed}
+                if lock_held:  # no other DVC process writes to this cache now
+                    _drop_partial_copies(root)
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
     return 0
