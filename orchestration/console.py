@@ -128,6 +128,19 @@ class _ConsoleHandler(logging.Handler):
             self.handleError(record)
 
 
+class _LogFile(logging.FileHandler):
+    """The run's log file. On a full disk its records are dropped quietly (the
+    run stops with one line, ``fedpipe.core.diskspace``) instead of logging's
+    "--- Logging error ---" and a traceback on stderr for every record."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        from fedpipe.core.diskspace import is_full
+
+        if is_full(sys.exc_info()[1] or Exception()):
+            return
+        super().handleError(record)
+
+
 def _prefect_console_handlers() -> list[logging.Handler]:
     from prefect.logging.handlers import PrefectConsoleHandler
 
@@ -316,7 +329,7 @@ def session(
     theirs = _prefect_console_handlers()
     formatter = theirs[0].formatter if theirs else logging.Formatter()
     path = new_log_path(command)
-    to_file = logging.FileHandler(path, encoding="utf-8")
+    to_file = _LogFile(path, encoding="utf-8")
     to_file.setFormatter(formatter)
     show_live = (is_terminal() if live is None else live) and verbosity > QUIET
     display = _live_display() if show_live else None

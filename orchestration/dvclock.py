@@ -38,7 +38,10 @@ import weakref
 from collections.abc import Sequence
 from itertools import groupby
 from pathlib import Path
+from typing import Any
 
+from fedpipe.core import atomic
+from fedpipe.core.diskspace import DiskFullError, disk_full_in
 from orchestration.repolock import held_fd
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
@@ -72,10 +75,29 @@ def commit_stages(
             stage.save()
             stage.commit(relink=False)
         for dvcfile, group in groupby(stages, key=lambda s: s.dvcfile):
-            dvcfile.dump_stages(list(group), update_pipeline=False)
+            dump_lock(Path(dvcfile._lockfile.path), list(group))
 
     with open_repo(root, held=lock_held) as repo:
         commit(repo)
+
+
+def dump_lock(path: Path, stages: Sequence[Any]) -> None:
+    """Write ``stages``' records into the lock file ``path`` as DVC's
+    ``Lockfile.dump_stages`` does (the same YAML, byte for byte), but replaced
+    whole (:mod:`fedpipe.core.atomic`): DVC truncates ``dvc.lock`` and writes it
+    in place, so a full disk or a kill in between would leave every recorded
+    round's record cut short; here the old file stays until the new one is
+    complete."""
+    from dvc.stage import serialize
+    from dvc.utils.serialize import dumps_yaml, parse_yaml_for_update
+
+    data = parse_yaml_for_update(path.read_text(), str(path)) if path.exists() else {}
+    if not data:
+        data.update({"schema": "2.0"})
+    data["stages"] = data.get("stages", {})
+    for stage in stages:
+        data["stages"].update(serialize.to_lockfile(stage))
+    atomic.write_text(path, dumps_yaml(data))
 
 
 class LockRecorder:
@@ -124,6 +146,9 @@ class LockRecorder:
                 f"{proc.wait()} while recording {', '.join(names)}"
             )
         reply = json.loads(line)
+        if "disk_full" in reply:  # one line for the CLI, not DVC's traceback
+            full = reply["disk_full"]
+            raise DiskFullError(Path(full["path"]), needed=full["needed"])
         if "error" in reply:
             stages = ", ".join(names)
             raise RuntimeError(
@@ -204,6 +229,14 @@ def _import_path() -> str:
     return here if not rest else f"{here}{os.pathsep}{rest}"
 
 
+def _drop_partial_copies(root: Path) -> None:
+    """Remove the half-written copies (``.NAME.tmp``) DVC leaves in its cache
+    when the disk fills while it copies an output in: they hold the space the
+    operator frees for the resumed run, and DVC does not reuse them."""
+    for tmp in (root / ".dvc" / "cache" / "files" / "md5").rglob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+
+
 def main(argv: Sequence[str]) -> int:
     from orchestration.repolock import held_for_us
 
@@ -214,8 +247,14 @@ def main(argv: Sequence[str]) -> int:
         try:
             commit_stages(root, names, lock_held=lock_held)
             reply: dict[str, object] = {"ok": True}
-        except Exception:  # noqa: BLE001 - reported to the run, which raises it
+        except Exception as exc:  # noqa: BLE001 - reported to the run, which raises it
             reply = {"error": traceback.format_exc()}
+            # DVC copying the outputs into its cache says no file name
+            full = disk_full_in(exc, where=root / ".dvc" / "cache")
+            if full is not None:
+                reply["disk_full"] = {"path": str(full.path), "needed": full.needed}
+                if lock_held:  # no other DVC process writes to this cache now
+                    _drop_partial_copies(root)
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
     return 0

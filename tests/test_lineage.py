@@ -68,10 +68,15 @@ def _md5(data: bytes) -> str:
 
 
 def _write(root: Path, rel: str, data: bytes) -> dict:
+    """A file output, and its copy in DVC's cache as a run leaves it."""
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
-    return {"path": rel, "hash": "md5", "md5": _md5(data), "size": len(data)}
+    md5 = _md5(data)
+    cached = root / ".dvc/cache/files/md5" / md5[:2] / md5[2:]
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_bytes(data)
+    return {"path": rel, "hash": "md5", "md5": md5, "size": len(data)}
 
 
 def _write_dir(root: Path, rel: str, files: dict[str, bytes]) -> dict:
@@ -337,7 +342,7 @@ def test_stale_input_flagged(project: Path) -> None:
         stages["round@1"]["outs"][1]["md5"] = _md5(b"w1 new")
 
     _edit_lock(project, rerun_round_1)
-    (project / "models/round-1/weights.npz").write_bytes(b"w1 new")
+    _write(project, "models/round-1/weights.npz", b"w1 new")  # and its cache copy
     lineage = audit(project, ["2"])
     assert _kinds(lineage) == {("stale", "round@2", "models/round-1/weights.npz")}
     assert "round@1 now records" in lineage.flags[0].message
@@ -540,3 +545,31 @@ def test_repository_has_default_remote() -> None:
     config = (Path(__file__).parents[1] / ".dvc/config").read_text()
     assert "remote = storage" in config
     assert f"url = {REMOTE_ROOT}/fedpipe" in config
+
+
+def _cached(project: Path, rel: str) -> Path:
+    md5 = _md5((project / rel).read_bytes())
+    return project / ".dvc/cache/files/md5" / md5[:2] / md5[2:]
+
+
+def test_altered_cache_object_flagged(project: Path) -> None:
+    # DVC would reuse it: it does not hash a read-only cache file again
+    obj = _cached(project, "models/round-1/weights.npz")
+    obj.write_bytes(b"w1 rotten")
+    lineage = audit(project, ["2"])
+    assert _kinds(lineage) == {("cache", "round@1", "models/round-1/weights.npz")}
+    assert f"is damaged (its md5 is {_md5(b'w1 rotten')})" in lineage.flags[0].message
+
+
+def test_cache_object_deleted_flagged(project: Path) -> None:
+    _cached(project, "models/round-2/weights.npz").unlink()
+    lineage = audit(project, ["2"])
+    assert _kinds(lineage) == {("cache", "round@2", "models/round-2/weights.npz")}
+    assert "missing from DVC's cache" in lineage.flags[0].message
+
+
+def test_gone_from_workspace_and_cache_is_one_flag(project: Path) -> None:
+    _cached(project, "models/round-2/weights.npz").unlink()
+    (project / "models/round-2/weights.npz").unlink()
+    lineage = audit(project, ["2"])
+    assert _kinds(lineage) == {("missing", "round@2", "models/round-2/weights.npz")}

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from pathlib import Path
 
+from fedpipe.core.diskspace import disk_full_in
 from fedpipe.core.errors import EXIT_BAD_PARAMS, EXIT_FAILED, FedpipeError
 
 __all__ = [
@@ -37,7 +39,13 @@ _TERMINATION_SIGNAL = ("prefect.exceptions", "TerminationSignal")
 
 
 def known_failure(exc: BaseException) -> str | None:
-    """Message for failures a person can act on; None for bugs (re-raised)."""
+    """Message for failures a person can act on; None for bugs (re-raised).
+
+    A full disk anywhere in ``exc``'s chain is one, whoever wrapped it (DVC,
+    Prefect): :class:`~fedpipe.core.diskspace.DiskFullError`'s line."""
+    full = disk_full_in(exc, where=Path.cwd())
+    if full is not None:
+        return str(full)
     return str(exc) if isinstance(exc, _ONE_LINE) else None
 
 

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from fedpipe.core.diskspace import DiskFullError, is_full
+
 
 def temp_path(path: Path) -> Path:
     """Where ``path`` is written before it is moved into place."""
@@ -48,23 +50,39 @@ def replace(tmp: Path, path: Path, *, durable: bool = True) -> None:
 
 
 @contextmanager
-def writing(path: Path, *, durable: bool = True) -> Iterator[Path]:
+def writing(
+    path: Path, *, durable: bool = True, size: int | None = None
+) -> Iterator[Path]:
     """The temporary path to write ``path``'s new content to; moved onto ``path``
-    when the block ends, removed when it raises (``path`` is then untouched)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path(path)
+    when the block ends, removed when it raises (``path`` is then untouched).
+
+    A full disk raises :class:`~fedpipe.core.diskspace.DiskFullError` naming
+    ``path``, the space then free and ``size`` (the bytes being written, when
+    the caller knows them)."""
     try:
-        yield tmp
-    except BaseException:
-        with suppress(OSError):
-            tmp.unlink()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temp_path(path)
+        try:
+            yield tmp
+        except BaseException:
+            with suppress(OSError):
+                tmp.unlink()
+            raise
+        try:
+            replace(tmp, path, durable=durable)
+        except OSError:
+            with suppress(OSError):
+                tmp.unlink()
+            raise
+    except OSError as exc:
+        if is_full(exc) and not isinstance(exc, DiskFullError):
+            raise DiskFullError(path, needed=size) from exc
         raise
-    replace(tmp, path, durable=durable)
 
 
 def write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
     """``path.write_bytes(data)``, atomically (see the module)."""
-    with writing(path, durable=durable) as tmp:
+    with writing(path, durable=durable, size=len(data)) as tmp:
         tmp.write_bytes(data)
 
 

@@ -17,13 +17,15 @@ import numpy as np
 from fedpipe.core import atomic
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)
+_MEMBER_OVERHEAD = 256  # a member's .npy header and zip entries, about (bytes)
 
 
 def save_weights(path: Path, weights: Sequence[np.ndarray]) -> None:
     """Write a list of arrays as ``w000, w001, ...`` in a deterministic ``.npz``,
     atomically and durably (:mod:`fedpipe.core.atomic`)."""
+    size = sum(np.asarray(a).nbytes + _MEMBER_OVERHEAD for a in weights)
     with (
-        atomic.writing(path) as tmp,
+        atomic.writing(path, size=size) as tmp,
         zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf,
     ):
         for i, array in enumerate(weights):

@@ -28,6 +28,7 @@ import yaml
 from fedpipe.config import layout
 from fedpipe.core.dotted import lookup
 from fedpipe.core.jsonio import read_json_or_none
+from fedpipe.observe.cachecheck import damaged_objects
 from fedpipe.observe.runfiles import flat_params, fmt, numbered_files, read_commit
 
 PARAMS_FILE = "params.yaml"
@@ -82,6 +83,7 @@ class Status:
     doctor: dict[str, Any] | None
     prefect_url: str | None = None
     problems: list[str] = field(default_factory=list)
+    damaged_cache: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -449,6 +451,7 @@ def collect(root: Path) -> Status:
         last_round=_last_round(root),
         doctor=found,
         problems=problems,
+        damaged_cache=[bad.text() for bad in damaged_objects(root)],
         seconds=round(time.perf_counter() - start, 3),
     )
 
@@ -556,6 +559,15 @@ def format_text(status: Status) -> str:
             for names, reasons in _grouped(status.stale):
                 rows.append(("", f"{names}: {reasons[0].text()}"))
                 rows += [("", f"  {' ' * len(names)}{r.text()}") for r in reasons[1:]]
+    if status.damaged_cache:
+        rows.append(
+            (
+                "cache",
+                f"{len(status.damaged_cache)} recorded output(s) damaged in DVC's "
+                "cache; `fedpipe run` removes them and reruns their stages",
+            )
+        )
+        rows += [("", text) for text in status.damaged_cache]
     for problem in status.problems:
         rows.append(("note", problem))
     width = max(len(k) for k, _ in rows)

@@ -103,6 +103,7 @@ def _overrides(args: argparse.Namespace) -> int | None:
 
 def _run_locked(args: argparse.Namespace) -> int:
     _overrides(args)
+    _damaged_cache()
     params = load(PARAMS, sync=True)
     url = connect(args)
     from flows.pipeline import run_pipeline
@@ -131,6 +132,19 @@ def _run_locked(args: argparse.Namespace) -> int:
     if not quiet:
         print(f"log: {log}")
     return 0
+
+
+def _damaged_cache() -> None:
+    """Recorded rounds' outputs missing or altered in DVC's cache
+    (:mod:`fedpipe.observe.cachecheck`): named, the altered ones removed, so
+    that DVC sees them "not in cache" and this run rebuilds their stages rather
+    than reuse them."""
+    from fedpipe.observe.cachecheck import damaged_objects, remove_damaged
+
+    damaged = damaged_objects(Path("."))
+    for bad in damaged:
+        print(f"warning: {bad.text()}; its stage is rerun", file=sys.stderr)
+    remove_damaged(Path("."), damaged)
 
 
 def _server_lost(args: argparse.Namespace, url: str, silent_s: float) -> None:

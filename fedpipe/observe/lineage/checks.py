@@ -9,8 +9,10 @@ record no longer fits together).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedpipe.observe.cachecheck import damaged_outs
 from fedpipe.observe.lineage.dvcstate import (
     PROJECT_FILE,
     DvcProject,
@@ -82,6 +84,25 @@ def _out_flags(stage: str, check: Check) -> list[Flag]:
         f"{check.recorded_md5}{more}"
     )
     return [Flag("changed", stage, check.path, message)]
+
+
+def _cache_flags(
+    project: DvcProject, stage: PipelineStage, outs: Sequence[Check]
+) -> list[Flag]:
+    """The stage's recorded outputs missing or altered in DVC's cache
+    (:mod:`fedpipe.observe.cachecheck`; DVC itself trusts a read-only cache
+    file without hashing it). An output missing from the cache and the
+    workspace both (a clone before ``dvc pull``) is flagged once, as missing;
+    one kept out of the cache (``cache: false``) is not looked for there."""
+    gone = {check.path for check in outs if check.status == "missing"}
+    gone |= {project.rel(out) for out in stage.outs if not out.use_cache}
+    recorded = [
+        (check.path, check.recorded_md5) for check in outs if check.path not in gone
+    ]
+    damaged = damaged_outs(Path(project.root), stage.name, recorded)
+    return [
+        Flag("cache", stage.name, bad.path, bad.text(stage=False)) for bad in damaged
+    ]
 
 
 def _upstream_md5(
@@ -235,6 +256,7 @@ def audit_stage(
     outs = [check_out(project, out) for out in stage.outs]
     for check in outs:
         flags.extend(_out_flags(stage.name, check))
+    flags.extend(_cache_flags(project, stage, outs))
     cmd_expected, found = check_command(project, stage)
     flags.extend(found)
     return StageAudit(

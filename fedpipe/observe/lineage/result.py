@@ -25,7 +25,8 @@ class LineageError(FedpipeError, ValueError):
 
 @dataclass(frozen=True)
 class Flag:
-    """One problem found: ``kind`` is ``changed``, ``missing`` or ``stale``."""
+    """One problem found: ``kind`` is ``changed``, ``missing``, ``stale`` or
+    ``cache`` (a recorded output missing or altered in DVC's cache)."""
 
     kind: str
     stage: str

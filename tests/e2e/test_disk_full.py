@@ -1,0 +1,135 @@
+"""A disk that fills mid-round (issue 28, item 3).
+
+The tiny project lives on a small filesystem of its own (a tmpfs; a loop-mounted
+ext4 image where tmpfs cannot be mounted; skipped where neither can be made). Round
+1 is recorded, then a ballast file leaves less free space than round 2 writes (the
+disk fills as fedpipe writes round 2's model), or a little more (it fills later,
+as DVC copies an output into its cache for the dvc.lock record): ``fedpipe run``
+stops with one ``error:`` line naming the file (or the cache, where DVC does not
+say the file), the free space and, where known, about what the write needed; no
+traceback; dvc.lock and round 1's outputs are untouched, and no half-written file
+(fedpipe's or DVC's) is left to hold the space.
+With the ballast gone, ``fedpipe run`` resumes to the bits of an uninterrupted run
+(the session's ``tiny_run``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2e_helpers import BIN, file_hashes, run_cli
+
+pytestmark = pytest.mark.e2e
+FEDPIPE = str(BIN / "fedpipe")
+RUN = [FEDPIPE, "run", "--no-server-start", "--no-report"]
+SIZE_MB = 64  # the tiny project takes about 20 MB with 4 rounds
+OUTPUTS = ("models/round-*/weights.npz", "metrics/rounds/round-*.json")
+
+
+def _mount(mnt: Path, image: Path) -> str | None:
+    """Mount a small filesystem at ``mnt``: why not, or None when mounted."""
+    if os.geteuid() != 0:
+        return "mounting a small filesystem needs root"
+    tmpfs = ["mount", "-t", "tmpfs", "-o", f"size={SIZE_MB}m", "tmpfs", str(mnt)]
+    if subprocess.run(tmpfs, capture_output=True).returncode == 0:
+        return None
+    with image.open("wb") as f:
+        f.truncate(SIZE_MB * 2**20)
+    made = subprocess.run(["mkfs.ext4", "-q", str(image)], capture_output=True)
+    loop = ["mount", "-o", "loop", str(image), str(mnt)]
+    if made.returncode or subprocess.run(loop, capture_output=True).returncode:
+        return "neither a tmpfs nor a loop-mounted ext4 image can be mounted here"
+    return None
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A filesystem of :data:`SIZE_MB` MB, unmounted at the end."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    why = _mount(mnt, tmp_path / "fs.img")
+    if why is not None:
+        pytest.skip(why)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _round_1(project: Path) -> dict[str, str]:
+    """md5 of every file round 1 wrote."""
+    found = file_hashes(project, "models/round-1/*.npz")
+    found |= file_hashes(project, "models/round-1/clients/*")
+    return found | file_hashes(project, "metrics/*/round-1.*")
+
+
+def _fill(ballast: Path, leave: int) -> None:
+    """Write ``ballast`` so that ``leave`` bytes stay free on its filesystem."""
+    st = os.statvfs(ballast.parent)
+    free = st.f_bavail * st.f_frsize
+    assert free > leave, f"only {free} bytes free on {ballast.parent}"
+    with ballast.open("wb") as f:
+        f.write(b"\0" * (free - leave))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@pytest.mark.parametrize(
+    ("leave_kib", "writing"),
+    [
+        (100, "models/round-2/weights.npz"),  # round 2's model, about 100 KiB
+        # later, where the timing puts it: DVC copying an output into its cache
+        # (named .dvc/cache: DVC does not say the file), dvc.lock being replaced,
+        # a later round's files
+        (420, None),
+    ],
+)
+def test_a_full_disk_stops_in_one_line_and_the_run_resumes(
+    leave_kib: int,
+    writing: str | None,
+    small_fs: Path,
+    tiny_fresh: Path,
+    tiny_run: dict,
+    cli_env: dict[str, str],
+) -> None:
+    project = small_fs / "project"
+    shutil.copytree(tiny_fresh, project)
+    run_cli([str(BIN / "dvc"), "repro", "round@1"], project, cli_env)
+    lock = (project / "dvc.lock").read_bytes()
+    round_1 = _round_1(project)
+    assert "models/round-1/weights.npz" in round_1
+
+    ballast = small_fs / "ballast"
+    _fill(ballast, leave=leave_kib * 1024)
+    full = run_cli(RUN, project, cli_env, check=False)
+    assert full.returncode == 1, full.stdout + full.stderr
+    assert "Traceback" not in full.stdout + full.stderr, full.stderr
+    errors = [line for line in full.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, full.stderr
+    said = errors[0]
+    assert said.startswith("error: disk full: no space left writing "), said
+    named = said.removeprefix("error: disk full: no space left writing ")
+    named = named.split(" (")[0]
+    assert (project / named).resolve().is_relative_to(project.resolve()), said
+    assert " free there" in said, said
+    if writing is not None:  # fedpipe's own write knows its size
+        assert named == writing, said
+        assert " free there, about " in said and " needed" in said, said
+    # nothing recorded was lost: dvc.lock and round 1's outputs are as they were
+    assert (project / "dvc.lock").read_bytes() == lock
+    assert _round_1(project) == round_1
+    assert not list(project.rglob("*.tmp"))  # no half-written file left behind
+
+    ballast.unlink()
+    resumed = run_cli(RUN, project, cli_env)
+    assert "round@1" not in resumed.stdout.split("done:")[-1], resumed.stdout
+    reference = tiny_run["project"]
+    for pattern in OUTPUTS:
+        assert file_hashes(project, pattern) == file_hashes(reference, pattern)
+    status = run_cli([str(BIN / "dvc"), "status"], project, cli_env)
+    assert "up to date" in status.stdout, status.stdout

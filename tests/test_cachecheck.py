@@ -1,0 +1,99 @@
+"""Recorded rounds' DVC cache objects against their md5 (observe.cachecheck).
+
+A tiny project on disk: a dvc.yaml with a templated round stage (a cached model, a
+``cache: false`` metric), a dvc.lock recording two rounds, the cache as DVC leaves
+it. The whole path through DVC and ``fedpipe run`` is tests/e2e/test_damaged_cache.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import yaml
+
+from fedpipe.observe.cachecheck import (
+    damaged_objects,
+    model_stage,
+    remove_damaged,
+    uncached,
+)
+
+PIPELINE = {
+    "stages": {
+        "ingest": {"cmd": "x", "outs": ["data/prepared"]},
+        "round": {
+            "foreach": {1: 0, 2: 1},
+            "do": {
+                "cmd": "fedpipe stage round ${key}",
+                "outs": ["models/round-${key}/weights.npz", "models/round-${key}/c"],
+                "metrics": [{"metrics/rounds/round-${key}.json": {"cache": False}}],
+            },
+        },
+    }
+}
+
+
+def _md5(data: bytes) -> str:
+    return hashlib.md5(data).hexdigest()
+
+
+def _object(root: Path, md5: str) -> Path:
+    return root / ".dvc/cache/files/md5" / md5[:2] / md5[2:]
+
+
+def _cache(root: Path, data: bytes, suffix: str = "") -> str:
+    md5 = _md5(data) + suffix
+    _object(root, md5).parent.mkdir(parents=True, exist_ok=True)
+    _object(root, md5).write_bytes(data)
+    return md5
+
+
+def _project(root: Path) -> Path:
+    stages = {"ingest": {"outs": [{"path": "data/prepared", "md5": "ab" * 16}]}}
+    for k in (1, 2):
+        model = _cache(root, f"w{k}".encode())
+        inner = _cache(root, f"state{k}".encode())
+        listing = json.dumps([{"md5": inner, "relpath": "0.npz"}]).encode()
+        folder = _cache(root, listing, ".dir")
+        stages[f"round@{k}"] = {
+            "outs": [
+                {"path": f"metrics/rounds/round-{k}.json", "md5": _md5(b"m")},
+                {"path": f"models/round-{k}/weights.npz", "md5": model},
+                {"path": f"models/round-{k}/c", "md5": folder},
+            ]
+        }
+    (root / "dvc.yaml").write_text(yaml.safe_dump(PIPELINE))
+    (root / "dvc.lock").write_text(yaml.safe_dump({"stages": stages}))
+    return root
+
+
+def test_a_cache_as_a_run_leaves_it_is_whole(tmp_path: Path) -> None:
+    # the metric is not in the cache (cache: false), the data stage not checked
+    assert damaged_objects(_project(tmp_path)) == []
+    assert uncached(tmp_path) == ["metrics/rounds/round-*.json"]
+    assert model_stage("round@3") and model_stage("init")
+    assert not model_stage("ingest")
+
+
+def test_altered_and_deleted_objects_are_named(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    altered = _object(root, _md5(b"w1"))
+    altered.write_bytes(b"w1 rotten")
+    _object(root, _md5(b"state2")).unlink()  # a file inside a directory output
+    found = damaged_objects(root)
+    assert [(d.stage, d.path, d.problem) for d in found] == [
+        ("round@1", "models/round-1/weights.npz", "altered"),
+        ("round@2", "models/round-2/c/0.npz", "missing"),
+    ]
+    assert found[0].actual == _md5(b"w1 rotten")
+    assert "round-1/weights.npz (round@1): DVC's cache object" in found[0].text()
+    assert found[1].text(stage=False).endswith("missing from DVC's cache")
+    remove_damaged(root, found)  # the altered one goes, so DVC rebuilds it
+    assert not altered.exists()
+    assert [d.problem for d in damaged_objects(root)] == ["missing", "missing"]
+
+
+def test_no_lock_nothing_to_check(tmp_path: Path) -> None:
+    assert damaged_objects(tmp_path) == []
