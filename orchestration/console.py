@@ -128,17 +128,21 @@ class _ConsoleHandler(logging.Handler):
             self.handleError(record)
 
 
-class _LogFile(logging.FileHandler):
-    """The run's log file. On a full disk its records are dropped quietly (the
-    run stops with one line, ``fedpipe.core.diskspace``) instead of logging's
-    "--- Logging error ---" and a traceback on stderr for every record."""
+def _quiet_when_full(
+    handle_error: Callable[[logging.LogRecord], None],
+) -> Callable[[logging.LogRecord], None]:
+    """The log file's error handler, quiet on a full disk: the run stops with one
+    line (``fedpipe.core.diskspace``) instead of logging's "--- Logging error ---"
+    and a traceback on stderr for every record."""
 
-    def handleError(self, record: logging.LogRecord) -> None:
+    def handle(record: logging.LogRecord) -> None:
         from fedpipe.core.diskspace import is_full
 
         if is_full(sys.exc_info()[1] or Exception()):
             return
-        super().handleError(record)
+        handle_error(record)
+
+    return handle
 
 
 def _prefect_console_handlers() -> list[logging.Handler]:
@@ -329,7 +333,8 @@ def session(
     theirs = _prefect_console_handlers()
     formatter = theirs[0].formatter if theirs else logging.Formatter()
     path = new_log_path(command)
-    to_file = _LogFile(path, encoding="utf-8")
+    to_file = logging.FileHandler(path, encoding="utf-8")
+    to_file.handleError = _quiet_when_full(to_file.handleError)  # type: ignore[method-assign]
     to_file.setFormatter(formatter)
     show_live = (is_terminal() if live is None else live) and verbosity > QUIET
     display = _live_display() if show_live else None

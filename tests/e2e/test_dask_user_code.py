@@ -85,6 +85,8 @@ def test_code_the_workers_cannot_import_ends_the_run_in_one_line_quickly(
     feddyn: Path, tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     project = shutil.copytree(feddyn, tmp_path / "only-here")
+    # the fixture's project may have run already (another test of this module)
+    (project / "metrics" / "rounds" / "round-1.json").unlink(missing_ok=True)
     (project / "code").mkdir()
     (project / "code" / "model.py").write_text(MODEL_ONLY_HERE)
     set_params(

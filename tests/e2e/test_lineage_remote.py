@@ -100,6 +100,7 @@ def test_round_model_traced_to_raw_data(pushed: dict) -> None:
         "ingest",
         "validate",
         "partition",
+        "preprocess",
         "init",
         "round@1",
         "round@2",
@@ -148,7 +149,7 @@ def test_text_and_mermaid_on_real_run(pushed: dict) -> None:
     assert text.returncode == 0
     assert "raw data: data/raw/mnist5k.parquet" in text.stdout
     assert "validation: passed" in text.stdout
-    assert "verified: 9 stage(s)" in text.stdout
+    assert "verified: 10 stage(s)" in text.stdout
     chart = _lineage(project, env, fmt="mermaid")  # the whole pipeline
     assert chart.returncode == 0
     assert chart.stdout.startswith("flowchart TD")
@@ -245,4 +246,4 @@ def test_fresh_clone_pulls_identical_data(pushed: dict) -> None:
     assert "Data and pipelines are up to date" in status.stdout
     out = _lineage(clone, env, fmt="text")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "verified: 10 stage(s)" in out.stdout
+    assert "verified: 11 stage(s)" in out.stdout

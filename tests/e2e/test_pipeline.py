@@ -67,6 +67,7 @@ def test_every_stage_recorded_in_lock(projects: dict) -> None:
         "ingest",
         "validate",
         "partition",
+        "preprocess",
         "init",
         "round@1",
         "round@2",
