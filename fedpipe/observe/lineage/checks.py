@@ -9,10 +9,11 @@ record no longer fits together).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedpipe.observe.cachecheck import damaged_outs
+from fedpipe.observe.cachecheck import damaged_outs, uncached
 from fedpipe.observe.lineage.dvcstate import (
     PROJECT_FILE,
     DvcProject,
@@ -96,8 +97,11 @@ def _cache_flags(
     one kept out of the cache (``cache: false``) is not looked for there."""
     gone = {check.path for check in outs if check.status == "missing"}
     gone |= {project.rel(out) for out in stage.outs if not out.use_cache}
+    skip = uncached(Path(project.root))  # as fedpipe status reads dvc.yaml
     recorded = [
-        (check.path, check.recorded_md5) for check in outs if check.path not in gone
+        (check.path, check.recorded_md5)
+        for check in outs
+        if check.path not in gone and not any(fnmatch(check.path, p) for p in skip)
     ]
     damaged = damaged_outs(Path(project.root), stage.name, recorded)
     return [
