@@ -131,6 +131,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:  # a failed stage: say what, not a 200-line traceback
+        signum = stop_signal(exc)  # a stop whose exception a library replaced
+        if signum is not None and args.command in ("run", "stage"):
+            return _interrupted(args, signum)
         message = known_failure(exc)
         if message is None:
             name_log(args)
@@ -142,13 +145,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         signum = stop_signal(exc)
         if signum is None or args.command not in ("run", "stage"):
             raise
-        from orchestration.console import interrupted_message
+        return _interrupted(args, signum)
 
-        name = signal.Signals(signum).name
-        print(interrupted_message(name), file=sys.stderr, flush=True)
-        name_log(args)
-        return EXIT_SIGNAL + signum
 
+def _interrupted(args: argparse.Namespace, signum: int) -> int:
+    """Say where a run stopped by ``signum`` stopped; its exit status."""
+    from orchestration.console import interrupted_message
+
+    name = signal.Signals(signum).name
+    print(interrupted_message(name), file=sys.stderr, flush=True)
+    name_log(args)
+    return EXIT_SIGNAL + signum
 
 if __name__ == "__main__":
     sys.exit(main())

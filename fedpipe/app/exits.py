@@ -54,13 +54,35 @@ def exit_code(exc: BaseException) -> int:
     return exc.exit_code if isinstance(exc, FedpipeError) else EXIT_FAILED
 
 
-def stop_signal(exc: BaseException) -> int | None:
-    """SIGINT or SIGTERM when ``exc`` is how one of them stopped the command."""
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from or while handling."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not s for s in seen):
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def _signal_of(exc: BaseException) -> int | None:
     if isinstance(exc, KeyboardInterrupt):
         sent = exc.args[0] if exc.args else None
         return signal.SIGTERM if sent == signal.SIGTERM else signal.SIGINT
     if any((c.__module__, c.__name__) == _TERMINATION_SIGNAL for c in type(exc).mro()):
         return int(exc.signal)  # type: ignore[attr-defined]
+    return None
+
+
+def stop_signal(exc: BaseException) -> int | None:
+    """SIGINT or SIGTERM when ``exc`` is how one of them stopped the command.
+
+    Also when the signal's exception was replaced on its way up: a SIGTERM that
+    lands while Prefect is still creating a task run surfaces as the engine's
+    ``ValueError("Task run is not set")``, raised while handling it."""
+    for link in _chain(exc):
+        signum = _signal_of(link)
+        if signum is not None:
+            return signum
     return None
 
 
