@@ -126,7 +126,7 @@ def test_aggregation_weights_are_the_sample_shares_of_who_was_aggregated(
         total = sum(rows[c]["n_train"] for c in aggregated)
         for c in aggregated:
             share = rows[c]["n_train"] / total  # the full count, partial or not
-            assert nominal[str(c)] == pytest.approx(share, abs=1e-12)
+            assert nominal[str(c)] == pytest.approx(share, abs=1e-6)  # 6 places
             assert rows[c]["aggregation_weight"] == pytest.approx(share, abs=1e-3)
         assert health["aggregation"]["weight_sum"] == pytest.approx(1.0, abs=1e-3)
 
