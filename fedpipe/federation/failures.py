@@ -137,6 +137,14 @@ def steps_needed(n_train: int, training: LocalTraining, fits: int = 1) -> int:
     return fits * per_fit
 
 
+def planned_steps(n_train: int, training: LocalTraining, fits: int = 1) -> int:
+    """The most steps a client's round can take: :func:`steps_needed`, within
+    its round budget (``training.round_steps``) when it has one (what DP-SGD's
+    accountant charges the client before it trains)."""
+    need = steps_needed(n_train, training, fits)
+    return need if training.round_steps is None else min(need, training.round_steps)
+
+
 def step_budget(client: int, policy: FailurePolicy, slow: frozenset[int]) -> int | None:
     """Steps ``client`` completes before the round's deadline (None: no deadline)."""
     deadline = policy.round_deadline_steps

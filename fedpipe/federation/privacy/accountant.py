@@ -282,3 +282,33 @@ def noise_for_epsilon(
             tol=1e-4,
         )
     )
+
+
+# ---------------------------------------------------------------- record level
+
+
+@functools.lru_cache(maxsize=4096)
+def dpsgd_epsilon(
+    rate: float, noise_multiplier: float, steps: int, delta: float
+) -> float:
+    """Epsilon at ``delta`` of ``steps`` DP-SGD steps of one client
+    (``privacy.mechanism: dpsgd``, the ``pld-poisson-records`` accountant).
+
+    Each step samples every record with probability ``rate`` (q = batch / n,
+    :func:`fedpipe.model.training.poisson_batches`) and releases the sum of the
+    sampled records' clipped gradients plus Gaussian noise of std sigma C:
+    ``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))`` under add/remove-one
+    of a record, composed ``steps`` times with the PLD accountant (as the
+    central Poisson rounds; TensorFlow Privacy's and Opacus's DP-SGD event).
+    0 steps spend nothing; sigma 0 is no bound (inf).
+    """
+    if steps == 0:
+        return 0.0
+    if noise_multiplier == 0.0:
+        return math.inf
+    accountant = pld_accountant()
+    event = dp_event.PoissonSampledDpEvent(
+        rate, dp_event.GaussianDpEvent(noise_multiplier)
+    )
+    accountant.compose(event, steps)
+    return float(accountant.get_epsilon(delta))
