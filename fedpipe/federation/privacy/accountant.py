@@ -312,3 +312,27 @@ def dpsgd_epsilon(
     )
     accountant.compose(event, steps)
     return float(accountant.get_epsilon(delta))
+
+
+def dpsgd_noise_for_epsilon(
+    target: float, *, rate: float, steps: int, delta: float
+) -> float:
+    """The smallest sigma whose ``steps`` DP-SGD steps at sampling rate ``rate``
+    spend at most ``target`` at ``delta`` (:func:`dpsgd_epsilon`'s PLD
+    accountant inverted by dp_accounting's calibration; for planning a run:
+    ``privacy.noise_multiplier`` for a client's planned rounds)."""
+
+    def event(sigma: float) -> dp_event.DpEvent:
+        step = dp_event.PoissonSampledDpEvent(rate, dp_event.GaussianDpEvent(sigma))
+        return dp_event.SelfComposedDpEvent(step, steps)
+
+    return float(
+        dp_accounting.calibrate_dp_mechanism(
+            pld_accountant,
+            event,
+            target,
+            delta,
+            bracket_interval=dp_accounting.LowerEndpointAndGuess(0.3, 1.0),
+            tol=1e-4,
+        )
+    )
