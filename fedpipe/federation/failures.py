@@ -53,7 +53,9 @@ DROPOUT = "dropout"
 STRAGGLER = "straggler"
 NONFINITE = "nonfinite"
 FAILED = "failed"
-REASONS = (DROPOUT, FAILED, NONFINITE, STRAGGLER)
+#: a client whose record-level privacy budget is spent (privacy.mechanism: dpsgd)
+BUDGET = "privacy budget"
+REASONS = (DROPOUT, FAILED, NONFINITE, STRAGGLER, BUDGET)
 """The kinds of reason a client is left out (a failure's reason is
 ``failed: <message>``)."""
 

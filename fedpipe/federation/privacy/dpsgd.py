@@ -35,7 +35,7 @@ import numpy as np
 from fedpipe.config.privacy import Privacy, finite_or_inf
 from fedpipe.core.errors import FedpipeError
 from fedpipe.federation.clientstate import ClientStates
-from fedpipe.federation.failures import RoundPlan
+from fedpipe.federation.failures import BUDGET, RoundPlan
 from fedpipe.federation.privacy.accountant import dpsgd_epsilon
 from fedpipe.federation.steps import RoundStep, Sampler
 from fedpipe.strategy.aggregate import Weights
@@ -44,7 +44,7 @@ from fedpipe.strategy.aggregate import Weights
 STATE, STEPS = "dpsgd", "steps"
 
 #: the reason a client is left out of a round (``excluded``)
-BUDGET_REASON = "privacy budget"
+BUDGET_REASON = BUDGET
 
 
 class RecordDeltaTooLarge(FedpipeError, ValueError):
