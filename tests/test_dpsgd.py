@@ -322,3 +322,21 @@ def test_combinations_dpsgd_refuses_name_the_keys(extra: dict, named: str) -> No
     with pytest.raises(ParamsError) as refused:
         parse_params(raw)
     assert named in str(refused.value) and "dpsgd" in str(refused.value)
+
+
+def test_a_target_every_client_would_pass_stops_the_run(tmp_path: Path) -> None:
+    privacy = {
+        "mechanism": "dpsgd",
+        "noise_multiplier": 1.2,
+        "clip_norm": 1.0,
+        "target_epsilon": 0.01,
+    }
+    summaries = run_federation(
+        tmp_path, n_samples=300, clients=3, rounds=2, privacy=privacy
+    )
+    assert summaries == []  # round 1 stopped before any client trained
+    oracle = (tmp_path / ".fedpipe/oracle/round-1.json").read_text()
+    stopped = json.loads(oracle)["health"]["stopped"]
+    assert "round 1 stopped: 0 usable update(s)" in stopped
+    assert stopped.count("privacy budget") == 3
+    assert "privacy.target_epsilon=0.01" in stopped
