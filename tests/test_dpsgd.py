@@ -340,3 +340,23 @@ def test_a_target_every_client_would_pass_stops_the_run(tmp_path: Path) -> None:
     assert "round 1 stopped: 0 usable update(s)" in stopped
     assert stopped.count("privacy budget") == 3
     assert "privacy.target_epsilon=0.01" in stopped
+
+
+def test_an_empty_poisson_batch_steps_by_the_noise_alone(runner: ModelRunner) -> None:
+    step = runner._dp_step(prox=False, offset=False)
+    rng = np.random.default_rng(0)
+    runner._reset(list(_start()), 0)
+    for n in (5, 0, 3, 0):  # the compiled step generalizes over batch sizes
+        x, y = _batch(n, seed=n) if n else (np.zeros((0, 16), np.float32), [])
+        noise = runner.noise(rng, 1.0)
+        before = [np.array(w) for w in runner.model.get_weights()]
+        loss = step(
+            tf.constant(x), tf.constant(np.asarray(y, np.int64)), noise,
+            tf.constant(4.0), tf.constant(1.0),
+        )  # fmt: skip
+        if n:
+            continue
+        assert math.isnan(float(loss))
+        after = runner.model.get_weights()
+        for a, b, z in zip(after, before, noise, strict=True):  # SGD, lr 0.1
+            np.testing.assert_allclose(a - b, -0.1 * z.numpy() / 4.0, atol=1e-6)
