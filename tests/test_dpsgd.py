@@ -360,3 +360,21 @@ def test_an_empty_poisson_batch_steps_by_the_noise_alone(runner: ModelRunner) ->
         after = runner.model.get_weights()
         for a, b, z in zip(after, before, noise, strict=True):  # SGD, lr 0.1
             np.testing.assert_allclose(a - b, -0.1 * z.numpy() / 4.0, atol=1e-6)
+
+
+def test_ditto_personal_fit_is_dp_sgd_and_charged(tmp_path: Path) -> None:
+    summaries = run_federation(
+        tmp_path,
+        n_samples=300,
+        clients=3,
+        rounds=1,
+        privacy={"mechanism": "dpsgd", "noise_multiplier": 1.2, "clip_norm": 1.0},
+        personalization={"method": "ditto"},
+    )
+    privacy = summaries[-1]["privacy"]
+    for c, steps in privacy["steps_clients"].items():
+        n = _n_train(tmp_path, int(c))
+        assert steps == 2 * math.ceil(n / 32)  # the global fit and the personal one
+        assert privacy["epsilon_clients"][c] == pytest.approx(
+            _client_epsilon(n, 32, 1.2, steps), abs=1e-5
+        )
