@@ -124,7 +124,7 @@ def load_round(params: Params, round_: int) -> RoundInputs:
             strategy, privacy_for(params), seed=params.seed, key=key
         ),
         algorithm=client_algorithm_for(params, spec, strategy),
-        training=local_training(params),
+        training=local_training(params, key),
         clients_per_round=params.federation.clients_per_round(),
         evaluation=client_evaluation(params),
         failures=failure_policy(params),

@@ -59,13 +59,16 @@ from fedpipe.federation.attacks import AttackPlan
 from fedpipe.federation.build import (
     client_algorithm_for,
     client_sampling,
+    local_training,
     needs_key,
     privacy_for,
     private_strategy,
     round_steps,
+    round_steps_for,
 )
 from fedpipe.federation.failures import FailurePolicy
 from fedpipe.federation.faults import PlantedFaults
+from fedpipe.federation.privacy.dpsgd import RecordPrivacy
 from fedpipe.federation.privacy.views import write_round_records
 from fedpipe.federation.round import RoundFailed, RoundInputs, run_round
 from fedpipe.model.trainer import run_here
@@ -261,7 +264,13 @@ def run_federation(
     if dp_key is None and needs_key(params):
         dp_key = load_or_create_key(root / layout.DP_KEY)
     server = private_strategy(strategy_, privacy_for(params), seed=seed, key=dp_key)
-    steps = round_steps(attack=attack, weight_sum_fault=weight_sum_fault)
+    record_privacy = next(
+        (s for s in round_steps_for(params) if isinstance(s, RecordPrivacy)), None
+    )
+    steps = round_steps(
+        attack=attack, weight_sum_fault=weight_sum_fault, record_privacy=record_privacy
+    )
+    record_dp = local_training(params, dp_key).record_dp
     weights = initial_weights(model_spec, seed)
     state = strategy_.init_state(weights)
     if weights_out is not None:
@@ -283,7 +292,7 @@ def run_federation(
             client_states=client_states,
             strategy=server,
             algorithm=algorithm,
-            training=LocalTraining(epochs, batch_size, lr),
+            training=LocalTraining(epochs, batch_size, lr, record_dp=record_dp),
             clients_per_round=params.federation.clients_per_round(),
             failures=failures or FailurePolicy(),
             planted=planted or PlantedFaults(),

@@ -49,6 +49,35 @@ ClientState = Mapping[str, Mapping[str, np.ndarray]]
 
 
 @dataclass(frozen=True)
+class RecordDP:
+    """Record-level DP-SGD in every local fit (``privacy.mechanism: dpsgd``).
+
+    Each step takes a Poisson sample of the client's records (each with
+    probability ``batch_size / n``), clips every record's gradient to L2 norm
+    ``clip_norm`` (over all trainable arrays), sums them, adds Gaussian noise of
+    std ``noise_multiplier * clip_norm`` per coordinate and divides by the
+    expected batch size (Abadi et al., 2016; TensorFlow Privacy's
+    ``DPKerasSGDOptimizer``, Opacus). See docs/privacy.md.
+
+    Attributes
+    ----------
+    clip_norm : float
+        C, the bound on one record's gradient (``privacy.clip_norm``).
+    noise_multiplier : float
+        sigma (``privacy.noise_multiplier``): noise std over C.
+    key : bytes or None
+        The project's secret key (``.fedpipe/dp.key``); each client's batches
+        and noise are keyed by ``HMAC(key, "fedpipe/dpsgd/client/<id>")``. None
+        only with ``privacy.noise_key: params_not_private`` (noise from the seed
+        alone: no guarantee). Never printed.
+    """
+
+    clip_norm: float
+    noise_multiplier: float
+    key: bytes | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
 class LocalTraining:
     """How each client trains in a round (``train.*``).
 
@@ -67,6 +96,9 @@ class LocalTraining:
         (``federation.round_deadline_steps``, a slow client's share of it): every
         fit of the round together takes at most this many steps, whatever the
         algorithm (Ditto fits twice); None: no budget.
+    record_dp : RecordDP or None
+        Record-level DP-SGD in every fit (``privacy.mechanism: dpsgd``); None:
+        plain local training.
     """
 
     epochs: int
@@ -74,6 +106,7 @@ class LocalTraining:
     lr: float
     max_steps: int | None = None
     round_steps: int | None = None
+    record_dp: RecordDP | None = None
 
 
 @dataclass(frozen=True)

@@ -367,6 +367,14 @@ class PrivacyParams(Section):
     10). Epsilon at ``delta`` is recorded after every round; ``target_epsilon``
     stops the federation before the round that would pass it.
 
+    Record-level DP (the unit of privacy is one record of a client): ``dpsgd``
+    runs DP-SGD in every client's local training (Poisson batches of expected
+    size ``train.batch_size``, each record's gradient clipped to ``clip_norm``,
+    Gaussian noise of std ``noise_multiplier * clip_norm`` on their sum); each
+    client's epsilon at ``delta`` is recorded after every round, and
+    ``target_epsilon`` stops a client (it trains no more) before the round that
+    would pass it.
+
     ``noise_key``: ``secret`` (the default) keys the noise by the project's secret
     key file (``.fedpipe/dp.key``, created at first use, ignored by git and DVC),
     so nobody with ``params.yaml`` and the published weights can subtract it;
@@ -376,7 +384,7 @@ class PrivacyParams(Section):
     :mod:`fedpipe.federation.privacy`.
     """
 
-    mechanism: Literal["central", "local"] | None = None
+    mechanism: Literal["central", "local", "dpsgd"] | None = None
     clip_norm: float = Field(1.0, gt=0.0)
     noise_multiplier: float = Field(1.0, ge=0.0)
     delta: float = Field(1e-5, gt=0.0, lt=1.0)
@@ -802,6 +810,8 @@ class Params(Section):
             strategy=self.strategy.name,
             n_clients=self.federation.clients,
             per_round=self.federation.clients_per_round(),
+            cohort_size=self.train.cohort_size,
+            personalization=self.personalization.method,
         )
         return self
 

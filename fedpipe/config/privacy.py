@@ -1,9 +1,12 @@
 """What a run's differential privacy is: :class:`Privacy`, and the checks that
 refuse settings that make no sense, before any work.
 
-The unit of privacy is a **client** (client-level DP, as DP-FedAvg of McMahan et
-al., 2018): neighbouring federations differ in one client's whole data, so
-``privacy.delta`` must be below ``1 / federation.clients``.
+With ``central`` and ``local`` the unit of privacy is a **client** (client-level
+DP, as DP-FedAvg of McMahan et al., 2018): neighbouring federations differ in one
+client's whole data, so ``privacy.delta`` must be below ``1 / federation.clients``.
+With ``dpsgd`` it is a **record** of a client (DP-SGD on every client, Abadi et
+al., 2016): ``privacy.delta`` must be below ``1 / n`` for each client's n training
+records (checked by the round, which knows n).
 """
 
 from __future__ import annotations
@@ -103,7 +106,15 @@ class Privacy:
         ``rdp-local`` (local DP, each client's Gaussian releases, RDP)."""
         if self.mechanism == "local":
             return "rdp-local"
+        if self.mechanism == "dpsgd":
+            return "pld-poisson-records"
         return "pld-poisson" if self.sampling == "poisson" else "rdp-fixed"
+
+    @property
+    def level(self) -> str:
+        """``client`` (``central``, ``local``: one client's whole data is the
+        unit of privacy) or ``record`` (``dpsgd``: one record of a client)."""
+        return "record" if self.mechanism == "dpsgd" else "client"
 
     @property
     def keyed(self) -> bool:
@@ -138,6 +149,8 @@ def check_privacy(
     strategy: str,
     n_clients: int,
     per_round: int,
+    cohort_size: int | None = None,
+    personalization: str = "none",
 ) -> None:
     """Raise ValueError naming the ``privacy.*`` key when settings do not fit.
 
@@ -149,8 +162,15 @@ def check_privacy(
         ``strategy.name``.
     n_clients, per_round : int
         ``federation.clients`` and the clients sampled per round.
+    cohort_size : int or None
+        ``train.cohort_size`` (vectorized cohorts have no DP-SGD step).
+    personalization : str
+        ``personalization.method``.
     """
     if mechanism is None:
+        return
+    if mechanism == "dpsgd":
+        _check_dpsgd(adaptive_clip, cohort_size, personalization)
         return
     if delta >= 1.0 / n_clients:
         raise ValueError(
@@ -181,6 +201,41 @@ def check_privacy(
                 "spends part of the budget sigma stands for; raise it, or lower "
                 "sigma, or use privacy.adaptive_clip: false"
             )
+
+
+#: personalization methods that train on a client's records outside its round's
+#: accounted fits (``finetune`` fine-tunes every scored client at evaluation)
+DPSGD_UNACCOUNTED = ("finetune",)
+
+
+def _check_dpsgd(
+    adaptive_clip: bool, cohort_size: int | None, personalization: str
+) -> None:
+    """What record-level DP-SGD refuses (one line naming the keys).
+
+    Every strategy fits: whatever a client sends is computed from its DP-SGD
+    output (post-processing), so no server step can weaken the guarantee.
+    """
+    if adaptive_clip:
+        raise ValueError(
+            "privacy.adaptive_clip needs privacy.mechanism=central (the server "
+            "counts the clipped updates); with privacy.mechanism=dpsgd each "
+            "record's gradient is clipped to privacy.clip_norm: set "
+            "privacy.adaptive_clip: false"
+        )
+    if cohort_size is not None and cohort_size > 1:
+        raise ValueError(
+            f"privacy.mechanism=dpsgd does not fit train.cohort_size={cohort_size}: "
+            "vectorized cohorts train without the per-record clipping and noise; "
+            "set train.cohort_size: null"
+        )
+    if personalization in DPSGD_UNACCOUNTED:
+        raise ValueError(
+            f"privacy.mechanism=dpsgd does not fit personalization.method="
+            f"{personalization}: it fine-tunes every scored client on its records "
+            "at evaluation, outside the rounds' accounted steps; use "
+            "personalization.method in none, fedper, fedbn, ditto"
+        )
 
 
 def central_strategies() -> tuple[str, ...]:

@@ -36,6 +36,10 @@ PURPOSES = {
     "sample_poisson": 41,
     # fedpipe.data.partition.featureskew: each client's transform and noise
     "feature_skew": 47,
+    # privacy.mechanism: dpsgd (fedpipe.model.training.ModelRunner's private fit):
+    # each fit's Poisson batches and its Gaussian noise, keyed by the client's key
+    "dpsgd_sample": 51,
+    "dpsgd_noise": 52,
 }
 
 

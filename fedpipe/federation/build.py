@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 
 from fedpipe.client import ClientAlgorithm, client_class, make_client
-from fedpipe.client.base import LocalTraining
+from fedpipe.client.base import LocalTraining, RecordDP
 from fedpipe.config.params import Params, ParamsError
 from fedpipe.config.privacy import Privacy
 from fedpipe.core.plugins import is_reference
@@ -21,6 +21,7 @@ from fedpipe.federation.attacks import (
 from fedpipe.federation.failures import FailurePolicy
 from fedpipe.federation.faults import MisweightedAggregation, PlantedFaults
 from fedpipe.federation.personalization import Personalization, resolve
+from fedpipe.federation.privacy.dpsgd import RecordPrivacy
 from fedpipe.federation.privacy.rounds import PrivateStrategy
 from fedpipe.federation.round import (
     ClientEvaluation,
@@ -59,8 +60,10 @@ def private_strategy(
 ) -> Strategy:
     """``strategy`` wrapped by ``privacy``'s mechanism (itself without privacy);
     ``key`` is the project's secret key (bytes, read by the task layer), None
-    only without privacy or with ``privacy.noise_key: params_not_private``."""
-    if privacy is None:
+    only without privacy or with ``privacy.noise_key: params_not_private``.
+    Record-level DP (``dpsgd``) leaves the server as it is: the noise is in the
+    clients' training."""
+    if privacy is None or privacy.level == "record":
         return strategy
     return PrivateStrategy(strategy, privacy, seed=seed, key=key)
 
@@ -74,18 +77,29 @@ def needs_key(params: Params) -> bool:
 def round_steps_for(params: Params) -> tuple[RoundStep, ...]:
     """What every round of the run adds to the plain round (``attack.*``,
     ``faults.aggregation_weight_sum``)."""
+    privacy = privacy_for(params)
     return round_steps(
         attack=attack_plan_for(params),
         weight_sum_fault=params.faults.aggregation_weight_sum,
+        record_privacy=(
+            RecordPrivacy(privacy, batch_size=params.train.batch_size)
+            if privacy is not None and privacy.level == "record"
+            else None
+        ),
     )
 
 
 def round_steps(
-    *, attack: AttackPlan | None = None, weight_sum_fault: float | None = None
+    *,
+    attack: AttackPlan | None = None,
+    weight_sum_fault: float | None = None,
+    record_privacy: RecordPrivacy | None = None,
 ) -> tuple[RoundStep, ...]:
-    """The round's steps for a planted attack and the planted weight-sum fault
-    (each left out when None)."""
+    """The round's steps for a planted attack, the planted weight-sum fault and
+    record-level DP-SGD's books (each left out when None)."""
     steps: list[RoundStep] = []
+    if record_privacy is not None:  # first: a client out of budget never trains
+        steps.append(record_privacy)
     if attack is not None:
         steps.append(AttackStep(attack))
     if weight_sum_fault is not None:
@@ -143,11 +157,20 @@ def _check_options(key: str, options: dict | None, cls: type) -> None:
         )
 
 
-def local_training(params: Params) -> LocalTraining:
-    """How each client trains (``train.*``)."""
-    t = params.train
+def local_training(params: Params, key: bytes | None = None) -> LocalTraining:
+    """How each client trains (``train.*``; with ``privacy.mechanism: dpsgd``
+    DP-SGD, its batches and noise keyed by ``key``, the project's secret key,
+    None only with ``privacy.noise_key: params_not_private``)."""
+    t, p = params.train, params.privacy
+    record_dp = None
+    if p.mechanism == "dpsgd":
+        record_dp = RecordDP(p.clip_norm, p.noise_multiplier, key=key)
     return LocalTraining(
-        epochs=t.epochs, batch_size=t.batch_size, lr=t.lr, max_steps=t.local_steps
+        epochs=t.epochs,
+        batch_size=t.batch_size,
+        lr=t.lr,
+        max_steps=t.local_steps,
+        record_dp=record_dp,
     )
 
 

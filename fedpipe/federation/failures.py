@@ -53,7 +53,9 @@ DROPOUT = "dropout"
 STRAGGLER = "straggler"
 NONFINITE = "nonfinite"
 FAILED = "failed"
-REASONS = (DROPOUT, FAILED, NONFINITE, STRAGGLER)
+#: a client whose record-level privacy budget is spent (privacy.mechanism: dpsgd)
+BUDGET = "privacy budget"
+REASONS = (DROPOUT, FAILED, NONFINITE, STRAGGLER, BUDGET)
 """The kinds of reason a client is left out (a failure's reason is
 ``failed: <message>``)."""
 
@@ -135,6 +137,14 @@ def steps_needed(n_train: int, training: LocalTraining, fits: int = 1) -> int:
     steps = training.epochs * math.ceil(n_train / training.batch_size)
     per_fit = steps if training.max_steps is None else min(steps, training.max_steps)
     return fits * per_fit
+
+
+def planned_steps(n_train: int, training: LocalTraining, fits: int = 1) -> int:
+    """The most steps a client's round can take: :func:`steps_needed`, within
+    its round budget (``training.round_steps``) when it has one (what DP-SGD's
+    accountant charges the client before it trains)."""
+    need = steps_needed(n_train, training, fits)
+    return need if training.round_steps is None else min(need, training.round_steps)
 
 
 def step_budget(client: int, policy: FailurePolicy, slow: frozenset[int]) -> int | None:

@@ -40,6 +40,7 @@ from fedpipe.federation.failures import (
     lost_message,
     nonfinite_update,
     plan_round,
+    planned_steps,
 )
 from fedpipe.federation.faults import PlantedFaults
 from fedpipe.federation.health import round_health
@@ -351,7 +352,7 @@ def run_round(
     strategy = wrapped(inputs.strategy).start(inputs.round, inputs.sampled)
     steps = [step.start(inputs.round, inputs.sampled) for step in inputs.steps]
     selected = inputs.sampled(inputs.round)
-    plan = _plan(inputs, selected)
+    plan = _admitted(inputs, steps, _plan(inputs, selected))
     returned = list(map_clients(client_jobs(inputs, list(plan.train), plan.train)))
     _check_order(returned, list(plan.train))
     results, excluded = _usable(returned, plan.excluded)
@@ -453,6 +454,22 @@ def _plan(inputs: RoundInputs, selected: Sequence[int]) -> RoundPlan:
         n_clients=len(inputs.data.clients),
         fits=inputs.algorithm.fits_per_round,
     )
+
+
+def _admitted(
+    inputs: RoundInputs, steps: Sequence[RoundStep], plan: RoundPlan
+) -> RoundPlan:
+    """The plan once every step has admitted its clients (:meth:`RoundStep.admit`:
+    e.g. DP-SGD leaves out a client whose privacy budget is spent)."""
+    if not steps:
+        return plan
+    n_train = {c: len(d.y_train) for c, d in enumerate(inputs.data.clients)}
+    fits = inputs.algorithm.fits_per_round
+    planned = {c: planned_steps(n_train[c], t, fits) for c, t in plan.train.items()}
+    for step in steps:
+        plan = step.admit(inputs.round, plan, n_train=n_train, planned=planned,
+                          states=inputs.client_states)  # fmt: skip
+    return plan
 
 
 def _check_order(

@@ -13,7 +13,7 @@ its input as it is, so a round without them is the plain round, bit for bit.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fedpipe.strategy import ClientUpdate, State, Strategy
@@ -21,6 +21,8 @@ from fedpipe.strategy.aggregate import Weights
 
 if TYPE_CHECKING:  # the data layer is read by the steps that poison data
     from fedpipe.data.splits import ClientData
+    from fedpipe.federation.clientstate import ClientStates
+    from fedpipe.federation.failures import RoundPlan
 
 Sampler = Callable[[int], Sequence[int]]
 """The clients a federation samples in a round (its sampling, for any round)."""
@@ -34,7 +36,8 @@ class RoundStep:
 
     Every hook's default returns its input unchanged; a step overrides the ones
     it needs. The round calls them in this order: :meth:`start` (before any
-    work), :meth:`client_data` (building each client's job), :meth:`on_results`
+    work), :meth:`admit` (who of the sampled clients trains),
+    :meth:`client_data` (building each client's job), :meth:`on_results`
     (the usable results, before aggregation), :meth:`after_aggregate`,
     :meth:`record` and :meth:`health`.
     """
@@ -43,6 +46,21 @@ class RoundStep:
         """The step for round ``round_``, before any client trains (it may bind
         the round, or stop the federation by raising)."""
         return self
+
+    def admit(
+        self,
+        round_: int,
+        plan: RoundPlan,
+        *,
+        n_train: Mapping[int, int],
+        planned: Mapping[int, int],
+        states: ClientStates,
+    ) -> RoundPlan:
+        """The round's plan after this step: it may leave planned clients out
+        (moved to ``plan.excluded`` with the reason). ``n_train``: every
+        client's training records; ``planned``: the most steps each planned
+        client's round takes; ``states``: what every client kept."""
+        return plan
 
     def client_data(self, round_: int, data: ClientData, n_classes: int) -> ClientData:
         """What client ``data.client`` trains on in ``round_``."""

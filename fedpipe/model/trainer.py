@@ -33,6 +33,7 @@ from fedpipe.client.base import (
     LocalFit,
     LocalTrainer,
     LocalTraining,
+    RecordDP,
 )
 from fedpipe.strategy.base import ClientUpdate
 
@@ -95,6 +96,8 @@ class KerasTrainer(LocalTrainer):
             proximal_mu=proximal_mu,
             anchor=anchor,
             gradient_offset=gradient_offset,
+            dp=self.training.record_dp,
+            client=self.data.client,
         )
         self.steps_taken += fit.steps
         return fit
@@ -138,6 +141,8 @@ def fit_client(
     proximal_mu: float = 0.0,
     anchor: Sequence[np.ndarray] | None = None,
     gradient_offset: Sequence[np.ndarray] | None = None,
+    dp: RecordDP | None = None,
+    client: int = 0,
 ) -> LocalFit:
     """One fit of ``weights`` on ``data``'s training split, one step at a time on
     ``runner`` (:meth:`fedpipe.model.training.ModelRunner.fit`, which says what
@@ -153,6 +158,8 @@ def fit_client(
         anchor=anchor,
         gradient_offset=gradient_offset,
         max_steps=max_steps,
+        dp=dp,
+        client=client,
     )
     return LocalFit(trained, runner.last_steps, runner.last_train_loss)
 

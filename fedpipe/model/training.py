@@ -9,6 +9,7 @@ weights it starts from, its data and its seed — not on what ran before it.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import threading
@@ -25,7 +26,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from keras.src.random import seed_generator as _keras_seeds  # noqa: E402
 
-from fedpipe.core.seeds import derive_seed  # noqa: E402
+from fedpipe.client.base import RecordDP  # noqa: E402
+from fedpipe.core.secretkey import derived_key  # noqa: E402
+from fedpipe.core.seeds import derive_seed, keyed_rng, rng_for  # noqa: E402
 from fedpipe.model.metrics import classification_metrics  # noqa: E402
 from fedpipe.model.zoo import build_model, loss_for  # noqa: E402
 
@@ -212,6 +215,57 @@ def batch_indices(
     return plan
 
 
+def poisson_batches(
+    n: int,
+    *,
+    epochs: int,
+    batch_size: int,
+    rng: np.random.Generator,
+    max_steps: int | None = None,
+) -> list[np.ndarray]:
+    """The records of each step of a DP-SGD fit: every one of the ``n`` records
+    joins a step independently with probability q = ``batch_size / n`` (at most
+    1), so a batch's size varies around ``batch_size`` and may be 0. As many
+    steps as :func:`batch_indices` takes (``epochs`` x ``ceil(n / batch_size)``,
+    capped at ``max_steps``): the sampling the accountant assumes
+    (``PoissonSampledDpEvent(q, Gaussian)`` per step)."""
+    steps = epochs * math.ceil(n / batch_size)
+    if max_steps is not None:
+        steps = min(steps, max_steps)
+    q = sampling_rate(n, batch_size)
+    return [np.flatnonzero(rng.random(n) < q) for _ in range(steps)]
+
+
+def sampling_rate(n: int, batch_size: int) -> float:
+    """q of a client's DP-SGD steps: ``batch_size / n``, at most 1."""
+    return min(1.0, batch_size / n)
+
+
+#: the label of a client's DP-SGD key (:func:`dpsgd_rngs`)
+DPSGD_KEY_LABEL = "fedpipe/dpsgd/client"
+
+
+def dpsgd_rngs(
+    dp: RecordDP, client: int, seed: int
+) -> tuple[np.random.Generator, np.random.Generator]:
+    """The generators of one DP-SGD fit of ``client`` (``seed``: the fit's seed,
+    derived from the run's seed, the round, the client and the fit's purpose):
+    its Poisson batches and its noise. Keyed by the client's own key,
+    ``HMAC-SHA256(project key, "fedpipe/dpsgd/client/<id>")``, so they cannot be
+    regenerated from ``params.yaml``; with ``dp.key`` None (``privacy.noise_key:
+    params_not_private``, no guarantee) from the seed alone."""
+    if dp.key is None:
+        return (
+            rng_for(seed, "dpsgd_sample", client),
+            rng_for(seed, "dpsgd_noise", client),
+        )
+    key = derived_key(dp.key, DPSGD_KEY_LABEL, client)
+    return (
+        keyed_rng(key, seed, "dpsgd_sample", client),
+        keyed_rng(key, seed, "dpsgd_noise", client),
+    )
+
+
 class ModelRunner:
     """A Keras model with compiled train and predict steps, for any weights.
 
@@ -249,7 +303,7 @@ class ModelRunner:
             tf.Variable(tf.zeros_like(v), trainable=False)
             for v in self.model.trainable_variables
         ]
-        self._steps: dict[tuple[bool, bool], Any] = {}
+        self._steps: dict[tuple, Any] = {}
         self.last_steps = 0
         self.last_train_loss = float("nan")
 
@@ -275,6 +329,8 @@ class ModelRunner:
         anchor: Sequence[np.ndarray] | None = None,
         gradient_offset: Sequence[np.ndarray] | None = None,
         max_steps: int | None = None,
+        dp: RecordDP | None = None,
+        client: int = 0,
     ) -> list[np.ndarray]:
         """Train from ``weights`` on (x, y) and return the trained weights.
 
@@ -295,6 +351,12 @@ class ModelRunner:
         (``train.local_steps``); None runs every batch of every epoch. The number
         of local steps taken is left in :attr:`last_steps`, their mean data loss
         (without the added terms) in :attr:`last_train_loss`.
+
+        With ``dp`` (``privacy.mechanism: dpsgd``) every step is a DP-SGD step
+        (:meth:`private_gradients`) on a Poisson sample of the records
+        (:func:`poisson_batches`), batches and noise keyed for ``client``
+        (:func:`dpsgd_rngs`); the added terms are data-independent and join the
+        noised gradient after it.
         """
         self._reset(weights, seed)
         trainable = self.trainable_indices()
@@ -312,8 +374,13 @@ class ModelRunner:
             values = [np.asarray(gradient_offset[j], np.float32) for j in trainable]
             for slot, value in zip(self._offset, values, strict=True):
                 slot.assign(value)
-        step = self._step(prox=prox, offset=offset)
         extra = (tf.constant(proximal_mu, dtype=tf.float32),) if prox else ()
+        if dp is not None:
+            return self._private_fit(
+                x, y, dp, client, epochs=epochs, batch_size=batch_size, seed=seed,
+                max_steps=max_steps, prox=prox, offset=offset, extra=extra,
+            )  # fmt: skip
+        step = self._step(prox=prox, offset=offset)
         plan = batch_indices(
             len(x), epochs=epochs, batch_size=batch_size, seed=seed, max_steps=max_steps
         )
@@ -326,6 +393,123 @@ class ModelRunner:
             float(np.mean([float(v) for v in losses])) if losses else float("nan")
         )
         return [np.array(w) for w in self.model.get_weights()]
+
+    def _private_fit(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        dp: RecordDP,
+        client: int,
+        *,
+        epochs: int,
+        batch_size: int,
+        seed: int,
+        max_steps: int | None,
+        prox: bool,
+        offset: bool,
+        extra: tuple[tf.Tensor, ...],
+    ) -> list[np.ndarray]:
+        """:meth:`fit`'s DP-SGD steps (the model already holds ``weights``)."""
+        refuse_batch_statistics(self.model)
+        sample_rng, noise_rng = dpsgd_rngs(dp, client, seed)
+        plan = poisson_batches(
+            len(x), epochs=epochs, batch_size=batch_size, rng=sample_rng,
+            max_steps=max_steps,
+        )  # fmt: skip
+        expected = tf.constant(sampling_rate(len(x), batch_size) * len(x), tf.float32)
+        clip = tf.constant(dp.clip_norm, tf.float32)
+        std = dp.noise_multiplier * dp.clip_norm
+        step = self._dp_step(prox=prox, offset=offset)
+        losses = []
+        for rows in plan:
+            noise = self.noise(noise_rng, std)
+            loss = step(
+                tf.constant(x[rows]), tf.constant(self._target(y[rows])),
+                noise, expected, clip, *extra,
+            )  # fmt: skip
+            if len(rows):
+                losses.append(float(loss))
+        self.last_steps = len(plan)
+        self.last_train_loss = float(np.mean(losses)) if losses else float("nan")
+        return [np.array(w) for w in self.model.get_weights()]
+
+    def noise(self, rng: np.random.Generator, std: float) -> list[tf.Tensor]:
+        """One step's Gaussian noise, ``N(0, std^2)`` per coordinate of every
+        trainable array (float64 draws, as float32)."""
+        return [
+            tf.constant((std * rng.standard_normal(tuple(v.shape))).astype(np.float32))
+            for v in self.model.trainable_variables
+        ]
+
+    def private_gradients(
+        self,
+        x: tf.Tensor,
+        y: tf.Tensor,
+        noise: Sequence[tf.Tensor],
+        expected: tf.Tensor,
+        clip: tf.Tensor,
+    ) -> tuple[list[tf.Tensor], tf.Tensor]:
+        """DP-SGD's gradient of one batch, and the batch's mean data loss.
+
+        Each record's gradient of its own loss (``tf.vectorized_map`` over the
+        records, as TensorFlow Privacy's vectorized optimizers do) is scaled to
+        L2 norm at most ``clip`` over all trainable arrays together
+        (``g * min(1, clip / ||g||)``); the scaled gradients are summed, the
+        ``noise`` added, and the sum divided by ``expected`` (the expected batch
+        size q n, fixed whoever was sampled, so one record moves the gradient by
+        at most ``clip / expected``). An empty batch gives the noise alone.
+        """
+        variables = self.model.trainable_variables
+        if x.shape[0] == 0:
+            return [z / expected for z in noise], tf.constant(np.nan, tf.float32)
+
+        def one(example: tuple[tf.Tensor, tf.Tensor]) -> tuple[list, tf.Tensor]:
+            xi, yi = example
+            with tf.GradientTape() as tape:
+                loss = self._train_loss(yi[None], self.model(xi[None], training=True))
+            return tape.gradient(loss, variables), loss
+
+        per_record, losses = tf.vectorized_map(one, (x, y))
+        squares = [
+            tf.reduce_sum(tf.reshape(tf.square(g), (tf.shape(g)[0], -1)), axis=1)
+            for g in per_record
+        ]
+        # clip / 0 = inf: a zero gradient is kept as it is
+        scale = tf.minimum(1.0, clip / tf.sqrt(tf.add_n(squares)))
+        grads = [
+            (tf.tensordot(scale, g, axes=1) + z) / expected
+            for g, z in zip(per_record, noise, strict=True)
+        ]
+        return grads, tf.reduce_mean(losses)
+
+    def _dp_step(self, *, prox: bool, offset: bool) -> Any:
+        """The compiled DP-SGD step (:meth:`private_gradients`, then the
+        optimizer) for this combination of added terms."""
+        key = ("dp", prox, offset)
+        if key not in self._steps:
+
+            def step(
+                x: tf.Tensor,
+                y: tf.Tensor,
+                noise: list[tf.Tensor],
+                expected: tf.Tensor,
+                clip: tf.Tensor,
+                *mu: tf.Tensor,
+            ) -> tf.Tensor:
+                variables = self.model.trainable_variables
+                grads, loss = self.private_gradients(x, y, noise, expected, clip)
+                if prox:
+                    grads = [
+                        g + mu[0] * (v - a)
+                        for g, v, a in zip(grads, variables, self._anchor, strict=True)
+                    ]
+                if offset:
+                    grads = [g + o for g, o in zip(grads, self._offset, strict=True)]
+                self.optimizer.apply(grads, variables)
+                return loss
+
+            self._steps[key] = tf.function(step, reduce_retracing=True)
+        return self._steps[key]
 
     def trainable_indices(self) -> list[int]:
         """Positions of the trainable variables in ``model.get_weights()``."""
@@ -451,6 +635,30 @@ class ModelRunner:
         """Loss, accuracy, precision, recall and AUC of ``weights`` on (x, y)."""
         probs, losses = self.predict(weights, x, y)
         return classification_metrics(y, probs, losses)
+
+
+class BatchStatisticsRefused(ValueError):
+    """DP-SGD on a model whose layers mix records in a batch."""
+
+
+def refuse_batch_statistics(model: keras.Model) -> None:
+    """DP-SGD clips each record's gradient, which a layer computing statistics
+    over the batch (BatchNormalization) breaks: one record moves the others'
+    gradients and the moving statistics, unclipped and unnoised.
+
+    Raises
+    ------
+    BatchStatisticsRefused
+        Naming the layer and what would be accepted.
+    """
+    for layer in model._flatten_layers():
+        if isinstance(layer, keras.layers.BatchNormalization):
+            raise BatchStatisticsRefused(
+                f"privacy.mechanism=dpsgd does not fit model layer {layer.name!r} "
+                "(BatchNormalization mixes the records of a batch, so a record's "
+                "gradient cannot be clipped alone); use a model without it "
+                "(model.batch_norm: false)"
+            )
 
 
 def _rows_between(

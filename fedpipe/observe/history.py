@@ -79,8 +79,23 @@ def privacy_text(summary: Mapping[str, Any], *, short: bool = False) -> str:
         return ""
     eps = "∞" if p.get("epsilon") is None else f"{p['epsilon']:.3g}"
     void = "guarantee" in p  # privacy.noise_key: params_not_private
+    record = p.get("level") == "record"  # DP-SGD: the worst client's epsilon
     if short:
-        return f"  ε {eps}" + (" (NOT PRIVATE: noise from params)" if void else "")
+        text = f"  ε {eps}" + (" (records, worst client)" if record else "")
+        stopped = p.get("stopped") or []
+        if stopped:
+            text += f", {len(stopped)} out of budget"
+        return text + (" (NOT PRIVATE: noise from params)" if void else "")
+    if record:
+        text = (
+            f"Differential privacy (DP-SGD, record level): ε = {eps} at "
+            f"δ = {p['delta']:g} after round {summary['round']} for the worst "
+            f"client (noise multiplier {p['noise_multiplier']:g}, clip norm "
+            f"{p['clip_norm']:g} per record, accountant {p['accountant']})"
+        )
+        if void:
+            text += f". NOT PRIVATE: guarantee {p['guarantee']}"
+        return text
     # under DP the published records leave out the exact clipped share (the
     # oracle's: fedpipe.federation.privacy.views); older records name no accountant
     clipped = (

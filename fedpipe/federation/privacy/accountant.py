@@ -282,3 +282,57 @@ def noise_for_epsilon(
             tol=1e-4,
         )
     )
+
+
+# ---------------------------------------------------------------- record level
+
+
+@functools.lru_cache(maxsize=4096)
+def dpsgd_epsilon(
+    rate: float, noise_multiplier: float, steps: int, delta: float
+) -> float:
+    """Epsilon at ``delta`` of ``steps`` DP-SGD steps of one client
+    (``privacy.mechanism: dpsgd``, the ``pld-poisson-records`` accountant).
+
+    Each step samples every record with probability ``rate`` (q = batch / n,
+    :func:`fedpipe.model.training.poisson_batches`) and releases the sum of the
+    sampled records' clipped gradients plus Gaussian noise of std sigma C:
+    ``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))`` under add/remove-one
+    of a record, composed ``steps`` times with the PLD accountant (as the
+    central Poisson rounds; TensorFlow Privacy's and Opacus's DP-SGD event).
+    0 steps spend nothing; sigma 0 is no bound (inf).
+    """
+    if steps == 0:
+        return 0.0
+    if noise_multiplier == 0.0:
+        return math.inf
+    accountant = pld_accountant()
+    event = dp_event.PoissonSampledDpEvent(
+        rate, dp_event.GaussianDpEvent(noise_multiplier)
+    )
+    accountant.compose(event, steps)
+    return float(accountant.get_epsilon(delta))
+
+
+def dpsgd_noise_for_epsilon(
+    target: float, *, rate: float, steps: int, delta: float
+) -> float:
+    """The smallest sigma whose ``steps`` DP-SGD steps at sampling rate ``rate``
+    spend at most ``target`` at ``delta`` (:func:`dpsgd_epsilon`'s PLD
+    accountant inverted by dp_accounting's calibration; for planning a run:
+    ``privacy.noise_multiplier`` for a client's planned rounds)."""
+
+    def event(sigma: float) -> dp_event.DpEvent:
+        step = dp_event.PoissonSampledDpEvent(rate, dp_event.GaussianDpEvent(sigma))
+        return dp_event.SelfComposedDpEvent(step, steps)
+
+    return float(
+        dp_accounting.calibrate_dp_mechanism(
+            pld_accountant,
+            event,
+            target,
+            delta,
+            bracket_interval=dp_accounting.LowerEndpointAndGuess(0.3, 1.0),
+            tol=1e-4,
+        )
+    )
