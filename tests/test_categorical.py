@@ -321,21 +321,3 @@ def test_missing_categories_are_imputed_with_the_most_frequent(tmp_path: Path) -
     numeric = len(transform.numeric_columns)
     onehot = x[:, numeric : numeric + color.width]
     assert (onehot[flagged, 1] == 1.0).all()  # slot 1: the most frequent value
-
-
-def test_predict_refuses_an_encoded_table_by_name(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # fedpipe predict reads numbers only: a run with encoded columns is refused
-    # with one line naming them, before any model is built
-    from types import SimpleNamespace
-
-    from fedpipe.config import layout
-    from fedpipe.model.scoring import score_table
-
-    table = _prepared(tmp_path)
-    monkeypatch.chdir(tmp_path)
-    write_json(tmp_path / layout.TRANSFORM, _fit(table).to_json())
-    params = SimpleNamespace(data=SimpleNamespace(id_column=None))
-    with pytest.raises(FedpipeError, match="'review'.*predict does not read yet"):
-        score_table(params, tmp_path / "table.csv", round_=1, out=tmp_path / "p.csv")

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from fedpipe.data.ingest.base import IngestError, IngestResult
 from fedpipe.data.ingest.prepared import STATUS_OK, _PreparedWriter
 
-__all__ = ["CSV_SUFFIXES", "PARQUET_SUFFIXES", "ingest_table"]
+__all__ = ["CSV_SUFFIXES", "PARQUET_SUFFIXES", "ingest_table", "text_key"]
 
 CSV_SUFFIXES = (".csv", ".csv.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -504,6 +504,12 @@ def _key(value: object) -> str:
     return str(value)
 
 
+def text_key(value: object) -> str:
+    """A string column's present cell as stored: its key, surrounding spaces
+    removed (``""``: missing)."""
+    return _key(value).strip()
+
+
 def _numeric(raw: pd.Series, *, key: str, path: Path) -> np.ndarray:
     """A column as float64, non-numeric values as NaN."""
     try:
@@ -601,7 +607,7 @@ class _Rows:
         for i, value in enumerate(raw.tolist()):
             if pd.isna(value):
                 continue
-            key = _key(value).strip()
+            key = text_key(value)
             if key:
                 out[i] = codes.setdefault(key, len(codes))
         return out
