@@ -321,3 +321,29 @@ def test_missing_categories_are_imputed_with_the_most_frequent(tmp_path: Path) -
     numeric = len(transform.numeric_columns)
     onehot = x[:, numeric : numeric + color.width]
     assert (onehot[flagged, 1] == 1.0).all()  # slot 1: the most frequent value
+
+
+def test_heldout_only_and_rare_categories_are_counted_in_the_stats(
+    tmp_path: Path,
+) -> None:
+    """``fedpipe stats`` (stats.json) counts the held-out rows that go to
+    "other": a value no client trained on (unseen) and a rare one."""
+    from fedpipe.data.preprocess.summary import summarize_prepared
+    from fedpipe.observe.clientstats import render_stats
+
+    frame = _frame()
+    table = _prepared(tmp_path, frame)
+    heldout = table["raw"]["heldout"]
+    rows = [int(i.split("-")[1]) - 1 for i in heldout]
+    frame.loc[rows[:6], "color"] = "teal"
+    table = _prepared(tmp_path, frame, min_category_count=20, min_count_shown=2)
+    stats = summarize_prepared(table["prepared"], table["manifest"], table["settings"])
+    trained = _rows(table, _train_ids(table))["color"]
+    assert "teal" not in set(trained) and 0 < (trained == "violet").sum() < 20
+    held = _rows(table, heldout)["color"]
+    rare = int((held == "violet").sum())
+    assert stats["heldout_other"]["color"] == {"unseen": 6, "rare": rare}
+    assert "teal" not in stats["global"]["color"]["top"]
+    assert "review" not in stats["heldout_other"]  # a text column has no "other"
+    text = render_stats(stats, source="s")
+    assert f"  color: 6 unseen (in no client's training rows), {rare} rare" in text
