@@ -205,3 +205,20 @@ def test_text_columns_show_top_tokens_by_rows() -> None:
                    labels=[np.zeros(len(codes), dtype=int)])  # fmt: skip
     assert stats["global"]["review"]["top"] == {"film": 11, "good": 8, "bad": 5}
     assert "other" not in stats["global"]["review"]
+
+
+def test_the_report_lists_top_values_under_the_rule(tmp_path: Path) -> None:
+    from fedpipe.core.jsonio import write_json
+    from fedpipe.observe.report import build_report
+
+    c0 = np.array([0] * 20 + [1] * 6 + [2] * 3, dtype=np.float64)[:, None]
+    stats = _stats([c0, c0[:12]], columns=["color"],
+                   column_types={"color": "categorical"},
+                   strings={"color": ["red", "green", "teal"]})  # fmt: skip
+    stats["heldout_other"] = {"color": {"unseen": 6, "rare": "<5"}}
+    write_json(tmp_path / "data/preprocess/stats.json", stats)
+    page = build_report(tmp_path, findings=[], generated=None)
+    assert "color (values): red 32, green 6; other &lt;5" in page
+    assert "color (values): red 12; other 0" in page  # client 1
+    assert "color: 6 unseen" in page
+    assert "teal" not in page

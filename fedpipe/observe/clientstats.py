@@ -94,9 +94,9 @@ def category_lines(block: dict[str, Any], columns: Sequence[str], k: int) -> lis
         c = block[name]
         if "top" not in c:
             continue
-        top = ", ".join(f"{v} {n}" for v, n in c["top"].items()) or (
-            f"none of {k} rows or more"
-        )
+        # most rows first (the JSON file may hold the values sorted by name)
+        ranked = sorted(c["top"].items(), key=lambda item: (-item[1], item[0]))
+        top = ", ".join(f"{v} {n}" for v, n in ranked) or (f"none of {k} rows or more")
         what = "tokens" if c.get("type") == "text" else "values"
         other = f"; other {c['other']}" if "other" in c else ""
         lines.append(f"  {name} ({what}): {top}{other}")

@@ -64,7 +64,7 @@ FORMAT = 1  # of stats.json
 IMAGE_COLUMN = "mean_intensity"
 QUARTILES = (25, 50, 75)
 TOP = 10  # values (tokens) listed per string column
-_NOT_NUMBERS = ("mean", "std", *(f"q{p}" for p in QUARTILES))
+_NOT_NUMBERS = ("mean", "std", *(f"q{p}" for p in QUARTILES), "min", "max")
 
 
 def shown(count: int, min_count: int) -> int | str:
@@ -174,7 +174,8 @@ def _as_strings(block: dict[str, Any], kind: str, counts: Counter, k: int) -> No
     """``block`` of a string column: no numbers of its codes; its ``top``
     values of ``k`` rows or more, and the ``other`` rows (categorical)."""
     for key in _NOT_NUMBERS:
-        block[key] = None
+        if key in block:  # min and max: the global block's only
+            block[key] = None
     block["histogram"] = []
     block["type"] = kind
     top = vocabulary(counts, k, TOP)
