@@ -114,3 +114,15 @@ def test_a_numeric_column_with_text_is_named_and_categories_are_not(
         len(errors) == 1
         and "column 'size' has non-numeric values (row 7" in (errors[0])
     ), proc.stderr
+
+
+def test_fedpipe_stats_shows_the_top_values(
+    project: Path, cli_env: dict[str, str]
+) -> None:
+    out = run_cli([FEDPIPE, "stats"], project, cli_env).stdout
+    assert "top values (values of fewer than 5 rows not shown):" in out
+    lines = [line for line in out.splitlines() if line.startswith("  color (values): ")]
+    assert len(lines) == 1 + 3  # global and each client
+    assert all({"red", "green", "blue"} & set(line.split()) for line in lines)
+    assert "  review (tokens): " in out
+    assert "  color: 0 unseen (in no client's training rows), 0 rare" in out
