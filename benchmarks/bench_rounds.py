@@ -22,7 +22,13 @@ summary, the doctor and the report). Each variant runs in its own fresh process,
 alternating, ``--repeats`` times; medians are reported, with the ratios. Run from
 the repository root:
 
-    python benchmarks/bench_rounds.py [--rounds 10] [--repeats 2]
+    python benchmarks/bench_rounds.py [--rounds 10] [--repeats 2] [--peers]
+
+``--peers`` adds pfl-research (Apple's simulator built for speed,
+``benchmarks/peers/pfl_peer.py``) to the alternation, at fedpipe's training rows
+(3,200: fedpipe's clients keep a fifth of their 400 rows for their local test); it
+runs in pfl's own virtualenv, ``$PFL_VENV`` (default ``.venv-pfl``), and is left out
+with a message when that is missing (docs/benchmarks.md says how to make it).
 """
 
 from __future__ import annotations
@@ -165,7 +171,37 @@ def fedpipe_rounds(project: Path, rounds: int) -> dict[str, float]:
     }
 
 
+PEERS = Path(__file__).resolve().parent / "peers"
+
+
+def pfl_python() -> Path | None:
+    """pfl's interpreter (``$PFL_VENV/bin/python``), None when it is not there."""
+    venv = Path(os.environ.get("PFL_VENV", ".venv-pfl"))
+    python = venv / "bin" / "python"
+    return python if python.exists() else None
+
+
+def pfl_rounds(project: Path, rounds: int) -> dict[str, float]:
+    """pfl-research on the same digits, clients, model layout and settings, at
+    fedpipe's training rows; its own clock: rounds 2..R, and its training loop
+    (not its imports and data set-up) over the rounds."""
+    python = pfl_python()
+    assert python is not None
+    out = subprocess.run(
+        [str(python), str(PEERS / "pfl_peer.py")],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "ROUNDS": str(rounds), "TRAIN": "3200"},
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"pfl: final accuracy {result['final_acc']:.4f}", file=sys.stderr)
+    return {"steady": result["round_s_median"], "whole": result["train_s"] / rounds}
+
+
 def _child(mode: str, project: Path, rounds: int) -> dict[str, float]:
+    if mode == "pfl":  # its own interpreter: no fedpipe process around it
+        return pfl_rounds(project, rounds)
     out = subprocess.run(
         [
             sys.executable,
@@ -202,6 +238,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--peers", action="store_true", help="add pfl-research ($PFL_VENV)"
+    )
     parser.add_argument("--child", choices=list(VARIANTS))
     parser.add_argument("--project", type=Path)
     args = parser.parse_args()
@@ -225,9 +264,19 @@ def main() -> None:
         )
         subprocess.run([DVC, "commit", "-q", "-f", stage], cwd=project, check=True)
 
-    times: dict[str, list[dict[str, float]]] = {mode: [] for mode in VARIANTS}
+    modes = [m for m in VARIANTS if m != "pfl"]
+    if args.peers and pfl_python() is None:
+        print(
+            "pfl-research left out: no $PFL_VENV/bin/python (PFL_VENV="
+            f"{os.environ.get('PFL_VENV', '.venv-pfl')}); docs/benchmarks.md says "
+            "how to make that virtualenv",
+            file=sys.stderr,
+        )
+    elif args.peers:
+        modes.append("pfl")
+    times: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
     for i in range(args.repeats):
-        for mode in VARIANTS:
+        for mode in modes:
             if mode == "fedpipe":
                 _reset_rounds(project)
             t = _child(mode, project, args.rounds)
@@ -249,6 +298,8 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|")
     fed = med["fedpipe"]
     for mode, title in TITLES.items():
+        if mode not in med:
+            continue
         m = med[mode]
         print(
             f"| {title} | {m['steady']:.2f} | {fed['steady'] / m['steady']:.2f} "
@@ -256,13 +307,19 @@ def main() -> None:
         )
 
 
-VARIANTS = {"hand": hand_loop, "library": library_loop, "fedpipe": fedpipe_rounds}
+VARIANTS = {
+    "hand": hand_loop,
+    "library": library_loop,
+    "fedpipe": fedpipe_rounds,
+    "pfl": pfl_rounds,
+}
 TITLES = {
     "hand": "hand-written Keras FedAvg loop (`model.fit`, weights swapped)",
     "library": "the same rounds as a plain loop over `fedpipe`'s library",
     "fedpipe": (
         "`fedpipe run` (a task run per round, outputs, dvc.lock, summary, report)"
     ),
+    "pfl": "pfl-research 0.6.0 (SimulatedBackend, FedAvg), 3,200 training rows",
 }
 
 

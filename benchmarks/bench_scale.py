@@ -34,7 +34,11 @@ Large federations score the global model on the round's participants only
         [--rounds 4] [--repeats 3] [--images] [--json PATH] [--keep DIR]
 
 ``--repeats N`` runs fedpipe and the library loop N times per case, alternating,
-and shows the medians.
+and shows the medians. ``--peers`` adds pfl-research's table mode
+(``benchmarks/peers/pfl_peer.py``, ``WORKLOAD=table``: the same generator, clients
+and cohort, the MLP 32-64-10, equal training rows a client) to the alternation of
+each plain table case, in its own virtualenv ``$PFL_VENV`` (left out with a
+message where that is missing).
 """
 
 from __future__ import annotations
@@ -118,6 +122,7 @@ class Result:
     cache_bytes_per_round: float
     rounds: int
     final_accuracy: float | None
+    pfl_s: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -310,6 +315,32 @@ def cache_per_round(project: Path, env: Mapping[str, str]) -> float:
     return float(statistics.median(rounds[1:] or rounds))
 
 
+def run_pfl(case: Case, args, env: Mapping[str, str]) -> float:  # type: ignore[no-untyped-def]
+    """pfl-research's seconds per round (rounds 2..R) on the same federation: its
+    clients hold as many training rows as fedpipe's (fedpipe keeps 20 % of the
+    table held out and a fifth of each client's rows for its local test; pfl's
+    script holds out 20 % only, so it is given 80 % of the rows)."""
+    from bench_rounds import PEERS, pfl_python
+
+    python = pfl_python()
+    assert python is not None
+    out = subprocess.run(
+        [str(python), str(PEERS / "pfl_peer.py")],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={
+            **env,
+            "WORKLOAD": "table",
+            "CLIENTS": str(case.clients),
+            "COHORT": str(case.per_round),
+            "ROUNDS": str(args.rounds),
+            "ROWS": str(round(case.clients * args.rows_per_client * 0.8)),
+        },
+    )
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["round_s_median"])
+
+
 def measure(case: Case, work: Path, *, args, env) -> Result:  # type: ignore[no-untyped-def]
     suffix = ("-img" if case.images else "") + (
         f"-c{case.cohort}" if case.cohort else ""
@@ -318,10 +349,15 @@ def measure(case: Case, work: Path, *, args, env) -> Result:  # type: ignore[no-
     project = work / f"p{case.clients}x{case.per_round}{suffix}"
     started = time.perf_counter()
     make_project(project, case, args=args, env=env)
-    fed, lib = [], []
+    fed, lib, peer = [], [], []
+    with_peer = getattr(args, "peers", False) and not (
+        case.images or case.cohort or case.dask
+    )
     for i in range(args.repeats):  # alternating, medians
         fed.append(run_fedpipe(project, env, force=i > 0))
         lib.append(run_library(project, env))
+        if with_peer:
+            peer.append(run_pfl(case, args, env))
     fed_s = statistics.median(f for f, _ in fed)
     lib_s = statistics.median(f for f, _ in lib)
     rss, lib_rss = max(r for _, r in fed), max(r for _, r in lib)
@@ -342,20 +378,30 @@ def measure(case: Case, work: Path, *, args, env) -> Result:  # type: ignore[no-
         cache_bytes_per_round=cache_per_round(project, env),
         rounds=args.rounds,
         final_accuracy=acc,
+        pfl_s=statistics.median(peer) if peer else None,
     )
 
 
 def markdown(results: Sequence[Result]) -> str:
+    peers = any(r.pfl_s is not None for r in results)
     lines = [
         "| clients x per round | fedpipe run s/round | library loop s/round | ratio "
-        "| peak RSS MB (run / rounds only) | cache bytes/round | final accuracy |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        + ("| pfl s/round | fedpipe / pfl " if peers else "")
+        + "| peak RSS MB (run / rounds only) | cache bytes/round | final accuracy |",
+        "|---|---:|---:|---:|" + ("---:|---:|" if peers else "") + "---:|---:|---:|",
     ]
     for r in results:
         acc = "" if r.final_accuracy is None else f"{r.final_accuracy:.3f}"
+        peer = ""
+        if peers:
+            peer = (
+                "| | "
+                if r.pfl_s is None
+                else f"| {r.pfl_s:.3f} | {r.fedpipe_s / r.pfl_s:.2f}x "
+            )
         lines.append(
             f"| {r.case} | {r.fedpipe_s:.3f} | {r.library_s:.3f} | {r.ratio:.2f}x "
-            f"| {r.peak_rss_mb:,.0f} / {r.library_rss_mb:,.0f} "
+            f"{peer}| {r.peak_rss_mb:,.0f} / {r.library_rss_mb:,.0f} "
             f"| {r.cache_bytes_per_round:,.0f} | {acc} |"
         )
     return "\n".join(lines)
@@ -380,6 +426,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--evaluate", choices=("participants", "all"), default="participants"
     )
+    parser.add_argument(
+        "--peers", action="store_true", help="add pfl-research's table mode ($PFL_VENV)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--keep", type=Path, help="keep the projects in this folder")
     parser.add_argument("--library-loop", type=Path, help=argparse.SUPPRESS)
@@ -390,6 +439,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (round 1 compiles)")
     cases = [Case.parse(c) for c in args.cases.split(",") if c]
+    if args.peers:
+        from bench_rounds import pfl_python
+
+        if pfl_python() is None:
+            print(
+                "pfl-research left out: no $PFL_VENV/bin/python (docs/benchmarks.md "
+                "says how to make that virtualenv)",
+                file=sys.stderr,
+            )
+            args.peers = False
     if args.images:
         cases.append(Case(100, 10, images=True))
 

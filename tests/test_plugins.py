@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fedpipe.app.project import template_text
 from fedpipe.client.base import ClientAlgorithm
@@ -101,8 +102,9 @@ def test_each_file_feeds_exactly_the_stages_that_use_it(project: Path) -> None:
     assert code_files(params) == {
         "init": ["code/model.py"],
         "round": ["code/client.py", "code/model.py"],
+        "partition": [],
     }
-    assert code_files(_params()) == {"init": [], "round": []}
+    assert code_files(_params()) == {"init": [], "round": [], "partition": []}
 
 
 def test_sync_writes_the_deps_keeps_comments_and_removes_stale_ones(
@@ -114,7 +116,11 @@ def test_sync_writes_the_deps_keeps_comments_and_removes_stale_ones(
     before = (project / "dvc.yaml").read_text()
     assert sync_code_deps(code_files(params)) is True
     after = (project / "dvc.yaml").read_text()
-    assert listed_code_deps() == {"init": [], "round": ["code/client.py"]}
+    assert listed_code_deps() == {
+        "init": [],
+        "round": ["code/client.py"],
+        "partition": [],
+    }
     assert "# Each federation round is a stage of its own" in after  # comments kept
     assert len(after.splitlines()) == len(before.splitlines()) + 1
     check_code_deps(params)  # in step now
@@ -188,3 +194,27 @@ def test_a_process_without_the_file_makes_its_module_from_the_shipped_source(
         check=True,
     )
     assert out.stdout.split() == ["Mine", "3.0", "True", "True"]
+
+
+def test_a_natural_mapping_file_is_a_dependency_of_the_partition_stage(
+    project: Path,
+) -> None:
+    params = _params(
+        data={"source": "images", "path": "data/images"},
+        partition={"method": "natural", "natural_mapping": "data/writers.csv"},
+    )
+    assert code_files(params)["partition"] == ["data/writers.csv"]
+    with pytest.raises(ParamsError, match="run `fedpipe sync`"):
+        check_code_deps(params)  # an edited mapping would not rerun the partition
+    before = (project / "dvc.yaml").read_text()
+    assert sync_code_deps(code_files(params)) is True
+    assert listed_code_deps()["partition"] == ["data/writers.csv"]
+    stages = yaml.safe_load((project / "dvc.yaml").read_text())["stages"]
+    assert stages["partition"]["deps"] == [
+        "data/prepared",
+        "reports/validation/summary.json",
+        "data/writers.csv",
+    ]
+    check_code_deps(params)
+    assert sync_code_deps(code_files(_params())) is True  # back: the fixed deps
+    assert (project / "dvc.yaml").read_text() == before

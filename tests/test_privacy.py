@@ -110,6 +110,49 @@ def test_server_optimizer_takes_the_noised_mean_as_its_pseudo_gradient() -> None
     assert set(new_state) == set(state)
 
 
+#: Reddi et al. (2021), Algorithm 2: v_t from v_{t-1} and the squared delta,
+#: with each strategy's default betas (FedAdagrad: beta_1 0, tau 1e-9)
+SECOND_MOMENT = {
+    "fedadam": (0.9, 1e-3, lambda v, d2: 0.99 * v + 0.01 * d2),
+    "fedyogi": (0.9, 1e-3, lambda v, d2: v - 0.01 * d2 * np.sign(v - d2)),
+    "fedadagrad": (0.0, 1e-9, lambda v, d2: v + d2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SECOND_MOMENT))
+def test_adaptive_server_optimizers_step_on_the_noised_mean(name: str) -> None:
+    """Two rounds of FedAdam / FedYogi / FedAdagrad under central DP: each is the
+    paper's server step with the noised mean delta as its pseudo-gradient, its
+    moments carried between rounds (the moments see only the noised mean)."""
+    privacy = _central(sigma=0.7)
+    strategy = make_strategy(name, server_lr=0.5)
+    beta_1, tau, second = SECOND_MOMENT[name]
+    weights, state = BEFORE, strategy.init_state(BEFORE)
+    m = [np.zeros(w.shape) for w in BEFORE]
+    v = [np.zeros(w.shape) for w in BEFORE]
+    for round_ in (1, 2):
+        noised, _, _ = aggregate_round(
+            privacy, make_strategy("fedavg"), weights, UPDATES, {}, seed=4,
+            round_=round_, key=KEY,
+        )  # fmt: skip
+        delta = [n.astype(np.float64) - w for n, w in zip(noised, weights, strict=True)]
+        m = [beta_1 * a + (1 - beta_1) * d for a, d in zip(m, delta, strict=True)]
+        v = [second(b, d * d) for b, d in zip(v, delta, strict=True)]
+        expected = [
+            (w + 0.5 * a / (np.sqrt(b) + tau)).astype(np.float32)
+            for w, a, b in zip(weights, m, v, strict=True)
+        ]
+        weights, state, report = aggregate_round(
+            privacy, strategy, weights, UPDATES, state, seed=4, round_=round_, key=KEY
+        )
+        for got, want in zip(weights, expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+        assert report is not None and report["clipped_fraction"] > 0
+    assert not all(np.allclose(a, b) for a, b in zip(weights, noised, strict=True)), (
+        "the adaptive step should differ from the plain noised mean"
+    )
+
+
 def test_same_seed_same_bits_and_rounds_draw_new_noise() -> None:
     def run(round_: int) -> list[np.ndarray]:
         return aggregate_round(
@@ -392,3 +435,27 @@ def test_doctor_names_the_noise_not_the_learning_rate(tmp_path: Path) -> None:
     assert codes.PRIVACY_NOISE_DOMINATES not in {
         f.code for f in diagnose(tmp_path / "plain")
     }
+
+
+def test_doctor_under_adaptive_clipping_names_the_quantile_not_the_switch(
+    tmp_path: Path,
+) -> None:
+    run_federation(
+        tmp_path,
+        n_samples=300,
+        clients=5,
+        rounds=3,
+        privacy={
+            "mechanism": "central",
+            "noise_multiplier": 3.0,
+            "count_noise_multiplier": 30.0,
+            "clip_norm": 0.01,
+            "adaptive_clip": True,
+        },
+    )
+    [finding] = [
+        f for f in diagnose(tmp_path) if f.code == codes.PRIVACY_NOISE_DOMINATES
+    ]
+    assert "the adaptive clip (now " in finding.fix
+    assert "privacy.target_quantile=0.5" in finding.fix
+    assert "set privacy.adaptive_clip: true" not in finding.fix

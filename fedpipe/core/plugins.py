@@ -218,8 +218,14 @@ def load_subclass(name: str, base: type, *, key: str) -> type:
 # ---------------------------------------------------------------- DVC dependencies
 
 PIPELINE_FILE = "dvc.yaml"
-CODE_STAGES = ("init", "round")
-"""The stages whose ``deps`` ``fedpipe sync`` keeps in step with the user's code."""
+CODE_STAGES = ("init", "round", "partition")
+"""The stages whose ``deps`` ``fedpipe sync`` keeps in step with the user's code
+(and, for ``partition``, the data file params.yaml names: a natural partition's
+mapping of images to clients)."""
+FIXED_DEPS = {"partition": ("data/prepared", "reports/validation/summary.json")}
+"""A stage's dependencies that ``dvc.yaml`` always lists (the rest of a stage
+named here is managed by ``fedpipe sync``); other stages' managed deps are their
+``.py`` files."""
 
 
 def code_files(params: Any) -> dict[str, list[str]]:
@@ -227,7 +233,9 @@ def code_files(params: Any) -> dict[str, list[str]]:
 
     The model's file and the strategy's file feed ``init`` (the initial weights and
     server state) and every round; the client algorithm's file (``client.algorithm``,
-    or the one a user's strategy names) feeds the rounds only.
+    or the one a user's strategy names) feeds the rounds only; a natural
+    partition's mapping file (``partition.natural_mapping``) feeds ``partition``,
+    so editing it reruns the partition as editing code reruns its stages.
     """
     model = reference_file(params.model.name)
     strategy = reference_file(params.strategy.name)
@@ -241,7 +249,13 @@ def code_files(params: Any) -> dict[str, list[str]]:
     client = reference_file(client_ref) if isinstance(client_ref, str) else None
     both = [_dep_path(p) for p in (model, strategy) if p is not None]
     rounds = both + [_dep_path(client)] if client is not None else list(both)
-    return {"init": sorted(set(both)), "round": sorted(set(rounds))}
+    mapping = params.partition.settings().get("natural_mapping")
+    partition = [_dep_path(Path(mapping))] if mapping else []
+    return {
+        "init": sorted(set(both)),
+        "round": sorted(set(rounds)),
+        "partition": partition,
+    }
 
 
 def _dep_path(path: Path) -> str:
@@ -253,8 +267,13 @@ def _dep_path(path: Path) -> str:
         return resolved.as_posix()
 
 
-def _is_code(dep: Any) -> bool:
-    return isinstance(dep, str) and dep.endswith(".py")
+def _is_managed(stage: str, dep: Any) -> bool:
+    """Whether ``fedpipe sync`` owns ``dep`` of ``stage`` (see FIXED_DEPS)."""
+    if not isinstance(dep, str):
+        return False
+    if stage in FIXED_DEPS:
+        return dep not in FIXED_DEPS[stage]
+    return dep.endswith(".py")
 
 
 def _stage_body(stages: Any, name: str) -> Any:
@@ -265,24 +284,27 @@ def _stage_body(stages: Any, name: str) -> Any:
 
 
 def listed_code_deps(path: Path = Path(PIPELINE_FILE)) -> dict[str, list[str]]:
-    """The ``.py`` dependencies ``dvc.yaml`` lists for each of :data:`CODE_STAGES`."""
+    """The dependencies ``fedpipe sync`` manages that ``dvc.yaml`` lists for each of
+    :data:`CODE_STAGES` (``.py`` files; a partition's mapping file)."""
     import yaml
 
     stages = (yaml.safe_load(path.read_text()) or {}).get("stages", {})
     out = {}
     for name in CODE_STAGES:
         body = _stage_body(stages, name) or {}
-        out[name] = sorted(d for d in body.get("deps", []) or [] if _is_code(d))
+        deps = body.get("deps", []) or []
+        out[name] = sorted(d for d in deps if _is_managed(name, d))
     return out
 
 
 def sync_code_deps(
     files: dict[str, list[str]], path: Path = Path(PIPELINE_FILE)
 ) -> bool:
-    """Make the ``.py`` deps of ``dvc.yaml``'s code stages exactly ``files``.
+    """Make the managed deps of ``dvc.yaml``'s code stages exactly ``files``.
 
-    Every ``.py`` dependency of those stages is managed here (a user's own script
-    dependency belongs in a stage of its own). Comments and layout survive
+    Every ``.py`` dependency of those stages, and every partition dependency
+    besides :data:`FIXED_DEPS`, is managed here (a user's own script dependency
+    belongs in a stage of its own). Comments and layout survive
     (round-trip YAML). Returns True when the file changed.
     """
     if listed_code_deps(path) == {k: sorted(v) for k, v in files.items()}:
@@ -301,7 +323,7 @@ def sync_code_deps(
         deps = body.get("deps")
         if deps is None:
             body["deps"] = deps = []
-        for dep in [d for d in deps if _is_code(d)]:
+        for dep in [d for d in deps if _is_managed(name, d)]:
             deps.remove(dep)
         deps.extend(files.get(name, []))
     with atomic.writing(path) as tmp, tmp.open("w") as handle:
@@ -310,8 +332,8 @@ def sync_code_deps(
 
 
 def check_code_deps(params: Any, path: Path = Path(PIPELINE_FILE)) -> None:
-    """Stop when ``dvc.yaml`` does not track the user code ``params`` names (a
-    stage would run code whose edits DVC cannot see)."""
+    """Stop when ``dvc.yaml`` does not track the user code (or the mapping file)
+    ``params`` names (a stage would read a file whose edits DVC cannot see)."""
     if not path.is_file():
         return
     wanted = code_files(params)
@@ -319,5 +341,6 @@ def check_code_deps(params: Any, path: Path = Path(PIPELINE_FILE)) -> None:
         files = sorted({f for fs in wanted.values() for f in fs})
         raise ParamsError(
             f"{path}: the stages' code dependencies do not match params.yaml "
-            f"(your code: {', '.join(files) or 'none'}); run `fedpipe sync`"
+            f"(your code and mapping files: {', '.join(files) or 'none'}); run "
+            "`fedpipe sync`"
         )

@@ -127,6 +127,7 @@ def ingest(
             image_size=data.image_size,
             color_mode=data.color_mode,
             classes=data.classes,
+            class_level=data.class_level,
         )
     if data.source == "table":
         return ingest_table(

@@ -384,6 +384,10 @@ def partition_table(
     """
     dropped: list[str] = []
     rows = np.arange(len(samples), dtype=np.int64)  # positions in the prepared data
+    partitioner = make_partitioner(method, **settings)
+    # natural client keys (a table's client column, an image mapping or folder
+    # level), of every sample the prepared data holds; None for other methods
+    all_groups = partitioner.sample_groups(samples)
     if dedupe and "content_hash" in samples:
         repeated = samples["content_hash"].duplicated(keep="first")
         dropped = samples.loc[repeated, "sample_id"].astype(str).tolist()
@@ -404,10 +408,7 @@ def partition_table(
             f"federation.clients={n_clients} exceeds the {len(train_pos)} training "
             f"samples; allowed: 1..{len(train_pos)}"
         )
-    groups = None
-    if method == "natural" and "client_key" in samples:
-        groups = samples["client_key"].to_numpy(dtype=str)[train_pos]
-    partitioner = make_partitioner(method, **settings)
+    groups = None if all_groups is None else all_groups[rows][train_pos]
     if feature_names is None and spec is not None:
         feature_names = spec.feature_columns
     skew_kind = str(settings.get("feature_skew") or "none")
@@ -440,7 +441,15 @@ def partition_table(
         labels=labels[train_pos],
         min_classes=int(settings["min_classes"]),
     )
-    recorded = {k: settings[k] for k in type(partitioner).settings if k in settings}
+    # a setting whose default is null and that is left unset is not recorded
+    # (a natural partition of a table records what it did before the image keys)
+    recorded = {
+        k: settings[k]
+        for k in type(partitioner).settings
+        if k in settings
+        and (settings[k] is not None or getattr(k, "default", "") is not None)
+    }
+    recorded.update(partitioner.provenance())
     recorded.update(
         seed=seed,
         test_fraction=test_fraction,

@@ -42,7 +42,7 @@ def test_missing_groups_names_client_column() -> None:
     with pytest.raises(PartitionError) as info:
         NaturalIdPartitioner().partition(LABELS, 3, _rng())
     assert str(info.value).startswith(
-        "data.client_column must be set for partition.method=natural"
+        "partition.method=natural needs each sample's client: set data.client_column"
     )
 
 

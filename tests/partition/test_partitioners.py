@@ -48,6 +48,8 @@ EVERY_SETTING: dict[str, object] = {
     "quantity_sigma": 0.5,
     "strictness": 0.5,
     "continuous_by": "mean_intensity",
+    "natural_mapping": None,
+    "natural_level": None,
     "min_classes": 1,
     "local_test_fraction": 0.2,
     "a_key_added_later": "ignored",
@@ -162,7 +164,10 @@ def test_make_partitioner_builds_configured_dirichlet() -> None:
         ("pathological", {"classes_per_client": 2, "min_samples": 1}),
         ("shards", {"shards_per_client": 2, "min_samples": 1}),
         ("quantity", {"quantity_sigma": 0.5, "min_samples": 1}),
-        ("natural", {"min_samples": 1}),
+        (
+            "natural",
+            {"min_samples": 1, "natural_mapping": None, "natural_level": None},
+        ),
         (
             "continuous",
             {"strictness": 0.5, "continuous_by": "mean_intensity", "min_samples": 1},

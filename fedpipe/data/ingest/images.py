@@ -60,6 +60,7 @@ def ingest_image_folder(
     image_size: tuple[int, int],
     color_mode: str = "rgb",
     classes: Sequence[str] | None = None,
+    class_level: int = 0,
 ) -> IngestResult:
     """Decode, convert and resize a folder of class subfolders into ``out_dir``.
 
@@ -69,6 +70,13 @@ def ingest_image_folder(
     (names starting with ``.``) and files at the top level of ``path`` are
     ignored. Files are read in sorted order (class, then file name; Unicode
     code-point order, independent of locale).
+
+    With ``class_level`` ``L > 0`` the class folders sit ``L`` folder levels
+    down, e.g. ``path/<writer>/<class>/x.png`` for ``L = 1`` (a writer per folder,
+    as FEMNIST's writers): the names of the folders at level ``L`` are the
+    classes, the files directly inside them the samples, and each sample id is
+    the file's path under ``path`` (``"<writer>/<class>/x.png"``); files at the
+    levels above are ignored. Samples are ordered by class, then by that path.
 
     What an operating system writes into a folder by itself (see
     :func:`is_os_metadata`: ``Thumbs.db``, ``desktop.ini``, ``.DS_Store``,
@@ -101,6 +109,9 @@ def ingest_image_folder(
         ``data.classes``: the class folder names in index order; a listed class
         without a folder is a declared class with no samples. Default: the sorted
         folder names.
+    class_level : int, optional
+        ``data.class_level``: how many folder levels below ``path`` the class
+        folders are. Default ``0`` (``path/<class>/<file>``).
 
     Returns
     -------
@@ -119,7 +130,8 @@ def ingest_image_folder(
 
     Notes
     -----
-    ``samples.parquet`` has ``sample_id`` (``"<class>/<file>"``), ``label``,
+    ``samples.parquet`` has ``sample_id`` (``"<class>/<file>"``, or the path
+    under ``path`` with ``class_level > 0``), ``label``,
     ``content_hash``, ``status``, ``source`` (the file path, ``path`` joined with
     the sample id, as given) and ``orig_height``, ``orig_width``,
     ``orig_channels`` (from the file's mode before conversion: ``L`` 1, ``LA`` 2,
@@ -130,7 +142,7 @@ def ingest_image_folder(
     height, width = _check_image_size(image_size)
     pil_mode = _check_color_mode(color_mode)
     path, out_dir = Path(path), Path(out_dir)
-    listing = _list_image_folder(path, classes)
+    listing = _list_image_folder(path, classes, _check_class_level(class_level))
     class_names, files = listing.class_names, listing.files
     _check_out_dir_outside(out_dir, path)
     channels = 3 if pil_mode == "RGB" else 1
@@ -198,6 +210,20 @@ def _check_image_size(image_size: object) -> tuple[int, int]:
     return int(height), int(width)
 
 
+def _check_class_level(class_level: object) -> int:
+    if (
+        isinstance(class_level, bool)
+        or not isinstance(class_level, int | np.integer)
+        or class_level < 0
+    ):
+        raise IngestError(
+            f"data.class_level: got {class_level!r}; expected an integer >= 0 (the "
+            "folder level naming the class: 0 for data.path/<class>/, 1 for "
+            "data.path/<group>/<class>/)"
+        )
+    return int(class_level)
+
+
 def _check_out_dir_outside(out_dir: Path, path: Path) -> None:
     inside = out_dir.resolve().is_relative_to(path.resolve())
     if inside:
@@ -236,45 +262,64 @@ class _Listing:
     skipped: tuple[str, ...]  # OS metadata, relative to the data folder
 
 
-def _list_image_folder(path: Path, classes: Sequence[str] | None) -> _Listing:
+def _list_image_folder(
+    path: Path, classes: Sequence[str] | None, class_level: int = 0
+) -> _Listing:
     """Class names and every sample file, in sorted order; OS metadata skipped."""
-    layout = f"expected a folder with one subfolder per class, e.g. {path}/<class>/"
+    layout = (
+        f"expected a folder with one subfolder per class, e.g. {path}/<class>/"
+        if class_level == 0
+        else f"expected class folders {class_level} level(s) down "
+        f"(data.class_level={class_level}), e.g. {path}/"
+        + "<group>/" * class_level
+        + "<class>/"
+    )
     if not path.exists():
         raise IngestError(f"data.path: {path} does not exist; {layout}")
     if not path.is_dir():
         raise IngestError(f"data.path: {path} is not a directory; {layout}")
     skipped: list[str] = []
-    folders: list[str] = []
-    for entry in sorted(path.iterdir(), key=lambda e: e.name):
-        if is_os_metadata(entry):
-            skipped.append(entry.name + ("/" if entry.is_dir() else ""))
-        elif _visible(entry) and entry.is_dir():
-            folders.append(entry.name)
+    # the folders at each level down to the class level, as "a/b/" under path
+    parents = [""]
+    for _ in range(class_level + 1):
+        below: list[str] = []
+        for rel in parents:
+            for entry in sorted((path / rel).iterdir(), key=lambda e: e.name):
+                name = f"{rel}{entry.name}"
+                if is_os_metadata(entry):
+                    skipped.append(name + ("/" if entry.is_dir() else ""))
+                elif _visible(entry) and entry.is_dir():
+                    below.append(name + "/")
+        parents = below
+    class_dirs = [(rel.rstrip("/").rpartition("/")[2], rel) for rel in parents]
+    folders = sorted({name for name, _ in class_dirs})
     if not folders:
+        what = "class subfolders" if class_level == 0 else "class folders"
         raise IngestError(
-            f"data.path: {path} has no class subfolders (hidden ones and "
+            f"data.path: {path} has no {what} (hidden ones and "
             f"operating-system folders such as __MACOSX are ignored); {layout}"
         )
     class_names = _class_order(folders, classes, path)
+    label_of = {name: label for label, name in enumerate(class_names)}
     files: list[_ImageFile] = []
-    for label, name in enumerate(class_names):
-        if name not in folders:
-            continue
-        for entry in sorted((path / name).iterdir(), key=lambda e: e.name):
+    for name, rel in sorted(class_dirs, key=lambda d: (label_of[d[0]], d[1])):
+        for entry in sorted((path / rel).iterdir(), key=lambda e: e.name):
             if is_os_metadata(entry):
-                skipped.append(f"{name}/{entry.name}" + ("/" if entry.is_dir() else ""))
+                skipped.append(f"{rel}{entry.name}" + ("/" if entry.is_dir() else ""))
                 continue
             if not (_visible(entry) and entry.is_file()):
                 continue
-            sample_id = f"{name}/{entry.name}"
+            sample_id = f"{rel}{entry.name}"
             _check_utf8(sample_id, entry)
-            files.append(_ImageFile(sample_id=sample_id, label=label, path=entry))
+            files.append(
+                _ImageFile(sample_id=sample_id, label=label_of[name], path=entry)
+            )
     if not files:
-        folders = ", ".join(class_names)
+        folders_text = ", ".join(class_names)
         raise IngestError(
-            f"data.path: {path} has class folders ({folders}) but no files in them; "
-            "put the images directly inside each class folder (nested folders are "
-            "not read)"
+            f"data.path: {path} has class folders ({folders_text}) but no files in "
+            "them; put the images directly inside each class folder (nested folders "
+            "are not read)"
         )
     return _Listing(class_names=class_names, files=files, skipped=tuple(skipped))
 

@@ -113,6 +113,27 @@ class Partitioner(Component, abc.ABC):
             raise PartitionError(f"{keys} must be set for partition.method={cls.name}")
         return cls(**given)
 
+    def sample_groups(self, samples: Any) -> np.ndarray | None:
+        """Each sample's natural client key, for :meth:`partition`'s ``groups``.
+
+        Parameters
+        ----------
+        samples : DataFrame
+            The prepared ``samples.parquet`` (``sample_id``, ``label``, ...).
+
+        Returns
+        -------
+        np.ndarray or None
+            One key per row of ``samples``; ``None`` (the default: every
+            partitioner but ``"natural"``) when the partition needs none.
+        """
+        return None
+
+    def provenance(self) -> dict[str, Any]:
+        """What the manifest's ``params`` record beyond the settings (the
+        ``"natural"`` partitioner: its mapping file's SHA-256). Default none."""
+        return {}
+
     @abc.abstractmethod
     def partition(
         self,

@@ -15,6 +15,7 @@ from fedpipe.observe.doctor import codes
 from fedpipe.observe.doctor.base import finite_clients, knobs, param
 from fedpipe.observe.doctor.findings import Finding
 from fedpipe.observe.doctor.outliers import outlier_rounds
+from fedpipe.observe.doctor.skewkind import skew_kinds
 from fedpipe.observe.runfiles import RunFiles, fmt, rounds_text
 
 #: divergence normalized by its value for K unrelated updates (1 - 1/K) above
@@ -49,7 +50,9 @@ def check_drift(run: RunFiles) -> list[Finding]:
     """Client updates with little in common: drift from non-i.i.d. data."""
     outliers = {k for rounds in outlier_rounds(run).values() for k in rounds}
     method, partition_params, skew = _partition(run)
-    non_iid = method is not None and method != "iid"
+    kinds = skew_kinds(run)
+    # an iid split with its inputs transformed per client is not i.i.d. either
+    non_iid = (method is not None and method != "iid") or bool(kinds.kinds)
     judged: list[int] = []
     flagged: dict[int, tuple[float, float, float]] = {}
     for k, h in run.health.items():
@@ -101,6 +104,9 @@ def check_drift(run: RunFiles) -> list[Finding]:
                 else ""
             )
         )
+    kind_line = kinds.evidence()
+    if kind_line is not None:
+        evidence.append(kind_line)
     gaps = [
         run.health[k]["gap"].get("accuracy")
         for k in flagged
@@ -113,12 +119,34 @@ def check_drift(run: RunFiles) -> list[Finding]:
         )
     epochs = param(run, "train.epochs")
     less = f" (now {epochs})" if epochs is not None else ""
-    if method is not None and method != "iid":
+    if kinds.has_feature_skew and not kinds.has_label_skew:
+        fix = (
+            "the clients' inputs differ (feature skew), not their labels: keep "
+            "batch norm on the clients (personalization.method: fedbn, with a "
+            "batch-norm model) or personalize (personalization.method: ditto or "
+            "fedper); fedprox and scaffold correct label skew's drift, here they "
+            f"only slow it; fewer local epochs train.epochs{less} also help. Now "
+            + knobs(
+                run,
+                "partition.feature_skew",
+                "personalization.method",
+                "strategy.name",
+                "train.epochs",
+            )
+        )
+        side = "partition"
+    elif non_iid:
+        inputs_too = (
+            " The clients' inputs differ too (feature skew): "
+            "personalization.method: fedbn keeps batch norm local."
+            if kinds.has_feature_skew
+            else ""
+        )
         fix = (
             "correct for drift: strategy.name: fedprox (strategy.proximal_mu: 0.01) "
             f"or scaffold; fewer local epochs train.epochs{less}; more clients per "
             "round (federation.fraction_fit); with personalization the local models "
-            "may be the goal. Now "
+            f"may be the goal.{inputs_too} Now "
             + knobs(
                 run,
                 "partition.method",

@@ -7,6 +7,7 @@ import statistics
 from fedpipe.observe.doctor import codes
 from fedpipe.observe.doctor.base import knobs, norm_layers
 from fedpipe.observe.doctor.findings import Finding
+from fedpipe.observe.doctor.skewkind import skew_kinds
 from fedpipe.observe.runfiles import RunFiles, fmt, rounds_text
 
 #: divergence of the clients' moving-statistics changes above this: the clients
@@ -58,6 +59,31 @@ def check_norm_statistics(run: RunFiles) -> list[Finding]:
             f"global model on client tests minus local models: loss "
             f"{statistics.mean(gaps):+.3g} on average"
         )
+    kinds = skew_kinds(run)
+    kind_line = kinds.evidence()
+    if kind_line is not None:
+        evidence.append(kind_line)
+    if kinds.has_label_skew and not kinds.has_feature_skew:
+        cause = (
+            "the clients hold different classes (label skew) and their inputs "
+            "are alike, so the statistics differ with the classes: FedBN's local "
+            "batch norm is made for differing inputs and helps less here; correct "
+            "the label skew's drift (strategy.name: fedprox or scaffold) or build "
+            "without batch norm (model.batch_norm: false). Now "
+            + knobs(run, "partition.method", "strategy.name", "model.name")
+        )
+    else:
+        which = (
+            "the clients' inputs differ (feature skew)"
+            if kinds.has_feature_skew
+            else "the clients' inputs differ in scale or distribution"
+        )
+        cause = (
+            f"{which}, so one averaged batch-norm statistic fits none of them: "
+            "keep batch norm local with personalization.method: fedbn, or build "
+            "without it (model.batch_norm: false); also check each client's input "
+            "scaling. Now " + knobs(run, "personalization.method", "model.name")
+        )
     rounds_all = sorted({k for rounds in persistent.values() for k in rounds})
     return [
         Finding(
@@ -65,13 +91,7 @@ def check_norm_statistics(run: RunFiles) -> list[Finding]:
             severity="warning",
             title="normalization statistics disagree between clients",
             evidence=evidence,
-            fix=(
-                "the clients' inputs differ in scale or distribution, so one "
-                "averaged batch-norm statistic fits none of them: keep batch norm "
-                "local with personalization.method: fedbn, or build without it "
-                "(model.batch_norm: false); also check each client's input scaling. "
-                "Now " + knobs(run, "personalization.method", "model.name")
-            ),
+            fix=cause,
             rounds=rounds_all,
             side="data",
         )

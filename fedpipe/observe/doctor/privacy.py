@@ -69,10 +69,7 @@ def check_privacy(run: RunFiles) -> list[Finding]:
         "falls as 1/m), or fewer federation.rounds at a higher sigma"
     )
     if clipped >= CLIPS_MOST:
-        fix += (
-            f"; privacy.clip_norm={clip} clips nearly every update: raise it "
-            "towards the median update norm, or set privacy.adaptive_clip: true"
-        )
+        fix += _clip_fix(run, clip, last.get("clip_norm"))
     return [
         Finding(
             code=codes.PRIVACY_NOISE_DOMINATES,
@@ -84,3 +81,20 @@ def check_privacy(run: RunFiles) -> list[Finding]:
             side="privacy",
         )
     ]
+
+
+def _clip_fix(run: RunFiles, clip: object, used: object) -> str:
+    """What to change when the clip scales down nearly every update: the clip
+    itself, or with adaptive clipping (whose ``clip_norm`` is only where it
+    starts) the quantile it adapts to."""
+    if param(run, "privacy.adaptive_clip") is True:
+        quantile = param(run, "privacy.target_quantile")
+        return (
+            f"; the adaptive clip (now {fmt(used)}) still clips nearly every update: "
+            f"raise privacy.target_quantile={quantile} or privacy.clip_lr="
+            f"{param(run, 'privacy.clip_lr')} so that it grows faster"
+        )
+    return (
+        f"; privacy.clip_norm={clip} clips nearly every update: raise it "
+        "towards the median update norm, or set privacy.adaptive_clip: true"
+    )
