@@ -385,3 +385,24 @@ def test_tokens_are_textvectorizations() -> None:
     for text, row in zip(texts, got, strict=True):
         expected = [1 + vocabulary.index(t) + 1 for t in tokens(text)]
         assert [int(i) for i in row if i] == expected, text
+
+
+def test_a_slash_in_a_column_name_reads_underscore() -> None:
+    """Keras refuses '/' in an input's name: the column 'w/h' is input 'w_h'."""
+    from fedpipe.model.rawinput import raw_inputs
+
+    clients = _mixed_clients(missing=False)
+    columns = ["w/h", "color", "huge", "review"]
+    transform = fit_transform(
+        clients, columns=columns, numeric="standard", fit="federated",
+        missing="refuse", bins=32,
+        column_types={"color": "categorical", "review": "text"},
+        strings={"color": COLOR_VALUES, "review": REVIEW_VALUES},
+    )  # fmt: skip
+    raw = _mixed_raw(missing=False)
+    raw["w/h"] = raw.pop("tiny")
+    x = raw_inputs(transform, raw)
+    assert list(x) == ["w_h", "color", "huge", "review"]
+    model = raw_input_model(_trained(transform), transform)
+    assert sorted(i.name for i in model.inputs) == sorted(x)  # Keras sorts them
+    assert np.isfinite(model.predict(x, verbose=0)).all()

@@ -12,7 +12,8 @@ loads with plain ``keras.saving.load_model(path)``: no fedpipe, no custom
 objects, safe mode on.
 
 A table with categorical or text columns (``transform.encodings``) gives a
-model of one input per column, named after it (a dict of 1-D arrays in):
+model of one input per column, named after it (``/`` reads ``_``: Keras
+refuses it in a name; a dict of 1-D arrays in):
 float32 (NaN = missing) for a numeric column, a string for an encoded one
 (its text with surrounding spaces removed, as the ingest keys it; ``""`` =
 missing). A categorical column goes through a ``StringLookup`` of its
@@ -34,10 +35,11 @@ import keras
 import numpy as np
 from keras import ops
 
+from fedpipe.core.errors import FedpipeError
 from fedpipe.data.preprocess.encode import CATEGORICAL_KINDS, Encoding
 from fedpipe.data.preprocess.fit import Scaling, Transform
 
-__all__ = ["raw_input_model", "raw_inputs", "save_raw_input_model"]
+__all__ = ["input_names", "raw_input_model", "raw_inputs", "save_raw_input_model"]
 
 # the out-of-vocabulary token of the lookups (a name no table has as a value;
 # not NUL: NumPy's fixed-width strings drop trailing NULs, so "\x00" == "")
@@ -83,14 +85,30 @@ def raw_input_model(model: keras.Model, transform: Transform) -> keras.Model:
     return keras.Model(rows, model(x), name=f"{model.name}_raw_rows")
 
 
+def input_names(columns: tuple[str, ...]) -> dict[str, str]:
+    """Column -> the name of its input (Keras refuses a ``/`` in a name: it
+    reads ``_``)."""
+    names = {c: c.replace("/", "_") for c in columns}
+    if len(set(names.values())) < len(names):
+        clash = sorted(c for c in columns if "/" in c)
+        raise FedpipeError(
+            f"raw_input_model: column(s) {', '.join(map(repr, clash))} name an "
+            "input like another column once '/' reads '_' (Keras refuses '/' in "
+            "a name); rename one of them in the table"
+        )
+    return names
+
+
 def raw_inputs(
     transform: Transform, columns: dict[str, np.ndarray]
 ) -> np.ndarray | dict[str, np.ndarray]:
     """What :func:`raw_input_model`'s model takes, from per-column 1-D arrays
     (float32 for a numeric column, str for an encoded one): the ``(n, d)``
-    float32 matrix, or with encodings the dict itself in column order."""
+    float32 matrix, or with encodings a dict by input name
+    (:func:`input_names`) in column order."""
     if transform.encodings:
-        return {name: columns[name] for name in transform.columns}
+        names = input_names(transform.columns)
+        return {names[c]: columns[c] for c in transform.columns}
     return np.stack([columns[name] for name in transform.columns], axis=1).astype(
         np.float32
     )
@@ -102,9 +120,10 @@ def _by_column_model(model: keras.Model, transform: Transform) -> keras.Model:
     order (numeric columns, each encoding's columns, the indicators)."""
     scaling = transform.scaling_for(None)
     encodings = {e.column: e for e in transform.encodings}
+    names = input_names(transform.columns)
     inputs = {
         name: keras.Input(
-            (), dtype="string" if j in encodings else "float32", name=name
+            (), dtype="string" if j in encodings else "float32", name=names[name]
         )
         for j, name in enumerate(transform.columns)
     }
@@ -135,7 +154,8 @@ def _by_column_model(model: keras.Model, transform: Transform) -> keras.Model:
     for j in transform.indicators:
         parts.append(ops.cast(missing[j], "float32"))
     x = ops.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
-    return keras.Model(inputs, model(x), name=f"{model.name}_raw_columns")
+    by_name = {names[c]: tensor for c, tensor in inputs.items()}
+    return keras.Model(by_name, model(x), name=f"{model.name}_raw_columns")
 
 
 def _empty(index: object, empty_at: int) -> object:
