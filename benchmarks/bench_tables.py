@@ -304,7 +304,8 @@ def text_table(n: int = 2000, seed: int = 0) -> pd.DataFrame:
 
 
 def central_text_accuracy(project: Path) -> float:
-    """sklearn's bag of words (binary counts, tokens as fedpipe splits them)
+    """sklearn's bag of words (binary counts; on these messages, words of
+    letters and digits, its tokens are fedpipe's)
     and logistic regression on the pooled training rows, on the held-out rows."""
     from sklearn.feature_extraction.text import CountVectorizer
     from sklearn.linear_model import LogisticRegression

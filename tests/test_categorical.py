@@ -323,19 +323,27 @@ def test_missing_categories_are_imputed_with_the_most_frequent(tmp_path: Path) -
     assert (onehot[flagged, 1] == 1.0).all()  # slot 1: the most frequent value
 
 
-def test_predict_refuses_an_encoded_table_by_name(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_heldout_only_and_rare_categories_are_counted_in_the_stats(
+    tmp_path: Path,
 ) -> None:
-    # fedpipe predict reads numbers only: a run with encoded columns is refused
-    # with one line naming them, before any model is built
-    from types import SimpleNamespace
+    """``fedpipe stats`` (stats.json) counts the held-out rows that go to
+    "other": a value no client trained on (unseen) and a rare one."""
+    from fedpipe.data.preprocess.summary import summarize_prepared
+    from fedpipe.observe.clientstats import render_stats
 
-    from fedpipe.config import layout
-    from fedpipe.model.scoring import score_table
-
-    table = _prepared(tmp_path)
-    monkeypatch.chdir(tmp_path)
-    write_json(tmp_path / layout.TRANSFORM, _fit(table).to_json())
-    params = SimpleNamespace(data=SimpleNamespace(id_column=None))
-    with pytest.raises(FedpipeError, match="'review'.*predict does not read yet"):
-        score_table(params, tmp_path / "table.csv", round_=1, out=tmp_path / "p.csv")
+    frame = _frame()
+    table = _prepared(tmp_path, frame)
+    heldout = table["raw"]["heldout"]
+    rows = [int(i.split("-")[1]) - 1 for i in heldout]
+    frame.loc[rows[:6], "color"] = "teal"
+    table = _prepared(tmp_path, frame, min_category_count=20, min_count_shown=2)
+    stats = summarize_prepared(table["prepared"], table["manifest"], table["settings"])
+    trained = _rows(table, _train_ids(table))["color"]
+    assert "teal" not in set(trained) and 0 < (trained == "violet").sum() < 20
+    held = _rows(table, heldout)["color"]
+    rare = int((held == "violet").sum())
+    assert stats["heldout_other"]["color"] == {"unseen": 6, "rare": rare}
+    assert "teal" not in stats["global"]["color"]["top"]
+    assert "review" not in stats["heldout_other"]  # a text column has no "other"
+    text = render_stats(stats, source="s")
+    assert f"  color: 6 unseen (in no client's training rows), {rare} rare" in text

@@ -168,3 +168,57 @@ def test_the_report_has_the_section(tmp_path: Path) -> None:
     # round-tripped through JSON, the file reads the same
     again = json.loads((tmp_path / "data/preprocess/stats.json").read_text())
     assert again["per_client"][1]["rows"] == "<5"
+
+
+def test_categorical_columns_show_top_values_under_the_rule() -> None:
+    """A category is named with its rows only where it has k rows or more
+    (globally, per client); codes get no mean, quartiles or skew."""
+    values = ["red", "green", "teal"]
+    # client 0: red 20, green 6, teal 3; client 1: red 4, green 10, teal 3
+    c0 = np.array([0] * 20 + [1] * 6 + [2] * 3, dtype=np.float64)
+    c1 = np.array([0] * 4 + [1] * 10 + [2] * 3, dtype=np.float64)
+    rows = [np.stack([c, np.arange(len(c), dtype=float)], axis=1) for c in (c0, c1)]
+    stats = _stats(rows, columns=["color", "n"], column_types={"color": "categorical"},
+                   strings={"color": values})  # fmt: skip
+    glob = stats["global"]["color"]
+    assert glob["top"] == {"red": 24, "green": 16, "teal": 6}
+    assert glob["other"] == 0 and glob["mean"] is None and glob["histogram"] == []
+    client0, client1 = (c["columns"]["color"] for c in stats["per_client"])
+    assert client0["top"] == {"red": 20, "green": 6}  # teal: 3 rows, not named
+    assert client0["other"] == "<5"
+    assert client1["top"] == {"green": 10}  # red 4, teal 3: not named
+    assert client1["other"] == 7
+    assert skew_matrix(stats)[:, 0].tolist() == [pytest.approx(np.nan, nan_ok=True)] * 2
+    assert stats["global"]["n"]["mean"] is not None  # a numeric column as before
+    text = render_stats(stats, source="s")
+    assert "  color (values): red 24, green 16, teal 6; other 0" in text
+    assert "  color (values): red 20, green 6; other <5" in text
+    assert "  color (values): green 10; other 7" in text
+    assert "teal 3" not in text and "red 4" not in text
+
+
+def test_text_columns_show_top_tokens_by_rows() -> None:
+    values = ["good film", "bad film", "good", "odd words"]
+    codes = np.array([0] * 6 + [1] * 5 + [2] * 2 + [3] * 1, dtype=np.float64)
+    stats = _stats([codes[:, None]], columns=["review"],
+                   column_types={"review": "text"}, strings={"review": values},
+                   labels=[np.zeros(len(codes), dtype=int)])  # fmt: skip
+    assert stats["global"]["review"]["top"] == {"film": 11, "good": 8, "bad": 5}
+    assert "other" not in stats["global"]["review"]
+
+
+def test_the_report_lists_top_values_under_the_rule(tmp_path: Path) -> None:
+    from fedpipe.core.jsonio import write_json
+    from fedpipe.observe.report import build_report
+
+    c0 = np.array([0] * 20 + [1] * 6 + [2] * 3, dtype=np.float64)[:, None]
+    stats = _stats([c0, c0[:12]], columns=["color"],
+                   column_types={"color": "categorical"},
+                   strings={"color": ["red", "green", "teal"]})  # fmt: skip
+    stats["heldout_other"] = {"color": {"unseen": 6, "rare": "<5"}}
+    write_json(tmp_path / "data/preprocess/stats.json", stats)
+    page = build_report(tmp_path, findings=[], generated=None)
+    assert "color (values): red 32, green 6; other &lt;5" in page
+    assert "color (values): red 12; other 0" in page  # client 1
+    assert "color: 6 unseen" in page
+    assert "teal" not in page

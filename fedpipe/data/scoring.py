@@ -1,13 +1,15 @@
 """A raw table to score (``fedpipe predict``): its row ids and feature rows.
 
 The rows come out as the ingest converts a table's features (float32, NaN for
-an empty cell), in the fitted transform's column order; what cannot be scored
-stops with one line naming the column, the rows and what would be accepted.
+an empty cell; a categorical or text column's cells as the ingest keys them,
+surrounding spaces removed, ``""`` for an empty cell), in the fitted
+transform's column order; what cannot be scored stops with one line naming
+the column, the rows and what would be accepted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +17,7 @@ import pandas as pd
 
 from fedpipe.core.errors import FedpipeError
 
-__all__ = ["ScoringError", "read_scoring_table"]
+__all__ = ["ScoringError", "read_scoring_columns", "read_scoring_table"]
 
 _SHOWN_ROWS = 5
 
@@ -54,7 +56,24 @@ def read_scoring_table(
     id_column: str | None,
     allow_missing: bool,
 ) -> tuple[list[str], np.ndarray]:
-    """The ids and ``(n, len(columns))`` float32 rows of the table at ``path``.
+    """The ids and ``(n, len(columns))`` float32 rows of the table at ``path``
+    (every column numeric; :func:`read_scoring_columns` with no string
+    column, stacked)."""
+    ids, values = read_scoring_columns(
+        path, columns=columns, id_column=id_column, allow_missing=allow_missing
+    )
+    return ids, np.stack([values[name] for name in columns], axis=1)
+
+
+def read_scoring_columns(
+    path: Path,
+    *,
+    columns: Sequence[str],
+    id_column: str | None,
+    allow_missing: bool,
+    strings: Collection[str] = (),
+) -> tuple[list[str], dict[str, np.ndarray]]:
+    """The ids and, per column, the ``(n,)`` values of the table at ``path``.
 
     Parameters
     ----------
@@ -66,12 +85,16 @@ def read_scoring_table(
         ``row-2``, ... (the ingest's ids of a table without one).
     allow_missing : bool
         Empty cells are scored (the transform imputes them); else refused.
+    strings : collection of str
+        The categorical and text columns: their cells as str (the ingest's
+        key of the value, surrounding spaces removed; ``""`` when empty);
+        every other column float32 (NaN when empty).
 
     Raises
     ------
     ScoringError
-        A column missing, a non-numeric value, an empty cell the transform
-        cannot fill, or no rows.
+        A column missing, a non-numeric value in a numeric column, an empty
+        cell the transform cannot fill, or no rows.
     """
     path = Path(path)
     table = _read(path)
@@ -90,21 +113,15 @@ def read_scoring_table(
         )
     if len(table) == 0:
         raise ScoringError(f"{path}: no data rows; expected one line per row")
-    x = np.empty((len(table), len(columns)), dtype=np.float32)
-    for j, name in enumerate(columns):
+    out: dict[str, np.ndarray] = {}
+    for name in columns:
         raw = table[name]
-        values = pd.to_numeric(raw, errors="coerce").to_numpy(
-            dtype=np.float64, na_value=np.nan
-        )
-        bad = np.flatnonzero(raw.notna().to_numpy() & np.isnan(values))
-        if bad.size:
-            first = raw.iloc[int(bad[0])]
-            raise ScoringError(
-                f"{path}: column {name!r} has non-numeric values ({_rows(bad)}, "
-                f"e.g. {str(first)[:40]!r}); the model was trained on numbers in "
-                "this column"
-            )
-        empty = np.flatnonzero(np.isnan(values))
+        if name in strings:
+            out[name] = _texts(raw)
+            empty = np.flatnonzero(out[name] == "")
+        else:
+            out[name] = _numbers(raw, name, path)
+            empty = np.flatnonzero(np.isnan(out[name]))
         if empty.size and not allow_missing:
             raise ScoringError(
                 f"{path}: column {name!r} has empty cells ({_rows(empty)}); the "
@@ -112,9 +129,32 @@ def read_scoring_table(
                 "fill them: fill them, or retrain with preprocess.missing: mean "
                 "or median"
             )
-        x[:, j] = values
     if id_column is None:
         ids = [f"row-{r}" for r in range(1, len(table) + 1)]
     else:
         ids = [str(v) for v in table[id_column].tolist()]
-    return ids, x
+    return ids, out
+
+
+def _numbers(raw: pd.Series, name: str, path: Path) -> np.ndarray:
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(
+        dtype=np.float64, na_value=np.nan
+    )
+    bad = np.flatnonzero(raw.notna().to_numpy() & np.isnan(values))
+    if bad.size:
+        first = raw.iloc[int(bad[0])]
+        raise ScoringError(
+            f"{path}: column {name!r} has non-numeric values ({_rows(bad)}, "
+            f"e.g. {str(first)[:40]!r}); the model was trained on numbers in "
+            "this column"
+        )
+    return values.astype(np.float32)
+
+
+def _texts(raw: pd.Series) -> np.ndarray:
+    """A string column's cells as the ingest keys them; ``""`` when empty."""
+    from fedpipe.data.ingest.table import text_key
+
+    return np.array(
+        ["" if pd.isna(v) else text_key(v) for v in raw.tolist()], dtype=object
+    )

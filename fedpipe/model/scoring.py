@@ -91,12 +91,13 @@ def score_table(params: Any, table: Path, *, round_: int, out: Path) -> Scored:
     Raises
     ------
     fedpipe.data.scoring.ScoringError
-        The table cannot be scored (a column missing, a non-numeric value, an
-        empty cell the transform cannot fill).
+        The table cannot be scored (a column missing, a non-numeric value in
+        a numeric column, an empty cell the transform cannot fill).
     """
     from fedpipe.data.ingest import read_schema
     from fedpipe.data.preprocess import read_transform
-    from fedpipe.data.scoring import read_scoring_table
+    from fedpipe.data.scoring import read_scoring_columns
+    from fedpipe.model.rawinput import raw_inputs
 
     transform = read_transform(layout.TRANSFORM)
     if transform.is_identity:
@@ -104,19 +105,14 @@ def score_table(params: Any, table: Path, *, round_: int, out: Path) -> Scored:
             "fedpipe predict scores tables (data.source: table); this run's data "
             f"is images ({transform.note})"
         )
-    if transform.encodings:
-        encoded = ", ".join(repr(e.name) for e in transform.encodings)
-        raise FedpipeError(
-            f"fedpipe predict scores tables of numeric columns; this run encodes "
-            f"the categorical or text columns {encoded} (preprocess.categorical, "
-            "preprocess.text), which predict does not read yet"
-        )
-    ids, x = read_scoring_table(
+    ids, columns = read_scoring_columns(
         table,
         columns=transform.columns,
         id_column=params.data.id_column,
         allow_missing=transform.scaling_for(None).fill is not None,
+        strings={e.name for e in transform.encodings},
     )
+    x = raw_inputs(transform, columns)
     model = export_round(params, round_)
     probs = model.predict(x, batch_size=1024, verbose=0)
     names = [str(c) for c in read_schema(layout.PREPARED_DIR)["class_names"]]

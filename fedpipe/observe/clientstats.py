@@ -20,9 +20,11 @@ __all__ = [
     "CLIENT_HEADER",
     "GLOBAL_HEADER",
     "StatsError",
+    "category_lines",
     "check_stats",
     "client_rows",
     "global_rows",
+    "heldout_lines",
     "largest_skews",
     "render_stats",
 ]
@@ -81,6 +83,35 @@ def client_rows(
             + [f"{skew:+.2f}" if np.isfinite(skew) else "n/a"]
         )
     return rows
+
+
+def category_lines(block: dict[str, Any], columns: Sequence[str], k: int) -> list[str]:
+    """One line per string column of ``block`` (``stats["global"]`` or a
+    client's ``columns``): its top values with their rows (tokens: rows
+    holding them), then the rows of the values not shown."""
+    lines = []
+    for name in columns:
+        c = block[name]
+        if "top" not in c:
+            continue
+        # most rows first (the JSON file may hold the values sorted by name)
+        ranked = sorted(c["top"].items(), key=lambda item: (-item[1], item[0]))
+        top = ", ".join(f"{v} {n}" for v, n in ranked) or (f"none of {k} rows or more")
+        what = "tokens" if c.get("type") == "text" else "values"
+        other = f"; other {c['other']}" if "other" in c else ""
+        lines.append(f"  {name} ({what}): {top}{other}")
+    return lines
+
+
+def heldout_lines(stats: dict[str, Any], columns: Sequence[str]) -> list[str]:
+    """The held-out rows whose category goes to "other", per column."""
+    counts = stats.get("heldout_other") or {}
+    return [
+        f"  {name}: {c['unseen']} unseen (in no client's training rows), "
+        f"{c['rare']} rare (below preprocess.min_category_count)"
+        for name, c in counts.items()
+        if name in columns
+    ]
 
 
 def largest_skews(
@@ -155,6 +186,12 @@ def render_stats(
         "global",
         *_table(GLOBAL_HEADER, global_rows(stats, names)),
     ]
+    values = category_lines(stats["global"], names, k)
+    if values:
+        lines += [f"top values (values of fewer than {k} rows not shown):", *values]
+    held = heldout_lines(stats, names)
+    if held:
+        lines += ['held-out rows whose category goes to "other":', *held]
     for i in wanted:
         c = stats["per_client"][i]
         labels = ", ".join(f"{name} {v}" for name, v in c["labels"].items())
@@ -162,6 +199,7 @@ def render_stats(
             "",
             f"client {i}: {c['rows']} rows; labels {labels}",
             *_table(CLIENT_HEADER, client_rows(stats, i, names)),
+            *category_lines(c["columns"], names, k),
         ]
     top = largest_skews(stats, clients=wanted, columns=names)
     lines += ["", "feature skew (client mean - global mean, in global std):"]

@@ -704,9 +704,11 @@ def _stats_section(root: Path) -> str:
     from fedpipe.observe.clientstats import (
         CLIENT_HEADER,
         GLOBAL_HEADER,
+        category_lines,
         check_stats,
         client_rows,
         global_rows,
+        heldout_lines,
     )
 
     path = root / layout.CLIENT_STATS
@@ -725,6 +727,13 @@ def _stats_section(root: Path) -> str:
         "<code>fedpipe stats</code> prints the same.</p>",
         _table(list(GLOBAL_HEADER), esc, "numbers"),
     ]
+    values = category_lines(stats["global"], columns, k)
+    if values:
+        held = heldout_lines(stats, columns)
+        text = [f"Top values (values of fewer than {k} rows not shown):", *values]
+        if held:
+            text += ['Held-out rows whose category goes to "other":', *held]
+        parts.append(f"<pre>{html.escape(chr(10).join(text))}</pre>")
     caption = (
         "Each client's column mean minus the global mean, in global standard "
         f"deviations; a blank cell is withheld (fewer than {k} values) or constant."
@@ -741,9 +750,15 @@ def _stats_section(root: Path) -> str:
             f"{html.escape(str(stats['per_client'][i]['rows']))} rows; "
             f"labels {html.escape(labels)}</summary>"
             + _table(list(CLIENT_HEADER), rows, "numbers")
+            + _pre(category_lines(stats["per_client"][i]["columns"], columns, k))
             + "</details>"
         )
     return "".join(parts)
+
+
+def _pre(lines: list[str]) -> str:
+    """``lines`` as preformatted text ("" for none)."""
+    return f"<pre>{html.escape(chr(10).join(lines))}</pre>" if lines else ""
 
 
 def _guarded(build: Callable[[], str], what: str) -> str:

@@ -256,7 +256,7 @@ def test_non_integer_labels_become_minus_one(tmp_path: Path) -> None:
         "label 'inf' is not an integer class index",
         "label '2.5' is not an integer class index",
         "ok",
-        "label is missing",
+        "label missing in column 'y' (data.label_column)",
     ]
 
 
@@ -431,7 +431,11 @@ def test_text_label_missing_is_minus_one(tmp_path: Path) -> None:
     _ingest(_csv(tmp_path, "x,y\n1,cat\n2,\n3,dog\n"), tmp_path)
     samples = _samples(tmp_path)
     assert samples["label"].tolist() == [0, -1, 1]
-    assert samples["status"].tolist() == ["ok", "label is missing", "ok"]
+    assert samples["status"].tolist() == [
+        "ok",
+        "label missing in column 'y' (data.label_column)",
+        "ok",
+    ]
 
 
 def test_label_not_in_data_classes_names_value_row_and_allowed(

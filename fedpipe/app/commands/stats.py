@@ -24,7 +24,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="show per-column statistics, globally and per client, and the "
         "feature skew between clients",
         description="Per column, globally and per client: count, missing, mean, "
-        "std, quartiles (from the federated histogram; global min/max too), each "
+        "std, quartiles (from the federated histogram; global min/max too), a "
+        "categorical column's top values (a text column's top tokens) and the "
+        "held-out rows whose category goes to 'other', each "
         "client's label counts, and the feature skew (each client's column mean "
         "in global standard deviations; heatmap in "
         "reports/preprocess/feature_skew.png). Read from data/preprocess/stats.json, "

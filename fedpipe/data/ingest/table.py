@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from fedpipe.data.ingest.base import IngestError, IngestResult
 from fedpipe.data.ingest.prepared import STATUS_OK, _PreparedWriter
 
-__all__ = ["CSV_SUFFIXES", "PARQUET_SUFFIXES", "ingest_table"]
+__all__ = ["CSV_SUFFIXES", "PARQUET_SUFFIXES", "ingest_table", "text_key"]
 
 CSV_SUFFIXES = (".csv", ".csv.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -74,7 +74,8 @@ def ingest_table(
     becomes ``-1`` with status ``"label '<v>' is not an integer class index"``;
     a column with any non-numeric label (``cat``) holds class names, numbered in
     sorted order (Unicode code points, as image sub-folder names are). A missing
-    label is ``-1`` with status ``"label is missing"``. A row keeps its first
+    label is ``-1`` with status ``"label missing in column '<c>'
+    (data.label_column)"``. A row keeps its first
     problem in this order: features, label, client key (a bad label stays
     visible as ``-1`` anyway).
 
@@ -158,6 +159,7 @@ def ingest_table(
             writer.append(rows.convert(chunk))
         if rows.n_rows != n_rows:
             raise IngestError(f"data.path: {path} changed while it was being read")
+        rows.check_filled()
         labels, class_names = rows.finish_labels(names, num_classes)
         samples: dict[str, Any] = {
             "sample_id": rows.sample_ids,
@@ -504,6 +506,12 @@ def _key(value: object) -> str:
     return str(value)
 
 
+def text_key(value: object) -> str:
+    """A string column's present cell as stored: its key, surrounding spaces
+    removed (``""``: missing)."""
+    return _key(value).strip()
+
+
 def _numeric(raw: pd.Series, *, key: str, path: Path) -> np.ndarray:
     """A column as float64, non-numeric values as NaN."""
     try:
@@ -541,6 +549,8 @@ class _Rows:
     _first_row_of_id: dict[str, int] = field(default_factory=dict, init=False)
     _max_label: int = field(default=-1, init=False)
     _low: float = field(default=np.inf, init=False)
+    # per feature column: rows with a value (not NaN)
+    _filled: np.ndarray | None = field(default=None, init=False)
     _high: float = field(default=-np.inf, init=False)
 
     def convert(self, chunk: pd.DataFrame) -> np.ndarray:
@@ -588,11 +598,26 @@ class _Rows:
                 status[i] = (
                     f"non-numeric value {_show(raw.iloc[i])} in column {column!r}"
                 )
+        filled = (~np.isnan(x)).sum(axis=0)
+        self._filled = filled if self._filled is None else self._filled + filled
         finite = x[np.isfinite(x)]
         if finite.size:
             self._low = min(self._low, float(finite.min()))
             self._high = max(self._high, float(finite.max()))
         return x
+
+    def check_filled(self) -> None:
+        """Every feature column has a value in some row (a column that is
+        empty throughout, such as the one a trailing comma makes, is named)."""
+        if self._filled is None:
+            return
+        empty = [c for c, n in zip(self.features, self._filled, strict=True) if not n]
+        if empty:
+            raise IngestError(
+                f"data.feature_columns: column {_shown(empty)} of {self.path} is "
+                "empty in every row (nothing to learn or fit a scaling from); "
+                "fill it, or list the other columns in data.feature_columns"
+            )
 
     def _encode(self, column: str, raw: pd.Series) -> np.ndarray:
         """A string column's codes (NaN: missing), new values numbered on."""
@@ -601,7 +626,7 @@ class _Rows:
         for i, value in enumerate(raw.tolist()):
             if pd.isna(value):
                 continue
-            key = _key(value).strip()
+            key = text_key(value)
             if key:
                 out[i] = codes.setdefault(key, len(codes))
         return out
@@ -637,7 +662,7 @@ class _Rows:
             status[i] = (
                 f"label {_show(raw.iloc[i])} is not an integer class index"
                 if present[i]
-                else "label is missing"
+                else self._label_missing()
             )
         if integral.any():
             self._max_label = max(self._max_label, int(labels[integral].max()))
@@ -698,9 +723,14 @@ class _Rows:
         self._check_names(index)
         labels = [-1 if n is None else index[n] for n in self._names]
         self._label_problems = [
-            "label is missing" if n is None else None for n in self._names
+            self._label_missing() if n is None else None for n in self._names
         ]
         return labels, list(classes)
+
+    def _label_missing(self) -> str:
+        """The status of a row without a label: names its column and key."""
+        column = self.roles["data.label_column"]
+        return f"label missing in column {column!r} (data.label_column)"
 
     def _check_names(self, index: dict[str, int]) -> None:
         """Every present label is a declared class name."""

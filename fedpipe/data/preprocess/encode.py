@@ -13,6 +13,7 @@ table lookup per row (elementwise: any chunking gives the same bits).
 from __future__ import annotations
 
 import re
+import string
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,13 +39,22 @@ CATEGORICAL_KINDS = ("onehot", "index")
 TEXT_KINDS = ("multihot", "tfidf")
 OTHER = "<other>"  # slot 0 of a categorical column: rare, unseen or no value
 
-_SPLIT = re.compile(r"\W+")
+# Keras TextVectorization's "lower_and_strip_punctuation" and "whitespace"
+# split, exactly (tf.strings.lower: ASCII letters only; its punctuation regex;
+# tf.strings.split: ASCII whitespace), so a model file can tokenize raw text
+# with the built-in layer and get the tokens the federation counted.
+_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+_PUNCTUATION = re.compile(r'[!"#$%&()\*\+,-\./:;<=>?@\[\\\]^_`{|}~\']')
+_SPLIT = re.compile(r"[ \t\n\v\f\r]+")
 
 
 def tokens(text: str) -> list[str]:
-    """``text`` lower-cased and split on non-word characters (empty parts
-    dropped), in order, repeats kept."""
-    return [t for t in _SPLIT.split(text.lower()) if t]
+    """``text``'s tokens in order, repeats kept: ASCII letters lower-cased,
+    ASCII punctuation removed, split on ASCII whitespace (empty parts dropped),
+    as Keras' ``TextVectorization`` (default ``standardize`` and ``split``)
+    tokenizes it."""
+    stripped = _PUNCTUATION.sub("", text.translate(_LOWER))
+    return [t for t in _SPLIT.split(stripped) if t]
 
 
 # ---------------------------------------------------------------- client side

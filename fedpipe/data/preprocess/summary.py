@@ -15,17 +15,34 @@ rule is applied as the file is written, so the versioned file never holds a
 small cell. Global minimum and maximum are written (the fit uses them); they
 are single values, as in ``transform.json``.
 
+A categorical column (stored as codes) has no mean, quartiles, histogram or
+skew (``None``: codes are not quantities); it has ``top``, its most frequent
+values with their rows, globally and per client, a value of fewer than ``k``
+rows never named, and ``other``, the rows of the values not listed. A text
+column's ``top`` are tokens with the rows holding them. With the held-out set's
+codes (:func:`summarize_prepared`), ``heldout_other`` counts per categorical
+column the held-out rows whose value goes to the encoding's "other" slot:
+``unseen`` (no client's training rows have it) and ``rare`` (fewer than
+``preprocess.min_category_count`` do).
+
 Images are summarized as one column, ``mean_intensity`` (each image's mean
 pixel value after the /255 scaling).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from fedpipe.data.preprocess.encode import (
+    merge_counts,
+    token_counts,
+    value_counts,
+    vocabulary,
+)
 from fedpipe.data.preprocess.stats import (
     Moments,
     edges_for,
@@ -46,6 +63,8 @@ __all__ = [
 FORMAT = 1  # of stats.json
 IMAGE_COLUMN = "mean_intensity"
 QUARTILES = (25, 50, 75)
+TOP = 10  # values (tokens) listed per string column
+_NOT_NUMBERS = ("mean", "std", *(f"q{p}" for p in QUARTILES), "min", "max")
 
 
 def shown(count: int, min_count: int) -> int | str:
@@ -65,6 +84,8 @@ def summarize(
     min_count: int,
     bins: int,
     shown_bins: int = 10,
+    column_types: Mapping[str, str] | None = None,
+    strings: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """The readable statistics of the clients' training rows (``stats.json``).
 
@@ -84,6 +105,9 @@ def summarize(
         ``preprocess.bins``: the histogram the quartiles are read from.
     shown_bins : int
         Bins of the histogram written per column (default 10).
+    column_types, strings : mapping, optional
+        The string columns (``schema.json``'s): name -> ``"categorical"`` or
+        ``"text"``, and name -> its values in code order.
     """
     per_client = [moments(x) for x in client_rows]
     merged = merge(per_client)
@@ -113,6 +137,18 @@ def summarize(
                 ),
             }
         )
+    skew = _skew(per_client, merged, k)
+    for j, name in enumerate(columns):
+        kind_j = (column_types or {}).get(name)
+        if kind_j is None:
+            continue
+        values = list((strings or {}).get(name, ()))
+        counts = [_value_counts(x[:, j], values, kind_j) for x in client_rows]
+        _as_strings(glob[j], kind_j, merge_counts(counts), k)
+        for client, own in zip(clients, counts, strict=True):
+            _as_strings(client["columns"][name], kind_j, own, k)
+        for row in skew:
+            row[j] = None
     return {
         "format": FORMAT,
         "kind": kind,
@@ -123,8 +159,60 @@ def summarize(
         "histogram_edges": {name: _floats(coarse[j]) for j, name in enumerate(columns)},
         "global": dict(zip(columns, glob, strict=True)),
         "per_client": clients,
-        "skew": _skew(per_client, merged, k),
+        "skew": skew,
     }
+
+
+def _value_counts(codes: np.ndarray, values: Sequence[str], kind: str) -> Counter:
+    """Rows per value (categorical) or rows holding each token (text)."""
+    if kind == "text":
+        return token_counts(codes, values)[1]
+    return value_counts(codes, values)
+
+
+def _as_strings(block: dict[str, Any], kind: str, counts: Counter, k: int) -> None:
+    """``block`` of a string column: no numbers of its codes; its ``top``
+    values of ``k`` rows or more, and the ``other`` rows (categorical)."""
+    for key in _NOT_NUMBERS:
+        if key in block:  # min and max: the global block's only
+            block[key] = None
+    block["histogram"] = []
+    block["type"] = kind
+    top = vocabulary(counts, k, TOP)
+    block["top"] = {v: int(counts[v]) for v in top}
+    if kind == "categorical":
+        block["other"] = shown(sum(counts.values()) - sum(block["top"].values()), k)
+
+
+def heldout_other(
+    client_rows: Sequence[np.ndarray],
+    heldout: np.ndarray,
+    *,
+    columns: Sequence[str],
+    column_types: Mapping[str, str],
+    strings: Mapping[str, Sequence[str]],
+    min_category_count: int,
+    min_count: int,
+) -> dict[str, dict[str, int | str]]:
+    """Per categorical column, the held-out rows whose value the encoding
+    sends to "other": ``unseen`` (in no client's training rows) and ``rare``
+    (in fewer than ``min_category_count`` of them), counts under the
+    minimum-count rule."""
+    out: dict[str, dict[str, int | str]] = {}
+    for j, name in enumerate(columns):
+        if column_types.get(name) != "categorical":
+            continue
+        values = list(strings.get(name, ()))
+        trained = merge_counts(value_counts(x[:, j], values) for x in client_rows)
+        kept = set(vocabulary(trained, min_category_count))
+        held = value_counts(np.asarray(heldout)[:, j], values)
+        unseen = sum(n for v, n in held.items() if v not in trained)
+        rare = sum(n for v, n in held.items() if v in trained and v not in kept)
+        out[name] = {
+            "unseen": shown(unseen, min_count),
+            "rare": shown(rare, min_count),
+        }
+    return out
 
 
 def skew_matrix(stats: dict[str, Any]) -> np.ndarray:
@@ -191,12 +279,13 @@ def _floats(values: np.ndarray) -> list[float]:
 
 def summarize_prepared(prepared: Any, manifest: Any, settings: Any) -> dict[str, Any]:
     """:func:`summarize` of a prepared data set's clients' training splits
-    (the held-out set and the local test splits are never read).
+    (the local test splits are never read; the held-out set only to count
+    its rows whose category goes to "other", ``heldout_other``).
 
     Parameters
     ----------
     settings
-        ``preprocess.*`` (``min_count_shown``, ``bins``).
+        ``preprocess.*`` (``min_count_shown``, ``bins``, ``min_category_count``).
     """
     from fedpipe.data.ingest import read_schema
     from fedpipe.data.splits import open_federated
@@ -210,7 +299,9 @@ def summarize_prepared(prepared: Any, manifest: Any, settings: Any) -> dict[str,
     else:
         columns = [IMAGE_COLUMN]
         rows = [_intensity(client.x_train) for client in data.clients]
-    return summarize(
+    column_types = dict(schema.get("column_types") or {}) if table else {}
+    strings = dict(schema.get("strings") or {}) if table else {}
+    stats = summarize(
         rows,
         [client.y_train for client in data.clients],
         columns=columns,
@@ -218,7 +309,18 @@ def summarize_prepared(prepared: Any, manifest: Any, settings: Any) -> dict[str,
         kind="table" if table else "image",
         min_count=settings.min_count_shown,
         bins=settings.bins,
+        column_types=column_types,
+        strings=strings,
     )
+    if "categorical" in column_types.values():
+        # counted from the fit's vocabulary rule, never an input of the fit
+        stats["heldout_other"] = heldout_other(
+            rows, np.asarray(data.x_test), columns=columns,
+            column_types=column_types, strings=strings,
+            min_category_count=settings.min_category_count,
+            min_count=settings.min_count_shown,
+        )  # fmt: skip
+    return stats
 
 
 def _intensity(x: np.ndarray) -> np.ndarray:

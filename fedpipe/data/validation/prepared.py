@@ -42,8 +42,13 @@ def validate_prepared_dir(
     from fedpipe.data.ingest import read_schema, row_summaries
 
     schema = read_schema(prepared)
+    summary = row_summaries(prepared)
+    where = ""
+    if not allow_missing and schema.get("source") == "table":
+        if int(summary["feature_nan_count"].sum()) > 0:
+            where = empty_cells(prepared, schema)
     return validate_prepared(
-        row_summaries(prepared),
+        summary,
         classes=schema["classes"],
         class_names=schema["class_names"],
         value_range=tuple(schema["value_range"]),
@@ -55,7 +60,43 @@ def validate_prepared_dir(
         skipped=schema.get("skipped", ()),
         report_dir=report_dir,
         allow_missing=allow_missing,
+        empty_where=where,
     )
+
+
+def empty_cells(prepared: Path, schema: Mapping[str, Any], limit: int = 5) -> str:
+    """Which feature columns of a prepared table have empty cells, and how
+    many: ``"'z' 40 (every row of client 'b'), 'x' 3"``; a column empty in
+    every row of a client (``data.client_column``) says so."""
+    from fedpipe.data.ingest import open_features, read_samples
+
+    x = open_features(prepared)
+    names = [str(c) for c in schema["feature_names"]]
+    samples = read_samples(prepared)
+    keys = samples["client_key"].to_numpy() if "client_key" in samples else None
+    empty = np.zeros(len(names), dtype=np.int64)
+    by_client: dict[str, np.ndarray] = {}
+    rows: dict[str, int] = {}
+    step = 4096
+    for start in range(0, len(x), step):
+        nan = np.isnan(np.asarray(x[start : start + step], dtype=np.float32))
+        empty += nan.sum(axis=0)
+        if keys is None:
+            continue
+        for key in np.unique(keys[start : start + step]):
+            mine = keys[start : start + step] == key
+            by_client[key] = by_client.get(key, 0) + nan[mine].sum(axis=0)
+            rows[key] = rows.get(key, 0) + int(mine.sum())
+    parts = []
+    for j in np.argsort(-empty, kind="stable")[:limit]:
+        if not empty[j]:
+            break
+        whole = sorted(k for k in by_client if by_client[k][j] == rows[k])
+        clients = ", ".join(repr(str(k)) for k in whole[:3])
+        also = f" (every row of client {clients})" if whole else ""
+        parts.append(f"{names[j]!r} {int(empty[j])}{also}")
+    more = int((empty > 0).sum()) - len(parts)
+    return ", ".join(parts) + (f" and {more} more column(s)" if more > 0 else "")
 
 
 def validate_prepared(
@@ -72,6 +113,7 @@ def validate_prepared(
     skipped: Sequence[str] = (),
     report_dir: Path | None = None,
     allow_missing: bool = False,
+    empty_where: str = "",
 ) -> ValidationReport:
     """Validate a prepared data set from its per-sample summary.
 
@@ -90,7 +132,8 @@ def validate_prepared(
     operating-system files the ingest left out) is carried into the report and
     counted in its summary. ``allow_missing`` (``preprocess.missing`` is
     ``mean`` or ``median``): NaN features are not a failure (the preprocess
-    stage imputes them); otherwise the failure names that key.
+    stage imputes them); otherwise the failure names that key, and
+    ``empty_where`` (:func:`empty_cells`) the columns the empty cells are in.
     """
     spec = Spec.build(
         id_column="sample_id",
@@ -105,7 +148,9 @@ def validate_prepared(
     runner = GxRunner(spec, docs_dir)
     gxe = runner.gxe
     names = {int(c): str(n) for c, n in zip(classes, class_names, strict=False)}
-    strict = _prepared_checks(gxe, spec, names, allow_missing=allow_missing)
+    strict = _prepared_checks(
+        gxe, spec, names, allow_missing=allow_missing, empty_where=empty_where
+    )
     soft: list[tuple[str, Check]] = [(duplicates, _duplicate_check(gxe))]
     if "orig_size" in frame:
         soft.append((mixed_sizes, _size_check(gxe)))
@@ -159,19 +204,30 @@ def _prepared_frame(summary: pd.DataFrame) -> pd.DataFrame:
 
 def _categorical_hint(result: Any) -> str:
     """How to declare a column of numbers and text as categorical, when the
-    problems shown are non-numeric values."""
+    problems shown are non-numeric values; what to do with a missing label."""
     shown = unexpected_values(result)
-    if "non-numeric value" not in shown:
-        return ""
-    return (
-        "; a column of categories written partly as numbers: list it in "
-        "preprocess.categorical (every value becomes a category), otherwise fix "
-        "those rows or leave them empty (missing)"
-    )
+    hint = ""
+    if "label missing in column" in shown:
+        hint += (
+            "; a row without a label can neither train nor be evaluated: fill "
+            "its label, or remove the row"
+        )
+    if "non-numeric value" in shown:
+        hint += (
+            "; a column of categories written partly as numbers: list it in "
+            "preprocess.categorical (every value becomes a category), otherwise "
+            "fix those rows or leave them empty (missing)"
+        )
+    return hint
 
 
 def _prepared_checks(
-    gxe: Any, spec: Spec, names: Mapping[int, str], *, allow_missing: bool = False
+    gxe: Any,
+    spec: Spec,
+    names: Mapping[int, str],
+    *,
+    allow_missing: bool = False,
+    empty_where: str = "",
 ) -> list[Check]:
     """The always-fatal expectations on a prepared data set (no NaN check with
     ``allow_missing``)."""
@@ -235,8 +291,14 @@ def _prepared_checks(
                 lambda r: (
                     "feature values must not be NaN or empty "
                     "(preprocess.missing: refuse); "
-                    f"{have(r, 'NaN features')} (up to {extreme(r, max)} per row); "
-                    "set preprocess.missing to mean or median to impute them"
+                    f"{have(r, 'NaN features')} (up to {extreme(r, max)} per row"
+                    + (
+                        f"; empty cells per column: {empty_where}"
+                        if empty_where
+                        else ""
+                    )
+                    + "); set preprocess.missing to mean or median to impute "
+                    "them (from the other rows' federated statistics)"
                 ),
             )
         )

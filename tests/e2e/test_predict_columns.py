@@ -1,0 +1,128 @@
+"""`fedpipe predict` on a run of a table with a categorical and a free-text
+column (imputed empty cells): it scores raw rows, an unseen category and new
+words among them, and its predictions equal those of the saved model file
+loaded with plain Keras and fed the raw columns."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from e2e_helpers import BIN, make_project, run_cli
+
+pytestmark = pytest.mark.e2e
+FEDPIPE = str(BIN / "fedpipe")
+SETTINGS = {
+    "data": {"source": "table", "path": "data/table.csv", "id_column": "pid"},
+    "federation": {"clients": 3, "rounds": 2, "fraction_fit": 1.0, "min_clients": 2},
+    "partition": {"method": "iid", "min_samples": 10},
+    "validation": {"min_rows": 50},
+    "preprocess": {"missing": "mean", "text": ["review"], "text_encoding": "tfidf",
+                   "min_category_count": 3},
+}  # fmt: skip
+COLUMNS = ["size", "color", "review"]
+WORDS = ["good", "great", "bad", "awful", "the", "film", "plot"]
+
+
+def _table(rows: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, size=rows)
+    reviews = [
+        " ".join(rng.choice(WORDS, size=3)) + (" Great!" if y else " BAD.")
+        for y in labels
+    ]
+    df = pd.DataFrame(
+        {
+            "pid": [f"p{seed}-{i}" for i in range(rows)],
+            "size": rng.normal(0, 1, rows) * 1e3 + labels * 500,
+            "color": rng.choice(["red", "green", "blue"], size=rows),
+            "review": reviews,
+            "label": np.where(labels == 1, "yes", "no"),
+        }
+    )
+    df.loc[rng.random(rows) < 0.04, "color"] = np.nan
+    df.loc[rng.random(rows) < 0.04, "size"] = np.nan
+    return df
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> Path:
+    base = tmp_path_factory.mktemp("predict-columns")
+    (base / "p/data").mkdir(parents=True)
+    _table(150, 5).to_csv(base / "p/data/table.csv", index=False)
+    path = make_project(base / "p", cli_env, **SETTINGS)
+    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], path, cli_env)
+    new = _table(21, 11).drop(columns=["label"])
+    new.loc[[1, 8], "color"] = ["teal", " violet "]  # never seen in training
+    new.loc[3, "review"] = "brand new words, none seen"
+    new.loc[[4, 9], "color"] = np.nan  # blank: imputed
+    new.loc[5, "review"] = np.nan
+    new.to_csv(path / "new.csv", index=False)
+    return path
+
+
+def test_predict_scores_raw_categories_and_text_as_the_model_file_does(
+    project: Path, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    out = run_cli(
+        [FEDPIPE, "predict", "new.csv", "--out", str(tmp_path / "pred.csv")],
+        project, cli_env,
+    ).stdout  # fmt: skip
+    assert "21 rows of new.csv scored by round 2's global model" in out
+    pred = pd.read_csv(tmp_path / "pred.csv", dtype={"pid": str})
+    assert pred.columns.tolist() == ["pid", "prediction", "p_no", "p_yes"]
+    # the README's recipe: one 1-D array per column, strings stripped, "" empty
+    raw = pd.read_csv(project / "new.csv")
+    columns = {
+        "size": raw["size"].to_numpy("float32"),
+        "color": raw["color"].fillna("").str.strip().to_numpy(object),
+        "review": raw["review"].fillna("").str.strip().to_numpy(object),
+    }
+    np.savez(tmp_path / "x.npz", **{k: v.astype(str) if v.dtype == object else v
+                                    for k, v in columns.items()})  # fmt: skip
+    script = (
+        "import sys, numpy as np, keras\n"
+        "m = keras.saving.load_model(sys.argv[1])\n"
+        "x = {k: v.astype(object) if v.dtype.kind == 'U' else v\n"
+        "     for k, v in np.load(sys.argv[2]).items()}\n"
+        "np.save(sys.argv[3], m.predict(x, verbose=0))\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", script, str(project / "models/round-2/model.keras"),
+         str(tmp_path / "x.npz"), str(tmp_path / "p.npy")],
+        check=True, cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    direct = np.load(tmp_path / "p.npy")
+    np.testing.assert_array_equal(pred["p_yes"].to_numpy(np.float32), direct[:, 0])
+    assert np.isfinite(direct).all()
+
+
+def test_a_numeric_column_with_text_is_named_and_categories_are_not(
+    project: Path, cli_env: dict[str, str]
+) -> None:
+    raw = pd.read_csv(project / "new.csv", dtype=str)
+    raw.loc[6, "size"] = "large"
+    raw.to_csv(project / "bad.csv", index=False)
+    proc = run_cli([FEDPIPE, "predict", "bad.csv"], project, cli_env, check=False)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert (
+        len(errors) == 1
+        and "column 'size' has non-numeric values (row 7" in (errors[0])
+    ), proc.stderr
+
+
+def test_fedpipe_stats_shows_the_top_values(
+    project: Path, cli_env: dict[str, str]
+) -> None:
+    out = run_cli([FEDPIPE, "stats"], project, cli_env).stdout
+    assert "top values (values of fewer than 5 rows not shown):" in out
+    lines = [line for line in out.splitlines() if line.startswith("  color (values): ")]
+    assert len(lines) == 1 + 3  # global and each client
+    assert all({"red", "green", "blue"} & set(line.split()) for line in lines)
+    assert "  review (tokens): " in out
+    assert "  color: 0 unseen (in no client's training rows), 0 rare" in out
