@@ -26,13 +26,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import dask_hosts  # scripts/, put on sys.path by e2e_helpers
 import pytest
-from e2e_helpers import BIN, file_hashes, make_project, run_cli
+from e2e_helpers import BIN, SCRIPTS, file_hashes, load_script, make_project, run_cli
 
 from fedpipe.config.overrides import set_params
 
 pytestmark = pytest.mark.e2e
+dask_hosts = load_script(SCRIPTS / "dask_hosts.py")
 FEDPIPE = str(BIN / "fedpipe")
 ROUNDS = 2
 CLIENTS = 4
