@@ -40,13 +40,19 @@ RUN = [FEDPIPE, "run", "-v", "--no-server-start", "--no-report"]
 MODELS = "models/round-*/weights.npz"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def hosts_possible() -> None:
+    """Skip the module, before any project is made, where namespaces cannot be
+    made (probed once)."""
+    why = dask_hosts.probe()
+    if why:
+        pytest.skip(f"no test hosts on this machine: {why}")
+
+
 @pytest.fixture(scope="module")
 def cluster(
     tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]
 ) -> Iterator[dask_hosts.TlsCluster]:
-    why = dask_hosts.probe()  # once for the module
-    if why:
-        pytest.skip(f"no test hosts on this machine: {why}")
     work = tmp_path_factory.mktemp("dask-hosts")
     certs = dask_hosts.make_certificates(work / "certs")
     with dask_hosts.Hosts(3) as hosts:
