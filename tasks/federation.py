@@ -48,6 +48,7 @@ from fedpipe.observe.history import progress_line
 from orchestration.runtime import (
     DaskScheduler,
     data_for,
+    result_or_say,
     retry_unless_not_loadable,
     runner_for,
     training_runner,
@@ -200,10 +201,13 @@ def train_on_dask(
         for group in groups
     ]
     logger = get_run_logger()
+    where = scheduler.address()
     out: list[ClientResult | ClientFailure] = []
     with _ticks(on_trained) as tick:
         for future in futures:  # in job order (a group done early waits its turn)
-            results, compiled = future.result()
+            results, compiled = result_or_say(
+                future, client, where=where, say=logger.warning
+            )
             if compiled:
                 logger.info(compiled)
             out.extend(results)
