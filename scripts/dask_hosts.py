@@ -125,6 +125,7 @@ class Hosts:
         LOCK.parent.mkdir(parents=True, exist_ok=True)
         with open(LOCK, "w") as lock:  # two invocations never take the same /24
             fcntl.flock(lock, fcntl.LOCK_EX)
+            sweep_stale(self.tag.rstrip("0123456789"))
             self._up = True
             self.subnet = _free_subnet()
             _ip("link", "add", self.bridge, "type", "bridge")
@@ -190,6 +191,38 @@ class Hosts:
             killed += pids
             time.sleep(0.1)
         return killed
+
+
+def sweep_stale(prefix: str) -> list[str]:
+    """Remove the hosts an invocation killed before its teardown left (its pid
+    no longer runs): their processes, namespaces and bridge. The names removed."""
+    names = re.findall(rf"^({prefix}(\d+)-[a-z])\b", _ip("netns", "list").stdout, re.M)
+    links = re.findall(rf"^\d+: ({prefix}(\d+)br)[:@]", _ip("link").stdout, re.M)
+    removed = []
+    for name, pid in [*names, *links]:
+        if int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        if name.endswith("br"):
+            _ip("link", "del", name, check=False)
+        else:
+            out = _ip("netns", "pids", name, check=False).stdout
+            for p in out.split():
+                try:
+                    os.kill(int(p), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            _ip("netns", "del", name, check=False)
+        removed.append(name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _free_subnet() -> ipaddress.IPv4Network:
