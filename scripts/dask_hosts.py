@@ -63,12 +63,14 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def probe() -> str | None:
-    """Why namespaces cannot be made here, or None when they can (one is made
-    and removed)."""
+    """Why the hosts cannot be made here, or None when they can (a namespace is
+    made and removed)."""
     if os.geteuid() != 0:
         return "network namespaces need root"
     if shutil.which("ip") is None:
         return "no `ip` command (iproute2)"
+    if shutil.which("openssl") is None:
+        return "no `openssl` command (the certificates are made with it)"
     name = f"fpdprobe{os.getpid()}"
     proc = _ip("netns", "add", name, check=False)
     if proc.returncode != 0:
