@@ -149,7 +149,6 @@ class Hosts:
         (idempotent; also run at exit)."""
         if not self._up:
             return
-        self._up = False
         for i in range(self.n):
             self.kill(i)
         for proc in self._procs:
@@ -160,6 +159,7 @@ class Hosts:
         for ns in self.namespaces:
             _ip("netns", "del", ns, check=False)  # its veth end, and so the pair
         _ip("link", "del", self.bridge, check=False)
+        self._up = False  # only now: interrupted, atexit tries again
         atexit.unregister(self.close)
 
     # -- processes --------------------------------------------------------
@@ -399,6 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.pause()
         except KeyboardInterrupt:
             pass
+        for signum in (signal.SIGINT, signal.SIGTERM):  # a second one waits
+            signal.signal(signum, signal.SIG_IGN)
     return 0
 
 
