@@ -13,6 +13,8 @@ import logging
 import os
 import sys
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -210,6 +212,42 @@ class DaskScheduler:
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
+
+
+#: Seconds a round waits on a group of clients on Dask between two checks that
+#: some worker is connected (:func:`result_or_say`).
+WAIT_CHECK_SECONDS = 30.0
+
+
+def result_or_say(
+    future: Any,
+    client: Any,
+    *,
+    where: str,
+    say: Callable[[str], None],
+    every: float = WAIT_CHECK_SECONDS,
+) -> Any:
+    """``future``'s result (a Dask future of ``client``), saying why it waits.
+
+    Every ``every`` seconds without the result, the scheduler is asked for its
+    workers; with none connected (every worker lost: its machine gone, killed)
+    ``say`` gets a line naming the scheduler ``where``. The group is Dask's to
+    keep meanwhile: a worker that joins trains it, and the round goes on with the
+    same bits.
+    """
+    started = time.monotonic()
+    while True:
+        try:
+            return future.result(timeout=every)
+        except TimeoutError:
+            if future.done():  # done meanwhile, or the job's own TimeoutError
+                return future.result()
+            if not client.scheduler_info(n_workers=-1)["workers"]:
+                say(
+                    f"no Dask worker is connected to {where}: the round has waited "
+                    f"{time.monotonic() - started:.0f} s and waits for one to join "
+                    f"(`dask worker {where} --nthreads 1`, with the TLS files)"
+                )
 
 
 def check_workers(address: str, *, security: Any = None) -> int:

@@ -48,6 +48,7 @@ from fedpipe.observe.history import progress_line
 from orchestration.runtime import (
     DaskScheduler,
     data_for,
+    result_or_say,
     retry_unless_not_loadable,
     runner_for,
     training_runner,
@@ -181,8 +182,9 @@ def train_on_dask(
     The workers run plain functions, not task runs: a Prefect task run per group
     cost the API traffic of its states from every worker, and the round flow its
     prefect-dask client connection (a round was 2.9x the local runner's at 1,000
-    clients of which 100 train). Dask retries a group once when its worker is
-    lost; the task's retry resubmits the round's groups (same bits).
+    clients of which 100 train). The scheduler gives a lost worker's groups to
+    the other workers (``distributed.scheduler.allowed-failures`` times); past
+    that, the task's retry resubmits the round's groups (same bits).
 
     The user's own code goes to the workers first, and each group goes as bytes
     its worker unpickles in the job (:mod:`orchestration.usercode`): a group a
@@ -199,10 +201,13 @@ def train_on_dask(
         for group in groups
     ]
     logger = get_run_logger()
+    where = scheduler.address()
     out: list[ClientResult | ClientFailure] = []
     with _ticks(on_trained) as tick:
         for future in futures:  # in job order (a group done early waits its turn)
-            results, compiled = future.result()
+            results, compiled = result_or_say(
+                future, client, where=where, say=logger.warning
+            )
             if compiled:
                 logger.info(compiled)
             out.extend(results)
