@@ -157,5 +157,6 @@ def _interrupted(args: argparse.Namespace, signum: int) -> int:
     name_log(args)
     return EXIT_SIGNAL + signum
 
+
 if __name__ == "__main__":
     sys.exit(main())
