@@ -27,6 +27,7 @@ import tensorflow as tf  # noqa: E402
 from keras.src.random import seed_generator as _keras_seeds  # noqa: E402
 
 from fedpipe.client.base import RecordDP  # noqa: E402
+from fedpipe.core.errors import EXIT_BAD_PARAMS, FedpipeError  # noqa: E402
 from fedpipe.core.secretkey import derived_key  # noqa: E402
 from fedpipe.core.seeds import derive_seed, keyed_rng, rng_for  # noqa: E402
 from fedpipe.model.metrics import classification_metrics  # noqa: E402
@@ -637,8 +638,11 @@ class ModelRunner:
         return classification_metrics(y, probs, losses)
 
 
-class BatchStatisticsRefused(ValueError):
-    """DP-SGD on a model whose layers mix records in a batch."""
+class BatchStatisticsRefused(FedpipeError, ValueError):
+    """DP-SGD on a model whose layers mix records in a batch (a setting to change:
+    the model or ``privacy.mechanism``)."""
+
+    exit_code = EXIT_BAD_PARAMS
 
 
 def refuse_batch_statistics(model: keras.Model) -> None:
