@@ -43,15 +43,21 @@ def test_the_scenarios_cover_the_brief(corpus) -> None:
     planted = [s for s in scenarios if s.get("cause")]
     healthy = [s for s in scenarios if not s.get("cause")]
     # the README states the corpus's size: both change together or this fails
+    # (the planted causes the doctor is scored on, and one that data validation
+    # refuses before any round: labels outside the loss range)
     said = re.search(
-        r"A corpus of (\d+) scenarios \((\d+) planted causes.*?; (\d+) healthy runs",
+        r"A corpus of (\d+) scenarios \((\d+) planted causes the doctor is scored"
+        r".*?a\s+(\d+)th, labels outside the loss range.*?; (\d+) healthy runs",
         (ROOT / "README.md").read_text(),
         re.S,
     )
     assert said is not None, "README's corpus sentence moved"
+    total, scored, nth, n_healthy = (int(n) for n in said.groups())
     assert [len(scenarios), len(planted), len(healthy)] == [
-        int(n) for n in said.groups()
-    ]
+        total, scored + 1, n_healthy
+    ]  # fmt: skip
+    assert nth == scored + 1
+    assert any(s["cause"] == "labels-outside-loss-range" for s in planted)
     methods = {s.get("params", {}).get("personalization", {}).get("method")
                for s in healthy}  # fmt: skip
     assert {"fedper", "fedbn", "finetune", "ditto"} <= methods
