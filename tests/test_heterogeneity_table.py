@@ -45,7 +45,7 @@ def test_every_point_is_valid_params_and_each_method_meets_each_skew() -> None:
 
 
 def test_the_table_is_mean_and_std_over_seeds() -> None:
-    def row(seed: int, acc: float, personal: str = "") -> dict[str, str]:
+    def row(seed: int, acc: float, personal: str = "", local: str = "") -> dict:
         return {
             "seed": str(seed),
             "strategy.name": "fedavg",
@@ -53,14 +53,16 @@ def test_the_table_is_mean_and_std_over_seeds() -> None:
             "partition.feature_skew": "domains",
             "accuracy": str(acc),
             "personalized_accuracy": personal,
+            "local_accuracy": local or "0.1",
         }
 
     text = table.markdown(
-        [row(0, 0.5), row(1, 0.7), row(0, 0.2, "0.9"), row(1, 0.4, "0.8")]
-    )
+        [row(0, 0.5, local="0.6"), row(1, 0.7, local="0.6"), row(0, 0.2, "0.9"),
+         row(1, 0.4, "0.8")]
+    )  # fmt: skip
     lines = {line.split("|")[1].strip(): line for line in text.splitlines()[2:8]}
     fedavg = [c.strip() for c in lines["fedavg"].split("|")[1:-1]]
-    assert fedavg == ["fedavg", "n/a", "n/a", "0.600 ± 0.141", "n/a"]
+    assert fedavg == ["fedavg", "n/a", "n/a", "0.600 ± 0.141", "0.600 ± 0.000"]
     fedbn = [c.strip() for c in lines["fedbn"].split("|")[1:-1]]
     assert fedbn[3:] == ["0.300 ± 0.141", "0.850 ± 0.071"]
     assert "over 2 seed(s)" in text
