@@ -206,6 +206,10 @@ def check_privacy(
 #: personalization methods that train on a client's records outside its round's
 #: accounted fits (``finetune`` fine-tunes every scored client at evaluation)
 DPSGD_UNACCOUNTED = ("finetune",)
+#: personalization methods that need batch statistics (BatchNormalization), which
+#: DP-SGD refuses: a record's gradient through them depends on the other records
+DPSGD_BATCH_STATISTICS = ("fedbn",)
+DPSGD_PERSONALIZATION = ("none", "fedper", "ditto")
 
 
 def _check_dpsgd(
@@ -234,7 +238,14 @@ def _check_dpsgd(
             f"privacy.mechanism=dpsgd does not fit personalization.method="
             f"{personalization}: it fine-tunes every scored client on its records "
             "at evaluation, outside the rounds' accounted steps; use "
-            "personalization.method in none, fedper, fedbn, ditto"
+            f"personalization.method in {', '.join(DPSGD_PERSONALIZATION)}"
+        )
+    if personalization in DPSGD_BATCH_STATISTICS:
+        raise ValueError(
+            f"privacy.mechanism=dpsgd does not fit personalization.method="
+            f"{personalization}: it keeps BatchNormalization layers local, and "
+            "DP-SGD cannot clip one record's gradient through batch statistics; "
+            f"use personalization.method in {', '.join(DPSGD_PERSONALIZATION)}"
         )
 
 
