@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -42,7 +41,9 @@ from pathlib import Path
 
 import yaml
 
-BIN = Path(sys.executable).parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from strategy_table import BIN, scratch_project  # noqa: E402
+
 BN_CNN = {
     "model.name": "cnn",
     "model.depth": 2,
@@ -133,16 +134,9 @@ def main() -> None:
     parser.add_argument("--central", action="store_true")
     parser.add_argument("-j", "--jobs", type=int, default=1)
     args = parser.parse_args()
-    env = dict(os.environ, DVC_NO_ANALYTICS="1", TF_CPP_MIN_LOG_LEVEL="3")
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     out = args.out.resolve()
-    project = out / "project"
+    project, env = scratch_project(out)
     fedpipe = str(BIN / "fedpipe")
-    if not project.exists():
-        subprocess.run([fedpipe, "init", str(project)], check=True, env=env)
-        git = ["git", "-c", "user.name=fedpipe", "-c", "user.email=fedpipe@invalid"]
-        subprocess.run([*git, "add", "-A"], cwd=project, check=True)
-        subprocess.run([*git, "commit", "-qm", "baseline"], cwd=project, check=True)
     if args.central:
         central(project, fedpipe, args.rounds, env)
     grid = out / "heterogeneity.yaml"

@@ -80,6 +80,22 @@ def _markdown(table: str, rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def scratch_project(out: Path) -> tuple[Path, dict[str, str]]:
+    """``out/project``, a fresh fedpipe project committed to git (made once; a
+    rerun reuses it, so a killed sweep resumes), and the environment its
+    commands run in (this interpreter's tools first on PATH)."""
+    env = dict(os.environ, DVC_NO_ANALYTICS="1", TF_CPP_MIN_LOG_LEVEL="3")
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    project = out / "project"
+    if not project.exists():
+        init = [str(BIN / "fedpipe"), "init", str(project)]
+        subprocess.run(init, check=True, env=env)
+        git = ["git", "-c", "user.name=fedpipe", "-c", "user.email=fedpipe@invalid"]
+        subprocess.run([*git, "add", "-A"], cwd=project, check=True)
+        subprocess.run([*git, "commit", "-qm", "baseline"], cwd=project, check=True)
+    return project, env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
@@ -89,16 +105,9 @@ def main() -> None:
     )
     parser.add_argument("-j", "--jobs", type=int, default=1)
     args = parser.parse_args()
-    env = dict(os.environ, DVC_NO_ANALYTICS="1", TF_CPP_MIN_LOG_LEVEL="3")
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     out = args.out.resolve()
-    project = out / "project"
+    project, env = scratch_project(out)
     fedpipe = str(BIN / "fedpipe")
-    if not project.exists():
-        subprocess.run([fedpipe, "init", str(project)], check=True, env=env)
-        git = ["git", "-c", "user.name=fedpipe", "-c", "user.email=fedpipe@invalid"]
-        subprocess.run([*git, "add", "-A"], cwd=project, check=True)
-        subprocess.run([*git, "commit", "-qm", "baseline"], cwd=project, check=True)
     for table in args.tables:
         design = out / f"{table}.yaml"
         base = {"federation.rounds": args.rounds, "partition.alpha": 0.1}
