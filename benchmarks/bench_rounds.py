@@ -121,8 +121,8 @@ def library_loop(project: Path, rounds: int) -> dict[str, float]:
 
     :func:`fedpipe.federation.round.run_round` round after round on the inputs fedpipe's
     ``load-round`` task builds (same training step, sampling, seeds, FedAvg, every
-    evaluation and the health record), the clients one after another in this
-    process: no Prefect, no files, no DVC. The difference to fedpipe is the cost of
+    evaluation and the health record), the clients side by side in this process as
+    ``fedpipe run`` trains them (``runtime.threads``): no Prefect, no files, no DVC. The difference to fedpipe is the cost of
     orchestration and versioning alone.
     """
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -241,6 +241,11 @@ def main() -> None:
     parser.add_argument(
         "--peers", action="store_true", help="add pfl-research ($PFL_VENV)"
     )
+    parser.add_argument(
+        "--modes",
+        default="hand,library,fedpipe",
+        help="runners to time, comma-separated (of hand, library, fedpipe)",
+    )
     parser.add_argument("--child", choices=list(VARIANTS))
     parser.add_argument("--project", type=Path)
     args = parser.parse_args()
@@ -264,7 +269,7 @@ def main() -> None:
         )
         subprocess.run([DVC, "commit", "-q", "-f", stage], cwd=project, check=True)
 
-    modes = [m for m in VARIANTS if m != "pfl"]
+    modes = [m for m in args.modes.split(",") if m in VARIANTS and m != "pfl"]
     if args.peers and pfl_python() is None:
         print(
             "pfl-research left out: no $PFL_VENV/bin/python (PFL_VENV="
@@ -296,7 +301,7 @@ def main() -> None:
         "| fedpipe / runner | whole run / rounds | fedpipe / runner |"
     )
     print("|---|---:|---:|---:|---:|")
-    fed = med["fedpipe"]
+    fed = med.get("fedpipe", next(iter(med.values())))
     for mode, title in TITLES.items():
         if mode not in med:
             continue

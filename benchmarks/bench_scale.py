@@ -266,20 +266,24 @@ def round_loop(
     """:func:`run_round` round after round on the project's inputs (what its
     ``load-round`` task builds), nothing else: the start time, the time each round
     ended, and the last round's outputs. ``rounds`` defaults to
-    ``federation.rounds``; ``train.cohort_size`` is honoured."""
+    ``federation.rounds``; ``train.cohort_size`` and ``runtime.threads`` are
+    honoured, as ``fedpipe run`` does."""
     import dataclasses
 
     os.chdir(project)
     from fedpipe.config.params import load_params
     from fedpipe.federation.round import run_round
     from fedpipe.model.cohort import cohort_map
-    from orchestration.runtime import runner_for
+    from fedpipe.model.threads import usable_cores
+    from orchestration.runtime import runner_for, spare_runners
     from tasks.federation import load_round
 
     params = load_params()
     inputs = load_round(params, 1)
     runner = runner_for(inputs.spec)
-    clients = cohort_map(runner, params.train.cohort_size)
+    threads = params.runtime.threads or usable_cores()
+    spares = spare_runners(inputs.spec, threads - 1)
+    clients = cohort_map(runner, params.train.cohort_size, spares=spares)
     start, stamps, out = time.perf_counter(), [], None
     for k in range(1, (rounds or params.federation.rounds) + 1):
         out = run_round(inputs, map_clients=clients, runner=runner)

@@ -25,6 +25,7 @@ from prefect.utilities.annotations import quote
 from fedpipe.config import layout
 from fedpipe.config.params import MNIST5K_PATH, Params
 from fedpipe.data.sources import prepared_spec
+from fedpipe.model.threads import usable_cores
 from fedpipe.model.trainer import ClientFailure, ClientJob, ClientResult, MapClients
 from orchestration import console
 from orchestration.runtime import DaskScheduler
@@ -142,11 +143,13 @@ def _map_clients(params: Params, dask: DaskScheduler) -> MapClients:
 
     ``local`` (the default): one task run for the whole round (``round 3 · clients
     0-9 (10)``), or groups of ``runtime.clients_per_task`` jobs (1: a task run per
-    client), run one after another in this process, the console ticking per
-    client. A task run per client cost about 25 ms a client a round (the Prefect
-    server recording its events, the engine in this process): 30 % of a default
-    round, more than a small client's whole training (measured, docs/benchmarks.md).
-    Every client's result is in the round's table artifact either way.
+    client), run in this process, up to ``runtime.threads`` clients side by side
+    (default: the usable cores; :mod:`fedpipe.model.threads`, the same bits), the
+    console ticking per client. A task run per client cost about 25 ms a client a
+    round (the Prefect server recording its events, the engine in this process):
+    30 % of a default round, more than a small client's whole training
+    (measured, docs/benchmarks.md). Every client's result is in the round's table
+    artifact either way.
 
     ``dask``: one task run for the round, sending groups of jobs to ``dask``'s
     workers: by default one job per group up to 10 clients a round, else 10
@@ -161,6 +164,7 @@ def _map_clients(params: Params, dask: DaskScheduler) -> MapClients:
     job looking for futures (about 5 ms a task).
     """
     runtime, cohort_size = params.runtime, params.train.cohort_size
+    threads = runtime.threads or usable_cores()
 
     def run(jobs: Sequence[ClientJob]) -> list[ClientResult | ClientFailure]:
         console.clients_started(len(jobs))
@@ -177,7 +181,9 @@ def _map_clients(params: Params, dask: DaskScheduler) -> MapClients:
         results: list[ClientResult | ClientFailure] = []
         for group in client_groups(jobs, runtime.clients_per_task):
             results.extend(
-                _train(group)(quote(group), cohort_size, console.client_finished)
+                _train(group)(
+                    quote(group), cohort_size, console.client_finished, threads
+                )
             )
         return results
 

@@ -27,11 +27,25 @@ from fedpipe.model.training import ModelRunner, ModelSpec
 _lock = threading.Lock()
 _runners: dict[ModelSpec, ModelRunner] = {}
 _training: set[ModelSpec] = set()
+_spares: dict[ModelSpec, list[ModelRunner]] = {}
 
 
 def runner_for(spec: ModelSpec) -> ModelRunner:
     """The process's compiled model for ``spec`` (built on first use)."""
     return cached_runner(spec)[0]
+
+
+def spare_runners(spec: ModelSpec, n: int) -> list[ModelRunner]:
+    """``n`` more compiled models of ``spec``, besides :func:`runner_for`'s, for
+    clients trained side by side (``runtime.threads``); kept like it, and made
+    :func:`runner_for`'s helpers (its predictions share out over them too)."""
+    main = runner_for(spec)
+    with _lock:
+        spares = _spares.setdefault(spec, [])
+        while len(spares) < n:
+            spares.append(ModelRunner(spec))
+        main.helpers = spares[:n]
+        return spares[:n]
 
 
 def training_runner(spec: ModelSpec) -> tuple[ModelRunner, bool]:

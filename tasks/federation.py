@@ -51,6 +51,7 @@ from orchestration.runtime import (
     result_or_say,
     retry_unless_not_loadable,
     runner_for,
+    spare_runners,
     training_runner,
     where_am_i,
 )
@@ -147,17 +148,19 @@ def train_clients(
     jobs: list[ClientJob],
     cohort_size: int | None = None,
     on_trained: Callable[[int], None] | None = None,
+    threads: int = 1,
 ) -> list[ClientResult | ClientFailure]:
-    """Run clients' jobs on this process's compiled model: one after another, or
-    as vectorized cohorts of ``cohort_size`` (``train.cohort_size``);
-    ``on_trained(n)`` hears of each client or cohort done (the console).
+    """Run clients' jobs on this process's compiled model: one after another
+    (side by side on ``threads`` threads, ``runtime.threads``), or as vectorized
+    cohorts of ``cohort_size`` (``train.cohort_size``); ``on_trained(n)`` hears
+    of each client or cohort done (the console).
 
     A client whose job raises comes back as a :class:`ClientFailure` (the round
     leaves it out), so the task's one retry is for infrastructure only: a result
     that could not be recorded. A retry recomputes the same bits (and ticks the
     console again: an attempt that fails takes its ticks back)."""
     with _ticks(on_trained) as tick:
-        results, compiled = train_group(jobs, cohort_size, tick)
+        results, compiled = train_group(jobs, cohort_size, tick, threads=threads)
     if compiled:
         get_run_logger().info(compiled)
     return results
@@ -240,17 +243,24 @@ def train_group(
     jobs: Sequence[ClientJob],
     cohort_size: int | None,
     on_trained: Callable[[int], None] | None = None,
+    *,
+    threads: int = 1,
 ) -> tuple[list[ClientResult | ClientFailure], str | None]:
     """Clients' jobs trained in this process (the run's, or a Dask worker's) on
-    its compiled model, and a line to log when this call compiled it."""
+    its compiled model (and ``threads - 1`` more, side by side), and a line to
+    log when this call compiled it."""
     runner, first = training_runner(jobs[0].spec)
+    spares = spare_runners(jobs[0].spec, min(threads, len(jobs)) - 1)
     compiled = None
     if first:
         compiled = (
             f"{jobs[0].spec.name} compiled in {where_am_i()}, training on "
-            f"{training_device()}; reused for later clients and rounds"
+            f"{training_device()}"
+            + (f", {len(spares) + 1} clients at a time" if spares else "")
+            + "; reused for later clients and rounds"
         )
-    return list(cohort_map(runner, cohort_size, on_trained=on_trained)(jobs)), compiled
+    clients = cohort_map(runner, cohort_size, on_trained=on_trained, spares=spares)
+    return list(clients(jobs)), compiled
 
 
 def train_shipped(

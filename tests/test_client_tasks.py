@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from fedpipe.config.params import RuntimeParams
+from fedpipe.model.threads import usable_cores
 from flows import stages
 from flows.stages import client_groups
 
@@ -48,12 +49,14 @@ def test_local_round_is_one_task_with_its_cohorts_and_ticks_per_client(
     from prefect.utilities.annotations import quote
 
     calls: list[tuple[list[int], int | None]] = []
+    threads: list[int] = []
 
     def fake_task(group):  # the train-clients task, as _train returns it
-        def run(jobs, cohort_size=None, on_trained=None):
+        def run(jobs, cohort_size=None, on_trained=None, n_threads=1):
             assert isinstance(jobs, quote)  # Prefect does not walk the arrays
             jobs = jobs.unquote()  # as Prefect hands them to the task
             calls.append((list(jobs), cohort_size))
+            threads.append(n_threads)
             for _ in jobs:
                 on_trained(1)
             return list(jobs)
@@ -70,9 +73,11 @@ def test_local_round_is_one_task_with_its_cohorts_and_ticks_per_client(
     assert ticks == [1] * 30
 
     calls.clear()
-    per_task = RuntimeParams(clients_per_task=10)
+    per_task = RuntimeParams(clients_per_task=10, threads=3)
     stages._map_clients(_params(per_task, None), None)(jobs)  # type: ignore[arg-type]
     assert [(len(g), c) for g, c in calls] == [(10, None)] * 3
+    # runtime.threads reaches the task; null is the process's usable cores
+    assert threads == [usable_cores()] + [3] * 3
 
 
 def test_a_failing_attempt_gives_back_only_what_it_told(monkeypatch) -> None:
@@ -80,7 +85,7 @@ def test_a_failing_attempt_gives_back_only_what_it_told(monkeypatch) -> None:
 
     told: list[int] = []
 
-    def broken(jobs, cohort_size, on_trained=None):  # type: ignore[no-untyped-def]
+    def broken(jobs, cohort_size, on_trained=None, threads=1):  # type: ignore[no-untyped-def]
         on_trained(2)
         raise RuntimeError("bug")
 

@@ -633,12 +633,18 @@ class RuntimeParams(Section):
     ``clients_per_task``: clients trained per Prefect task (null: the round's
     clients in one task; on ``dask`` one per task up to 10 clients a round, else
     10 tasks a round, or ``train.cohort_size`` each).
+
+    ``threads``: clients trained side by side in the run's process, each on a
+    compiled model of its own (null: as many as the process's usable cores).
+    Every TensorFlow op runs on one core, so the bits are the same for any
+    number (:mod:`fedpipe.model.threads`).
     """
 
     runner: Literal["local", "dask"] = "local"
     dask_address: str | None = Field(None, min_length=1)
     dask_workers: int = Field(2, ge=1)
     clients_per_task: int | None = Field(None, ge=1)
+    threads: int | None = Field(None, ge=1)
     dask_tls_ca: str | None = Field(None, min_length=1)
     dask_tls_cert: str | None = Field(None, min_length=1)
     dask_tls_key: str | None = Field(None, min_length=1)

@@ -67,6 +67,7 @@ import tensorflow as tf
 from fedpipe.client.base import LocalFit, LocalTrainer, LocalTraining
 from fedpipe.data.splits import ClientData
 from fedpipe.model.metrics import classification_metrics
+from fedpipe.model.threads import threaded_map
 from fedpipe.model.trainer import (
     ClientFailure,
     ClientJob,
@@ -263,12 +264,15 @@ def cohort_map(
     size: int | None,
     *,
     on_trained: Callable[[int], None] | None = None,
+    spares: Sequence[ModelRunner] = (),
 ) -> MapClients:
     """A :data:`fedpipe.model.trainer.MapClients` training consecutive cohorts of
     ``size`` jobs (``train.cohort_size``). None or 1, and a model that cannot be
-    vectorized: one by one, :func:`fedpipe.model.trainer.run_here` (its bits).
-    ``on_trained(n)``, if given, is called after each client (or cohort of ``n``)
-    is done: progress, nothing else."""
+    vectorized: one by one, :func:`fedpipe.model.trainer.run_here` (its bits), or
+    with ``spares`` (more compiled models of the spec) side by side on
+    ``1 + len(spares)`` threads (:func:`fedpipe.model.threads.threaded_map`, the
+    same bits). ``on_trained(n)``, if given, is called after each client (or
+    cohort of ``n``) is done: progress, nothing else."""
     if size is not None and size < 1:
         raise ValueError(f"train.cohort_size: got {size}; allowed: null or >= 1")
     tell = on_trained or (lambda n: None)
@@ -277,6 +281,8 @@ def cohort_map(
         step, train = 1, run_here(runner)
         if size is not None and size > 1 and cohort_engine(runner)[0] is not None:
             step, train = size, functools.partial(train_cohort, runner=runner)
+        elif spares:
+            return list(threaded_map([runner, *spares], on_trained=tell)(jobs))
         out: list[ClientResult | ClientFailure] = []
         for start in range(0, len(jobs), step):
             chunk = jobs[start : start + step]

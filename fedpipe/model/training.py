@@ -35,9 +35,11 @@ from fedpipe.model.zoo import build_model, loss_for  # noqa: E402
 
 _determinism_enabled = False
 
-PREDICT_BATCH = 1024
+PREDICT_BATCH = 256
 """Most rows per batch of :meth:`ModelRunner.predict` (evaluation only; training
-takes ``train.batch_size``)."""
+takes ``train.batch_size``). With one core per op, 256 rows of digits through
+``small_cnn`` took 0.70x the time of 1024 (1,800 rows: 250 against 358 ms), and
+more batches share out over :attr:`ModelRunner.helpers`."""
 
 PREDICT_BYTES = 16 * 2**20
 """Float32 input bytes per prediction batch at most: large inputs take smaller
@@ -273,7 +275,13 @@ class ModelRunner:
     Training runs a ``tf.function`` minibatch step over batches this class cuts
     itself (seeded order), rather than ``model.fit``, whose per-call setup costs
     more than a small client's epoch; the math per batch is the same.
+
+    :attr:`helpers`: other runners of the same spec (``runtime.threads``) that
+    :meth:`predict_splits` shares its batches with, one thread each; the batches
+    are the same whoever runs them, so the bits are too.
     """
+
+    helpers: Sequence[ModelRunner] = ()
 
     def __init__(self, spec: ModelSpec) -> None:
         enable_determinism()
@@ -592,18 +600,28 @@ class ModelRunner:
             return []
         if batch_size is None:
             batch_size = predict_batch(self.spec.input_shape)
-        self.model.set_weights(weights)
         sizes = [len(ys) for _, ys in splits]
         y = np.concatenate([ys for _, ys in splits])
-        probs, losses = [], []
-        for start in range(0, len(y), batch_size):
-            stop = min(len(y), start + batch_size)
-            p, loss = self._predict(
-                tf.constant(_rows_between(splits, sizes, start, stop)),
-                tf.constant(self._target(y[start:stop])),
-            )
-            probs.append(p.numpy())
-            losses.append(loss.numpy().reshape(-1))
+        bounds = [
+            (start, min(len(y), start + batch_size))
+            for start in range(0, len(y), batch_size)
+        ]
+        runners = [self, *self.helpers][: max(1, len(bounds))]
+        probs: list[Any] = [None] * len(bounds)
+        losses: list[Any] = [None] * len(bounds)
+
+        def run(k: int) -> None:
+            runner = runners[k]
+            runner.model.set_weights(weights)
+            for i in range(k, len(bounds), len(runners)):
+                start, stop = bounds[i]
+                p, loss = runner._predict(
+                    tf.constant(_rows_between(splits, sizes, start, stop)),
+                    tf.constant(self._target(y[start:stop])),
+                )
+                probs[i], losses[i] = p.numpy(), loss.numpy().reshape(-1)
+
+        _side_by_side(run, len(runners))
         if probs:
             all_probs, all_losses = np.concatenate(probs), np.concatenate(losses)
         else:
@@ -663,6 +681,29 @@ def refuse_batch_statistics(model: keras.Model) -> None:
                 "gradient cannot be clipped alone); use a model without it "
                 "(model.batch_norm: false)"
             )
+
+
+def _side_by_side(run: Any, n: int) -> None:
+    """``run(k)`` for k in 0..n-1: k > 0 each in a thread of its own, 0 in this
+    one; an exception is raised here (the lowest k's) after all have ended."""
+    errors: dict[int, BaseException] = {}
+
+    def guarded(k: int) -> None:
+        try:
+            run(k)
+        except BaseException as exc:  # raised by the caller
+            errors[k] = exc
+
+    threads = [threading.Thread(target=guarded, args=(k,)) for k in range(1, n)]
+    for t in threads:
+        t.start()
+    try:
+        run(0)
+    finally:
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[min(errors)]
 
 
 def _rows_between(

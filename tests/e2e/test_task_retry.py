@@ -16,7 +16,7 @@ def test_a_retried_train_clients_task_counts_each_client_once(
 
     attempts: list[int] = []
 
-    def flaky_group(jobs, cohort_size, on_trained=None):  # type: ignore[no-untyped-def]
+    def flaky_group(jobs, cohort_size, on_trained=None, threads=1):  # type: ignore[no-untyped-def]
         attempts.append(len(jobs))
         for i, _ in enumerate(jobs):
             if len(attempts) == 1 and i == 3:  # first attempt: 3 clients, then lost
