@@ -4,8 +4,9 @@ record, the probe, aggregation, and (against ``fedpipe run``) orchestration.
 Makes the default project (``fedpipe init``: 5,000 digits, 10 IID clients,
 ``small_cnn``, SGD 0.05, batch 32, 1 epoch), runs its rounds as the library loop
 (:func:`fedpipe.federation.round.run_round` round after round, as
-``bench_rounds.py`` does) under :mod:`cProfile`, and attributes the steady
-rounds' time (rounds 2..R) to the functions that do each part of a round. With
+``bench_rounds.py`` does, but the clients one after another: ``--threads 1``,
+since a profile sees only the main thread) under :mod:`cProfile`, and attributes
+the steady rounds' time (rounds 2..R) to the functions that do each part. With
 ``--run`` it also times ``fedpipe run`` of the same rounds in the same go and
 shows the difference as orchestration and versioning (the Prefect task runs, the
 round's files, the ``dvc.lock`` record and the artifacts, partly in background
@@ -14,7 +15,7 @@ threads that a profile of the main thread would not see).
 cProfile adds a few percent to the many small calls, so the shares matter more
 than the seconds. Run from the repository root:
 
-    python benchmarks/profile_round.py [--rounds 6] [--run]
+    python benchmarks/profile_round.py [--rounds 6] [--run] [--threads 1]
 """
 
 from __future__ import annotations
@@ -72,14 +73,17 @@ def profile_library(project: Path, rounds: int) -> tuple[dict[str, float], float
     return parts, _cumulative(stats, WHOLE) / n
 
 
-def make_project(rounds: int) -> Path:
-    """The default project with its data stages and initial model done."""
+def make_project(rounds: int, threads: int | None = None) -> Path:
+    """The default project with its data stages and initial model done
+    (``runtime.threads``: ``threads``)."""
     import re
 
     project = Path(tempfile.mkdtemp(prefix="fedpipe-profile-")) / "project"
     subprocess.run([FEDPIPE, "init", str(project)], check=True, capture_output=True)
     params = project / "params.yaml"
     text = re.sub(r"(?m)^  rounds: \d+", f"  rounds: {rounds}", params.read_text())
+    value = "null" if threads is None else str(threads)
+    text = re.sub(r"(?m)^  threads: \w+", f"  threads: {value}", text)
     params.write_text(text)
     subprocess.run([FEDPIPE, "-C", str(project), "sync"], check=True)
     for stage in ("mnist5k", "ingest", "validate", "partition", "preprocess", "init"):
@@ -96,11 +100,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--run", action="store_true", help="also time fedpipe run")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="runtime.threads (default 1: a profile sees the main thread only, so "
+        "the parts add up only when every client trains there)",
+    )
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (round 1 compiles)")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    project = make_project(args.rounds)
+    project = make_project(args.rounds, args.threads)
     here = Path.cwd()
     parts, whole = profile_library(project, args.rounds)
     os.chdir(here)

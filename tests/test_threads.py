@@ -36,11 +36,12 @@ def runners() -> list[ModelRunner]:
     return [ModelRunner(SPEC) for _ in range(3)]
 
 
-def _data(client: int, n: int) -> ClientData:
+def _data(client: int, n: int, n_test: int | None = None) -> ClientData:
     rng = np.random.default_rng(200 + client)
-    x = rng.random((n, *SPEC.input_shape), dtype=np.float32)
-    y = rng.integers(0, SPEC.n_classes, n).astype(np.int64)
-    return ClientData(client, x, y, x[: n // 2 + 1], y[: n // 2 + 1])
+    n_test = n // 2 + 1 if n_test is None else n_test
+    x = rng.random((n + n_test, *SPEC.input_shape), dtype=np.float32)
+    y = rng.integers(0, SPEC.n_classes, n + n_test).astype(np.int64)
+    return ClientData(client, x[:n], y[:n], x[n:], y[n:])
 
 
 class Breaks(LocalSGD):
@@ -53,7 +54,9 @@ class Breaks(LocalSGD):
 
 
 def _jobs(
-    guarded: bool = True, algorithm: ClientAlgorithm | None = None
+    guarded: bool = True,
+    algorithm: ClientAlgorithm | None = None,
+    n_test: int | None = None,
 ) -> list[ClientJob]:
     weights = initial_weights(SPEC, 3)
     return [
@@ -61,7 +64,7 @@ def _jobs(
             SPEC,
             algorithm or LocalSGD(),
             ClientTask(client=c, round=2, global_weights=weights, seed=11),
-            _data(c, n),
+            _data(c, n, n_test),
             LocalTraining(1, 8, SPEC.lr),
             guarded=guarded,
         )
@@ -93,6 +96,24 @@ def test_side_by_side_gives_the_bits_of_one_by_one(runners, n_threads) -> None:
     # and again, the clients now landing on other models and threads
     again = threaded_map(runners[:n_threads][::-1])(jobs[::-1])
     assert all(_same(a, b) for a, b in zip(alone[::-1], again, strict=True))
+
+
+def test_a_model_training_in_one_thread_is_not_lent_to_anothers_predictions(
+    runners,
+) -> None:
+    # local test splits of several prediction batches: the model evaluating them
+    # would share the batches out over its free helpers, never over one that is
+    # training another client at that moment (it once did: other weights, wrong
+    # losses, as a run under Prefect showed)
+    jobs = _jobs(n_test=700)
+    alone = run_here(ModelRunner(SPEC))(jobs)
+    runners[0].helpers = runners[1:]
+    try:
+        for _ in range(3):
+            together = threaded_map(runners)(jobs)
+            assert all(_same(a, b) for a, b in zip(alone, together, strict=True))
+    finally:
+        runners[0].helpers = ()
 
 
 def test_cohort_map_with_spares_trains_side_by_side(runners) -> None:

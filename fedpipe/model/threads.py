@@ -73,6 +73,10 @@ def threaded_map(
         queue = iter(range(len(jobs)))
 
         def work(runner: ModelRunner) -> None:
+            with runner.lock:  # not a helper of predictions meanwhile
+                take(runner)
+
+        def take(runner: ModelRunner) -> None:
             while not stop.is_set():
                 with lock:
                     i = next(queue, None)

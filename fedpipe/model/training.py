@@ -277,14 +277,17 @@ class ModelRunner:
     more than a small client's epoch; the math per batch is the same.
 
     :attr:`helpers`: other runners of the same spec (``runtime.threads``) that
-    :meth:`predict_splits` shares its batches with, one thread each; the batches
-    are the same whoever runs them, so the bits are too.
+    :meth:`predict_splits` shares its batches with, one thread each, those of
+    them that are free (:attr:`lock` not held: a runner training a client in
+    another thread is not); the batches are the same whoever runs them, so the
+    bits are too.
     """
 
     helpers: Sequence[ModelRunner] = ()
 
     def __init__(self, spec: ModelSpec) -> None:
         enable_determinism()
+        self.lock = threading.Lock()  # held by a thread that trains on it
         self.spec = spec
         self.model = spec.build()
         optimizer = (
@@ -606,7 +609,8 @@ class ModelRunner:
             (start, min(len(y), start + batch_size))
             for start in range(0, len(y), batch_size)
         ]
-        runners = [self, *self.helpers][: max(1, len(bounds))]
+        free = [h for h in self.helpers[: len(bounds) - 1] if h.lock.acquire(False)]
+        runners = [self, *free]
         probs: list[Any] = [None] * len(bounds)
         losses: list[Any] = [None] * len(bounds)
 
@@ -621,7 +625,11 @@ class ModelRunner:
                 )
                 probs[i], losses[i] = p.numpy(), loss.numpy().reshape(-1)
 
-        _side_by_side(run, len(runners))
+        try:
+            _side_by_side(run, len(runners))
+        finally:
+            for h in free:
+                h.lock.release()
         if probs:
             all_probs, all_losses = np.concatenate(probs), np.concatenate(losses)
         else:
