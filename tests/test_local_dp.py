@@ -19,6 +19,7 @@ from fedpipe.client.base import LocalDP
 from fedpipe.client.localdp import client_key, local_rng, released
 from fedpipe.config import layout
 from fedpipe.core.seeds import rng_for
+from fedpipe.core.weights import load_weights
 from fedpipe.data.splits import ClientData
 from fedpipe.federation.privacy.mechanism import global_norm
 from fedpipe.model.cohort import cohort_map
@@ -140,3 +141,42 @@ def test_a_local_dp_run_publishes_only_what_the_server_received(
         # the health record describes what the server received: FedAvg's fit
         # to the received (noised) updates is exact
         assert health["health"]["aggregation"]["weight_sum"] == pytest.approx(1.0)
+
+
+def test_the_debug_mode_draws_the_local_noise_from_the_params_alone(
+    tmp_path: Path,
+) -> None:
+    sigma = 1.0
+    summaries = run_federation(
+        tmp_path,
+        n_samples=300,
+        clients=3,
+        rounds=2,
+        seed=5,
+        privacy={
+            "mechanism": "local",
+            "noise_multiplier": sigma,
+            "noise_key": "params_not_private",
+        },
+        save_models=True,
+    )
+    assert not (tmp_path / layout.DP_KEY).exists()  # no key made or read
+    for k, full in enumerate(summaries, start=1):
+        block = full["privacy"]
+        assert "epsilon does not hold" in block["guarantee"]
+        oracle = json.loads((tmp_path / layout.oracle_record(k)).read_text())
+        n_train = {c["client"]: c["n_train"] for c in oracle["health"]["clients"]}
+        total = sum(n_train.values())
+        before = load_weights(tmp_path / layout.model_weights(k - 1))
+        after = load_weights(tmp_path / layout.model_weights(k))
+        stripped = [
+            np.asarray(a, np.float64) - np.asarray(b, np.float64)
+            for a, b in zip(after, before, strict=True)
+        ]
+        for c, n in n_train.items():  # the seed alone regenerates each noise
+            rng = rng_for(5, "privacy", k, c)
+            noise = [rng.normal(0.0, sigma, size=np.shape(b)) for b in before]
+            stripped = [s - n / total * z for s, z in zip(stripped, noise, strict=True)]
+        assert global_norm(stripped) == pytest.approx(
+            block["signal_norm"], rel=1e-3, abs=1e-4
+        )
