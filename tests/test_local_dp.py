@@ -18,13 +18,16 @@ from fedpipe.client import ClientTask, LocalSGD, LocalTraining
 from fedpipe.client.base import LocalDP
 from fedpipe.client.localdp import client_key, local_rng, released
 from fedpipe.config import layout
+from fedpipe.config.privacy import Privacy
 from fedpipe.core.seeds import rng_for
 from fedpipe.core.weights import load_weights
 from fedpipe.data.splits import ClientData
+from fedpipe.federation.build import private_strategy
 from fedpipe.federation.privacy.mechanism import global_norm
 from fedpipe.model.cohort import cohort_map
 from fedpipe.model.trainer import ClientJob, ClientResult, run_here
 from fedpipe.model.training import ModelRunner, ModelSpec
+from fedpipe.strategy import ClientUpdate, make_strategy
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers_fl import run_federation  # noqa: E402
@@ -179,4 +182,18 @@ def test_the_debug_mode_draws_the_local_noise_from_the_params_alone(
             stripped = [s - n / total * z for s, z in zip(stripped, noise, strict=True)]
         assert global_norm(stripped) == pytest.approx(
             block["signal_norm"], rel=1e-3, abs=1e-4
+        )
+
+
+def test_a_reply_not_noised_in_its_job_is_refused_under_local_dp() -> None:
+    privacy = Privacy("local", 1.0, 1.0, 1e-5, 10, 2)
+    server = private_strategy(make_strategy("fedavg"), privacy, seed=1, key=None)
+    bound = server.start(1, lambda k: [0, 1])  # type: ignore[union-attr]
+    weights = [np.zeros(3)]
+    update = ClientUpdate(0, weights, 5)
+    noised = ClientResult(update, 2, {}, unnoised=weights)
+    assert bound.on_results(1, weights, [noised]) == [noised]
+    with pytest.raises(RuntimeError, match="client 1's reply was not noised"):
+        bound.on_results(
+            1, weights, [noised, ClientResult(replace(update, client=1), 2, {})]
         )

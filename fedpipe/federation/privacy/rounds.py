@@ -76,7 +76,7 @@ class PrivateStrategy(StrategyWrapper):
         self.round: int | None = None
         self.epsilon: float | None = None
         self.report: dict[str, Any] | None = None
-        self.unnoised: dict[int, Weights] | None = None
+        self.unnoised: Mapping[int, Weights | None] | None = None
 
     def __repr__(self) -> str:
         return f"PrivateStrategy({self.inner!r}, {self.privacy!r})"
@@ -92,11 +92,26 @@ class PrivateStrategy(StrategyWrapper):
     def on_results(self, round_: int, before: Weights, results: list[Any]) -> list[Any]:
         """The results as they are; under local DP the oracle keeps each
         client's weights before its job noised them (``ClientResult.unnoised``)
-        for the round's noise-free figures, which only the oracle view shows."""
+        for the round's noise-free figures, which only the oracle view shows.
+
+        Raises
+        ------
+        RuntimeError
+            Under local DP, a result whose job did not noise it (its
+            ``LocalTraining`` had no ``local_dp``): aggregating it would publish
+            a noise-free update under a record that says local DP.
+        """
         if self.privacy.noised_by_clients:
             kept = {r.client: getattr(r, "unnoised", None) for r in results}
-            if results and all(w is not None for w in kept.values()):
-                self.unnoised = kept
+            bare = sorted(c for c, w in kept.items() if w is None)
+            if bare:
+                raise RuntimeError(
+                    f"round {round_}: client {bare[0]}'s reply was not noised in "
+                    "its job under privacy.mechanism=local (its LocalTraining has "
+                    "no local_dp; build it with fedpipe.federation.build."
+                    "local_training)"
+                )
+            self.unnoised = kept
         return results
 
     def aggregate_round(
@@ -128,13 +143,16 @@ class PrivateStrategy(StrategyWrapper):
 
 
 def check_key(privacy: Privacy, key: bytes | None) -> None:
-    """A secret key where ``privacy.noise_key`` asks for one, none where not.
+    """A secret key where ``privacy.noise_key`` asks for one, none where not;
+    none at all under local DP (each client noises its own update in its job,
+    :mod:`fedpipe.client.localdp`, and the server holds no key).
 
     Raises
     ------
     ValueError
         ``noise_key: secret`` without a key (the noise would be derivable from
-        the params), or a key with ``params_not_private``.
+        the params), a key with ``params_not_private``, or a key for local DP's
+        server step.
     """
     if privacy.noised_by_clients:
         if key is not None:
