@@ -270,7 +270,8 @@ def run_federation(
     steps = round_steps(
         attack=attack, weight_sum_fault=weight_sum_fault, record_privacy=record_privacy
     )
-    record_dp = local_training(params, dp_key).record_dp
+    trained = local_training(params, dp_key)
+    record_dp, local_dp = trained.record_dp, trained.local_dp
     weights = initial_weights(model_spec, seed)
     state = strategy_.init_state(weights)
     if weights_out is not None:
@@ -292,7 +293,9 @@ def run_federation(
             client_states=client_states,
             strategy=server,
             algorithm=algorithm,
-            training=LocalTraining(epochs, batch_size, lr, record_dp=record_dp),
+            training=LocalTraining(
+                epochs, batch_size, lr, record_dp=record_dp, local_dp=local_dp
+            ),
             clients_per_round=params.federation.clients_per_round(),
             failures=failures or FailurePolicy(),
             planted=planted or PlantedFaults(),

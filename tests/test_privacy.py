@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from dp_accounting.rdp import RdpAccountant
 
+from fedpipe.client.base import ClientTask, LocalDP
+from fedpipe.client.localdp import released
 from fedpipe.config.params import ParamsError, parse_params, round_chain
 from fedpipe.config.privacy import Privacy
 from fedpipe.federation.privacy.accountant import (
@@ -181,21 +183,39 @@ def test_without_privacy_the_strategy_path_is_unchanged() -> None:
     assert all(a.tobytes() == b.tobytes() for a, b in zip(plain, got, strict=True))
 
 
-def test_local_dp_noises_each_client_then_weights_as_usual() -> None:
+def test_local_dp_noises_in_each_clients_job_and_the_server_weights_as_usual() -> None:
     privacy = _central(sigma=0.5, mechanism="local")
-    weights, _, _ = aggregate_round(
-        privacy, make_strategy("fedavg"), BEFORE, UPDATES, {}, seed=2, round_=4, key=KEY
+    dp = LocalDP(privacy.clip_norm, privacy.noise_multiplier, key=KEY)
+    sent = [
+        ClientUpdate(
+            u.client,
+            released(dp, ClientTask(u.client, 4, BEFORE, seed=2), u.weights),
+            u.n_samples,
+        )
+        for u in UPDATES
+    ]
+    weights, _, report = aggregate_round(
+        privacy, make_strategy("fedavg"), BEFORE, sent, {}, seed=2, round_=4, key=None
     )
     shares = np.array([u.n_samples for u in UPDATES], float)
     shares /= shares.sum()
-    sent = []
+    want_sent = []
     for u in UPDATES:
-        rng = privacy_rng(2, 4, u.client, key=KEY)
+        rng = privacy_rng(2, 4, u.client, key=KEY)  # the client's own key
         clipped = clip_to_norm(u.weights, 1.0)[0]
-        sent.append([c + rng.normal(0, 0.5, size=c.shape) for c in clipped])
+        want_sent.append([c + rng.normal(0, 0.5, size=c.shape) for c in clipped])
     for j, got in enumerate(weights):
-        want = sum(s * w[j] for s, w in zip(shares, sent, strict=True))
+        want = sum(s * w[j] for s, w in zip(shares, want_sent, strict=True))
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # the server cannot know the noise-free figures: without the oracle's copy
+    # of the clients' weights the record has none
+    assert not {"clipped_fraction", "signal_norm", "update_norm_median"} & set(report)
+    _, _, oracle = aggregate_round(
+        privacy, make_strategy("fedavg"), BEFORE, sent, {}, seed=2, round_=4,
+        key=None, unnoised={u.client: u.weights for u in UPDATES},
+    )  # fmt: skip
+    assert oracle["clipped_fraction"] == pytest.approx(2 / 3)
+    assert oracle["noise_norm"] == report["noise_norm"]
 
 
 def test_adaptive_clip_moves_geometrically_towards_the_quantile() -> None:

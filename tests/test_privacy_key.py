@@ -15,6 +15,8 @@ import pytest
 import yaml
 
 from fedpipe.app.project import init_project, template_text
+from fedpipe.client.base import ClientTask, LocalDP
+from fedpipe.client.localdp import released
 from fedpipe.config import layout
 from fedpipe.config.params import load_params, parse_params, round_chain
 from fedpipe.config.privacy import Privacy
@@ -22,13 +24,14 @@ from fedpipe.core.errors import FedpipeError
 from fedpipe.core.secretkey import SecretKeyError, load_or_create_key
 from fedpipe.core.seeds import keyed_rng, rng_for
 from fedpipe.core.weights import load_weights
+from fedpipe.federation.build import private_strategy
 from fedpipe.federation.privacy.mechanism import (
     client_key,
     gaussian_like,
     global_norm,
     privacy_rng,
 )
-from fedpipe.federation.privacy.rounds import aggregate_round
+from fedpipe.federation.privacy.rounds import PrivateStrategy, aggregate_round
 from fedpipe.observe.history import final_table, progress_line
 from fedpipe.strategy import ClientUpdate, make_strategy
 
@@ -115,9 +118,30 @@ UPDATES = [
 
 
 def _aggregate(mechanism: str, key: bytes | None, noise_key: str = "secret") -> bytes:
+    """The round's new weights; under local DP each client noises its update in
+    its job with ``key`` (and the server gets none), else the server does."""
     privacy = Privacy(mechanism, 1.0, 1.0, 1e-5, 10, 3, noise_key=noise_key)
+    updates, server_key = UPDATES, key
+    if privacy.noised_by_clients:
+        dp = LocalDP(1.0, 1.0, key=key)
+        updates = [
+            ClientUpdate(
+                u.client,
+                released(dp, ClientTask(u.client, 1, BEFORE, seed=1), u.weights),
+                u.n_samples,
+            )
+            for u in UPDATES
+        ]
+        server_key = None
     weights, _, _ = aggregate_round(
-        privacy, make_strategy("fedavg"), BEFORE, UPDATES, {}, seed=1, round_=1, key=key
+        privacy,
+        make_strategy("fedavg"),
+        BEFORE,
+        updates,
+        {},
+        seed=1,
+        round_=1,
+        key=server_key,
     )
     return b"".join(w.tobytes() for w in weights)
 
@@ -173,6 +197,19 @@ def test_a_secret_mode_without_a_key_is_refused() -> None:
         _aggregate("central", None)
     with pytest.raises(ValueError, match="pass key=None"):
         _aggregate("central", os.urandom(32), "params_not_private")
+
+
+def test_local_dps_server_holds_no_key() -> None:
+    privacy = Privacy("local", 1.0, 1.0, 1e-5, 10, 3)
+    with pytest.raises(ValueError, match="the server holds no key"):
+        aggregate_round(
+            privacy, make_strategy("fedavg"), BEFORE, UPDATES, {}, seed=1,
+            round_=1, key=os.urandom(32),
+        )  # fmt: skip
+    server = private_strategy(
+        make_strategy("fedavg"), privacy, seed=1, key=os.urandom(32)
+    )
+    assert isinstance(server, PrivateStrategy) and server._key is None
 
 
 # ---------------------------------------------------------------- the key file

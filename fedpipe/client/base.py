@@ -78,6 +78,34 @@ class RecordDP:
 
 
 @dataclass(frozen=True)
+class LocalDP:
+    """Client-level local DP on the client's own reply (``privacy.mechanism:
+    local``): before the reply leaves the client's job, its delta from the
+    global weights is clipped to L2 norm ``clip_norm`` (over all layers) and
+    Gaussian noise of std ``noise_multiplier * clip_norm`` is added to every
+    coordinate (:func:`fedpipe.client.localdp.released`). The server receives
+    only the noised weights.
+
+    Attributes
+    ----------
+    clip_norm : float
+        C (``privacy.clip_norm``).
+    noise_multiplier : float
+        sigma (``privacy.noise_multiplier``).
+    key : bytes or None
+        The project's secret key (``.fedpipe/dp.key``); the client keys its
+        noise by its own key, ``HMAC(key, "fedpipe/local-dp/client/<id>")``,
+        derived inside its job (:func:`fedpipe.client.localdp.client_key`). None
+        only with ``privacy.noise_key: params_not_private`` (noise from the
+        seed alone: no guarantee). Never printed or recorded.
+    """
+
+    clip_norm: float
+    noise_multiplier: float
+    key: bytes | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
 class LocalTraining:
     """How each client trains in a round (``train.*``).
 
@@ -99,6 +127,9 @@ class LocalTraining:
     record_dp : RecordDP or None
         Record-level DP-SGD in every fit (``privacy.mechanism: dpsgd``); None:
         plain local training.
+    local_dp : LocalDP or None
+        Local DP on the client's reply, clipped and noised inside its job
+        (``privacy.mechanism: local``); None: the reply is sent as trained.
     """
 
     epochs: int
@@ -107,6 +138,7 @@ class LocalTraining:
     max_steps: int | None = None
     round_steps: int | None = None
     record_dp: RecordDP | None = None
+    local_dp: LocalDP | None = None
 
 
 @dataclass(frozen=True)

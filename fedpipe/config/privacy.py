@@ -122,6 +122,14 @@ class Privacy:
         return self.noise_key == "secret"
 
     @property
+    def noised_by_clients(self) -> bool:
+        """Whether each client noises its own update inside its job (``local``:
+        the server aggregates what it receives and holds no key) rather than
+        the server the aggregate (``central``) or the clients their gradients
+        (``dpsgd``, :attr:`level` ``record``)."""
+        return self.mechanism == "local"
+
+    @property
     def count_multiplier(self) -> float:
         """z_b, the clipped count's noise multiplier (adaptive clipping)."""
         if self.count_noise_multiplier is not None:

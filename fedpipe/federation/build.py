@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 
 from fedpipe.client import ClientAlgorithm, client_class, make_client
-from fedpipe.client.base import LocalTraining, RecordDP
+from fedpipe.client.base import LocalDP, LocalTraining, RecordDP
 from fedpipe.config.params import Params, ParamsError
 from fedpipe.config.privacy import Privacy
 from fedpipe.core.plugins import is_reference
@@ -62,10 +62,12 @@ def private_strategy(
     ``key`` is the project's secret key (bytes, read by the task layer), None
     only without privacy or with ``privacy.noise_key: params_not_private``.
     Record-level DP (``dpsgd``) leaves the server as it is: the noise is in the
-    clients' training."""
+    clients' training; local DP's is in each client's job (:func:`local_training`),
+    so its server step gets no key."""
     if privacy is None or privacy.level == "record":
         return strategy
-    return PrivateStrategy(strategy, privacy, seed=seed, key=key)
+    server_key = None if privacy.noised_by_clients else key
+    return PrivateStrategy(strategy, privacy, seed=seed, key=server_key)
 
 
 def needs_key(params: Params) -> bool:
@@ -158,19 +160,24 @@ def _check_options(key: str, options: dict | None, cls: type) -> None:
 
 
 def local_training(params: Params, key: bytes | None = None) -> LocalTraining:
-    """How each client trains (``train.*``; with ``privacy.mechanism: dpsgd``
-    DP-SGD, its batches and noise keyed by ``key``, the project's secret key,
-    None only with ``privacy.noise_key: params_not_private``)."""
+    """How each client trains (``train.*``); with ``privacy.mechanism: dpsgd``
+    DP-SGD in every fit, with ``local`` the client's reply clipped and noised in
+    its job, their randomness keyed by ``key`` (the project's secret key, from
+    which each client derives its own; None only with ``privacy.noise_key:
+    params_not_private``)."""
     t, p = params.train, params.privacy
-    record_dp = None
+    record_dp = local_dp = None
     if p.mechanism == "dpsgd":
         record_dp = RecordDP(p.clip_norm, p.noise_multiplier, key=key)
+    if p.mechanism == "local":
+        local_dp = LocalDP(p.clip_norm, p.noise_multiplier, key=key)
     return LocalTraining(
         epochs=t.epochs,
         batch_size=t.batch_size,
         lr=t.lr,
         max_steps=t.local_steps,
         record_dp=record_dp,
+        local_dp=local_dp,
     )
 
 

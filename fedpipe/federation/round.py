@@ -360,7 +360,7 @@ def run_round(
     if len(usable) < max(1, inputs.failures.min_clients):
         raise _lost(inputs, runner, results, excluded, len(usable), len(selected))
     before = inputs.global_weights
-    for step in steps:  # health sees what the server received, too
+    for step in [*steps, strategy]:  # health sees what the server received, too
         usable = step.on_results(inputs.round, before, usable)
     tampered = {r.client: r for r in usable}
     results = [tampered.get(r.client, r) for r in results]

@@ -34,7 +34,9 @@ from fedpipe.client.base import (
     LocalTrainer,
     LocalTraining,
     RecordDP,
+    Weights,
 )
+from fedpipe.client.localdp import released
 from fedpipe.strategy.base import ClientUpdate
 
 if TYPE_CHECKING:
@@ -200,6 +202,11 @@ class ClientResult:
         Mean local training loss.
     state : ClientState
         What the client keeps from this round (namespaces it replaced).
+    unnoised : list of ndarray or None
+        Under local DP (``privacy.mechanism: local``): the weights the client
+        trained, before its job clipped and noised them into ``update``. Only
+        the simulation's oracle reads them (the noise-free figures of the
+        oracle view); they are never aggregated. None otherwise.
     """
 
     update: ClientUpdate
@@ -207,6 +214,7 @@ class ClientResult:
     local: dict[str, float]
     train_loss: float = float("nan")
     state: ClientState = field(default_factory=dict, repr=False)
+    unnoised: Weights | None = field(default=None, repr=False)
 
     @property
     def client(self) -> int:
@@ -286,10 +294,14 @@ def _run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult:
     reply = job.algorithm.train(job.task, trainer)
     local_model = reply.weights if reply.local_model is None else reply.local_model
     steps = trainer.steps_taken if reply.steps is None else reply.steps
+    sent, unnoised = list(reply.weights), None
+    dp = job.training.local_dp
+    if dp is not None:  # local DP: clipped and noised here, in the client's job
+        sent, unnoised = released(dp, job.task, sent), sent
     return ClientResult(
         update=ClientUpdate(
             job.task.client,
-            list(reply.weights),
+            sent,
             trainer.n_train,
             dict(reply.extras),
             steps=int(steps),
@@ -298,6 +310,7 @@ def _run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult:
         local=trainer.evaluate(local_model),
         train_loss=float(reply.train_loss),
         state=dict(reply.state),
+        unnoised=unnoised,
     )
 
 

@@ -13,9 +13,8 @@ server step then takes that one mean delta as its only update: FedAvg applies
 it, FedAvgM / FedAdam / FedYogi / FedAdagrad use it as their pseudo-gradient.
 
 Local DP: each client clips its delta to C and adds its own ``N(0, (sigma C)^2)``
-before sending; the strategy aggregates the noised updates as usual. (Here the
-noise is added where the result enters the round, with a seed of the client's
-own: the same bits as adding it on the client.)
+before sending, inside its own job (:mod:`fedpipe.client.localdp`, on a Dask
+worker there); the strategy aggregates the noised updates as received.
 
 Adaptive clipping (Andrew et al., 2021, "Differentially private learning with
 adaptive clipping"): each client also reports whether its delta was inside the
@@ -29,8 +28,9 @@ All arithmetic is float64 in client order. Noise is keyed by a secret
 the default) enters the generator's entropy with the seed and the round, so the
 owner of the key reproduces a run bit for bit and nobody with ``params.yaml`` and
 the published weights can regenerate (and subtract) the noise. Local DP draws
-each client's noise from a key of that client's own (HMAC of the project key
-and its id), which the records and the other clients' keys do not give away.
+each client's noise, in the client's job, from a key of that client's own (HMAC
+of the project key and its id, :func:`client_key`), which the records and the
+other clients' keys do not give away; the server's aggregation holds no key.
 ``privacy.noise_key: params_not_private`` draws from ``rng_for(seed,
 "privacy", round, *client)`` alone, for debugging: then the guarantee does not
 hold, and every round record says so.
@@ -44,11 +44,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedpipe.client.localdp import LOCAL_KEY_LABEL, client_key, local_rng
 from fedpipe.config.privacy import Privacy
-from fedpipe.core.secretkey import derived_key
 from fedpipe.core.seeds import keyed_rng, rng_for
 from fedpipe.strategy.aggregate import Weights
 from fedpipe.strategy.clipping import clipped_with_norm, update_norm
+
+__all__ = [
+    "CLIP_KEY",
+    "LOCAL_KEY_LABEL",
+    "Clipped",
+    "client_key",
+    "clip_to_norm",
+    "clipped_deltas",
+    "gaussian_like",
+    "global_norm",
+    "next_clip",
+    "noised_mean",
+    "privacy_rng",
+]
 
 #: server-state key of the adaptive clip norm (a float64 scalar)
 CLIP_KEY = "privacy/clip"
@@ -134,43 +148,18 @@ def next_clip(clipped: Clipped, privacy: Privacy, rng: np.random.Generator) -> f
     return clipped.clip * math.exp(-privacy.clip_lr * (share - privacy.target_quantile))
 
 
-def locally_noised(
-    before: Weights,
-    weights: Weights,
-    privacy: Privacy,
-    rng: np.random.Generator,
-) -> tuple[Weights, float]:
-    """A client's weights after local DP: ``w_global + clip(delta) + noise``
-    (float64), and its delta norm before clipping."""
-    clipped = clipped_deltas(before, [weights], privacy.clip_norm)
-    noise = gaussian_like(rng, before, privacy.noise_multiplier * privacy.clip_norm)
-    sent = [
-        np.asarray(g, dtype=np.float64) + d + z
-        for g, d, z in zip(before, clipped.deltas[0], noise, strict=True)
-    ]
-    return sent, clipped.norms[0]
-
-
-#: the label of a client's local-DP key (:func:`client_key`)
-LOCAL_KEY_LABEL = "fedpipe/local-dp/client"
-
-
-def client_key(key: bytes, client: int) -> bytes:
-    """Client ``client``'s own local-DP key, derived from the project key."""
-    return derived_key(key, LOCAL_KEY_LABEL, client)
-
-
 def privacy_rng(
     seed: int, round_: int, *client: int, key: bytes | None
 ) -> np.random.Generator:
     """The round's noise generator (central DP), or client ``client``'s (local
-    DP: keyed by :func:`client_key`).
+    DP: the generator the client's own job draws from,
+    :func:`fedpipe.client.localdp.local_rng`, keyed by :func:`client_key`).
 
     ``key`` None is ``privacy.noise_key: params_not_private``: the noise then
     derives from the seed alone and anyone with ``params.yaml`` regenerates it.
     """
-    if key is None:
-        return rng_for(seed, "privacy", round_, *client)
     if client:
-        return keyed_rng(client_key(key, client[0]), seed, "privacy", round_, *client)
+        return local_rng(key, seed, round_, client[0])
+    if key is None:
+        return rng_for(seed, "privacy", round_)
     return keyed_rng(key, seed, "privacy", round_)

@@ -10,7 +10,7 @@ record keeps (epsilon, the clip, the noise against the signal). With
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,6 @@ from fedpipe.federation.privacy.mechanism import (
     Clipped,
     clipped_deltas,
     global_norm,
-    locally_noised,
     next_clip,
     noised_mean,
     privacy_rng,
@@ -62,7 +61,10 @@ class PrivateStrategy(StrategyWrapper):
         The experiment's seed (the noise derives from it and ``key``).
     key : bytes or None
         The project's secret key (:mod:`fedpipe.core.secretkey`); None only with
-        ``privacy.noise_key: params_not_private``. Never printed or recorded.
+        ``privacy.noise_key: params_not_private``, and always under local DP
+        (the clients noise their own updates, each with a key of its own,
+        :mod:`fedpipe.client.localdp`: the server holds none). Never printed or
+        recorded.
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class PrivateStrategy(StrategyWrapper):
         self.round: int | None = None
         self.epsilon: float | None = None
         self.report: dict[str, Any] | None = None
+        self.unnoised: Mapping[int, Weights | None] | None = None
 
     def __repr__(self) -> str:
         return f"PrivateStrategy({self.inner!r}, {self.privacy!r})"
@@ -86,11 +89,39 @@ class PrivateStrategy(StrategyWrapper):
         bound.round, bound.epsilon = round_, epsilon
         return bound
 
+    def on_results(self, round_: int, before: Weights, results: list[Any]) -> list[Any]:
+        """The results as they are; under local DP the oracle keeps each
+        client's weights before its job noised them (``ClientResult.unnoised``)
+        for the round's noise-free figures, which only the oracle view shows.
+
+        Raises
+        ------
+        RuntimeError
+            Under local DP, a result whose job did not noise it (its
+            ``LocalTraining`` had no ``local_dp``): aggregating it would publish
+            a noise-free update under a record that says local DP.
+        """
+        if self.privacy.noised_by_clients:
+            kept = {r.client: getattr(r, "unnoised", None) for r in results}
+            bare = sorted(c for c, w in kept.items() if w is None)
+            if bare:
+                raise RuntimeError(
+                    f"round {round_}: client {bare[0]}'s reply was not noised in "
+                    "its job under privacy.mechanism=local (its LocalTraining has "
+                    "no local_dp; build it with fedpipe.federation.build."
+                    "local_training)"
+                )
+            self.unnoised = kept
+        return results
+
     def aggregate_round(
         self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State
     ) -> tuple[Weights, State]:
         if self.round is None:
             raise RuntimeError("PrivateStrategy.start(round) before aggregate_round")
+        unnoised = None
+        if self.unnoised is not None:
+            unnoised = {c: self.unnoised.get(c) for c in (u.client for u in updates)}
         weights, new_state, self.report = aggregate_round(
             self.privacy,
             self.inner,
@@ -100,6 +131,7 @@ class PrivateStrategy(StrategyWrapper):
             seed=self.seed,
             round_=self.round,
             key=self._key,
+            unnoised=unnoised,
         )
         return weights, new_state
 
@@ -111,14 +143,24 @@ class PrivateStrategy(StrategyWrapper):
 
 
 def check_key(privacy: Privacy, key: bytes | None) -> None:
-    """A secret key where ``privacy.noise_key`` asks for one, none where not.
+    """A secret key where ``privacy.noise_key`` asks for one, none where not;
+    none at all under local DP (each client noises its own update in its job,
+    :mod:`fedpipe.client.localdp`, and the server holds no key).
 
     Raises
     ------
     ValueError
         ``noise_key: secret`` without a key (the noise would be derivable from
-        the params), or a key with ``params_not_private``.
+        the params), a key with ``params_not_private``, or a key for local DP's
+        server step.
     """
+    if privacy.noised_by_clients:
+        if key is not None:
+            raise ValueError(
+                "privacy.mechanism=local: each client noises its own update with "
+                "a key of its own; the server holds no key (pass key=None)"
+            )
+        return
     if privacy.keyed and key is None:
         raise ValueError(
             "privacy.noise_key=secret needs the project's secret key (bytes); "
@@ -162,10 +204,15 @@ def aggregate_round(
     seed: int,
     round_: int,
     key: bytes | None,
+    unnoised: Mapping[int, Weights | None] | None = None,
 ) -> tuple[Weights, State, dict[str, Any] | None]:
     """The round's new weights and server state, through ``privacy``'s mechanism,
     and its privacy record (None without privacy). ``key``: the project's secret
-    key (None only with ``privacy.noise_key: params_not_private``).
+    key (None with ``privacy.noise_key: params_not_private`` and under local DP,
+    whose ``updates`` come noised by their clients). ``unnoised``: under local
+    DP, the simulation's oracle's copy of each client's weights before its
+    noise, by client id (the record's noise-free figures; without it, or with
+    a client missing, the record has none).
 
     Raises
     ------
@@ -184,7 +231,11 @@ def aggregate_round(
         return _central(
             privacy, strategy, before, ordered, state, inner_state, seed, round_, key
         )
-    return _local(privacy, strategy, before, ordered, inner_state, seed, round_, key)
+    clean = None
+    if unnoised is not None:
+        found = [w for w in (unnoised.get(u.client) for u in ordered) if w is not None]
+        clean = found if len(found) == len(ordered) else None
+    return _local(privacy, strategy, before, ordered, inner_state, clean)
 
 
 def _central(
@@ -226,20 +277,21 @@ def _local(
     before: Weights,
     updates: Sequence[ClientUpdate],
     inner_state: State,
-    seed: int,
-    round_: int,
-    key: bytes | None,
+    unnoised: Sequence[Weights] | None,
 ) -> tuple[Weights, State, dict[str, Any]]:
-    sent = []
-    for u in updates:
-        noised, _ = locally_noised(
-            before, u.weights, privacy, privacy_rng(seed, round_, u.client, key=key)
-        )
-        sent.append(ClientUpdate(u.client, noised, u.n_samples, u.extras, u.steps))
-    weights, new_state = strategy.aggregate_round(before, sent, inner_state)
-    clipped = clipped_deltas(before, [u.weights for u in updates], privacy.clip_norm)
+    """The strategy on the updates as received: each client clipped and noised
+    its own inside its job (:mod:`fedpipe.client.localdp`). The server cannot
+    know the noise-free figures; the simulation's oracle (``unnoised``: the
+    clients' weights before their noise, in client order) adds them to the
+    report, and :mod:`~fedpipe.federation.privacy.views` keeps them out of the
+    published view."""
+    weights, new_state = strategy.aggregate_round(before, updates, inner_state)
     shares = list(normalized([u.n_samples for u in updates]))
-    report = _report(privacy, clipped, shares)
+    if unnoised is None:
+        report = _settings(privacy)
+    else:
+        clipped = clipped_deltas(before, unnoised, privacy.clip_norm)
+        report = _report(privacy, clipped, shares)
     report["noise_norm"] = _noise_norm(
         privacy.noise_multiplier * privacy.clip_norm, before, shares
     )
@@ -266,16 +318,24 @@ def _report(
         for j in range(len(clipped.deltas[0]))
     ]
     n = len(clipped.norms)
+    return {
+        **_settings(privacy, clipped.clip),
+        "clipped_fraction": round((n - clipped.inside) / n, 6),
+        "update_norm_median": round(float(np.median(clipped.norms)), 6),
+        "signal_norm": round(global_norm(mean_clipped), 6),
+    }
+
+
+def _settings(privacy: Privacy, clip: float | None = None) -> dict[str, Any]:
+    """The mechanism's public settings in the round's record (``clip``: the
+    clip used, when not ``privacy.clip_norm``)."""
     guarantee = {} if privacy.keyed else {"guarantee": NOT_PRIVATE}
     return {
         "mechanism": privacy.mechanism,
         "noise_key": privacy.noise_key,
         **guarantee,
         "noise_multiplier": privacy.noise_multiplier,
-        "clip_norm": round(clipped.clip, 6),
-        "clipped_fraction": round((n - clipped.inside) / n, 6),
-        "update_norm_median": round(float(np.median(clipped.norms)), 6),
-        "signal_norm": round(global_norm(mean_clipped), 6),
+        "clip_norm": round(privacy.clip_norm if clip is None else clip, 6),
     }
 
 
