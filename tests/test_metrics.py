@@ -185,3 +185,22 @@ def test_weighted_mean_ignores_zero_weights() -> None:
 def test_weighted_mean_all_nan_is_nan() -> None:
     result = weighted_mean([_row(float("nan")), _row(float("nan"))], [1, 1])
     assert all(math.isnan(v) for v in result.values())
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 40, 1000])
+@pytest.mark.parametrize("kind", ["distinct", "ties", "float32", "nan"])
+def test_average_ranks_are_scipys_to_the_bit(n: int, kind: str) -> None:
+    from scipy.stats import rankdata
+
+    from fedpipe.model.metrics import average_ranks
+
+    x = np.random.default_rng(n).random(n)
+    if kind == "ties":
+        x = np.round(x * 5) / 5
+    elif kind == "float32":
+        x = x.astype(np.float32)
+    elif kind == "nan" and n:
+        x[n // 2] = np.nan
+    expected, got = rankdata(x), average_ranks(x)
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)  # NaN where NaN

@@ -10,9 +10,29 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from scipy.stats import rankdata
 
 METRIC_NAMES = ("loss", "accuracy", "precision", "recall", "auc")
+
+
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``values``, ties sharing their average rank: what
+    ``scipy.stats.rankdata(values)`` returns, to the bit (the ranks are exact
+    halves in float64), without its per-call cost (about 0.2 ms, which at 100
+    small clients a round, five classes, a local and a global score each, was
+    a fifth of a round). Any NaN makes every rank NaN, as there."""
+    values = np.asarray(values).ravel()
+    if np.isnan(values).any():
+        return np.full(len(values), np.nan)
+    order = np.argsort(values, kind="mergesort")
+    ordered = values[order]
+    new = np.empty(len(values), dtype=bool)
+    new[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], len(values))
+    ranks = np.empty(len(values), dtype=np.float64)
+    ranks[order] = ((starts + ends + 1) / 2.0)[np.cumsum(new) - 1]
+    return ranks
 
 
 def binary_auc(positive: np.ndarray, scores: np.ndarray) -> float:
@@ -22,7 +42,7 @@ def binary_auc(positive: np.ndarray, scores: np.ndarray) -> float:
     n_neg = positive.size - n_pos
     if n_pos == 0 or n_neg == 0:
         return float("nan")
-    ranks = rankdata(scores)
+    ranks = average_ranks(scores)
     return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
@@ -50,13 +70,14 @@ def classification_metrics(
         auc = binary_auc(y_true == 1, score)
     else:
         pred = np.argmax(probs, axis=1)
-        present = np.unique(y_true)
-        precisions, recalls, aucs = [], [], []
-        for c in present:
-            tp = int(np.sum((pred == c) & (y_true == c)))
-            precisions.append(tp / max(int(np.sum(pred == c)), 1))
-            recalls.append(tp / int(np.sum(y_true == c)))
-            aucs.append(binary_auc(y_true == c, probs[:, c]))
+        n_classes = max(probs.shape[1], int(y_true.max()) + 1)
+        true_count = np.bincount(y_true, minlength=n_classes)
+        present = np.flatnonzero(true_count)
+        tp = np.bincount(y_true[pred == y_true], minlength=n_classes)[present]
+        predicted = np.bincount(pred, minlength=n_classes)[present]
+        precisions = tp / np.maximum(predicted, 1)
+        recalls = tp / true_count[present]
+        aucs = [binary_auc(y_true == c, probs[:, c]) for c in present]
         precision = float(np.mean(precisions))
         recall = float(np.mean(recalls))
         finite = [a for a in aucs if not np.isnan(a)]
