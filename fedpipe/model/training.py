@@ -319,12 +319,24 @@ class ModelRunner:
         self.last_steps = 0
         self.last_train_loss = float("nan")
 
+    def load(self, weights: Sequence[np.ndarray]) -> None:
+        """Put ``weights`` (laid out as ``model.get_weights()``) into the model.
+
+        What ``model.set_weights`` does, the same bits (each array cast to its
+        variable's dtype, then assigned), without Keras' per-variable wrapping:
+        0.6 against 0.9 ms for a small MLP, and a small client's round loads
+        weights three times (its fit, its local score, the global model's).
+
+        Raises
+        ------
+        ValueError
+            A count or a shape that does not fit the model, naming the variable.
+        """
+        _assign(self.model.weights, weights, what="model")
+
     def _reset(self, weights: list[np.ndarray], seed: int) -> None:
-        self.model.set_weights(weights)
-        for var, value in zip(
-            self.optimizer.variables, self._optimizer_initial, strict=True
-        ):
-            var.assign(value)
+        self.load(weights)
+        _assign(self.optimizer.variables, self._optimizer_initial, what="optimizer")
         for i, sg in enumerate(self._seed_generators):
             sg.state.assign(np.array([seed + i, 0], dtype=sg.state.dtype))
 
@@ -616,7 +628,7 @@ class ModelRunner:
 
         def run(k: int) -> None:
             runner = runners[k]
-            runner.model.set_weights(weights)
+            runner.load(weights)
             for i in range(k, len(bounds), len(runners)):
                 start, stop = bounds[i]
                 p, loss = runner._predict(
@@ -689,6 +701,25 @@ def refuse_batch_statistics(model: keras.Model) -> None:
                 "gradient cannot be clipped alone); use a model without it "
                 "(model.batch_norm: false)"
             )
+
+
+def _assign(
+    variables: Sequence[Any], values: Sequence[np.ndarray], *, what: str
+) -> None:
+    """Each Keras variable's backing ``tf.Variable`` assigned its value, cast to
+    the variable's dtype."""
+    if len(values) != len(variables):
+        raise ValueError(
+            f"{len(values)} weight arrays for a {what} of {len(variables)} variables"
+        )
+    for var, value in zip(variables, values, strict=True):
+        array = np.asarray(value, dtype=var.dtype)
+        if array.shape != tuple(var.shape):
+            raise ValueError(
+                f"weight {var.path}: shape {array.shape}, the {what}'s is "
+                f"{tuple(var.shape)}"
+            )
+        var.value.assign(array)
 
 
 def _side_by_side(run: Any, n: int) -> None:
