@@ -30,6 +30,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 
+from fedpipe.core.concurrency import side_by_side
 from fedpipe.model.trainer import (
     ClientFailure,
     ClientJob,
@@ -72,7 +73,8 @@ def threaded_map(
         lock, stop = threading.Lock(), threading.Event()
         queue = iter(range(len(jobs)))
 
-        def work(runner: ModelRunner) -> None:
+        def work(k: int) -> None:
+            runner = runners[k]
             with runner.lock:  # not a helper of predictions meanwhile
                 take(runner)
 
@@ -92,22 +94,9 @@ def threaded_map(
                 with lock:
                     tell(1)
 
-        helpers = [
-            threading.Thread(
-                target=work, args=(r,), daemon=True, name=f"fedpipe-client-{k + 1}"
-            )
-            for k, r in enumerate(runners[1 : len(jobs)])
-        ]
-        for t in helpers:
-            t.start()
-        try:
-            work(runners[0])
-        except BaseException:  # an interrupt: the others stop after their client
-            stop.set()
-            raise
-        finally:
-            for t in helpers:
-                t.join()
+        n = min(len(runners), max(1, len(jobs)))
+        # an interrupt in this thread's client stops the others after theirs
+        side_by_side(work, n, stop=stop, name="fedpipe-client")
         if errors:
             raise errors[min(errors)]
         done = [r for r in results if r is not None]

@@ -27,6 +27,7 @@ import tensorflow as tf  # noqa: E402
 from keras.src.random import seed_generator as _keras_seeds  # noqa: E402
 
 from fedpipe.client.base import RecordDP  # noqa: E402
+from fedpipe.core.concurrency import side_by_side  # noqa: E402
 from fedpipe.core.errors import EXIT_BAD_PARAMS, FedpipeError  # noqa: E402
 from fedpipe.core.secretkey import derived_key  # noqa: E402
 from fedpipe.core.seeds import derive_seed, keyed_rng, rng_for  # noqa: E402
@@ -638,7 +639,7 @@ class ModelRunner:
                 probs[i], losses[i] = p.numpy(), loss.numpy().reshape(-1)
 
         try:
-            _side_by_side(run, len(runners))
+            side_by_side(run, len(runners), name="fedpipe-predict")
         finally:
             for h in free:
                 h.lock.release()
@@ -720,29 +721,6 @@ def _assign(
                 f"{tuple(var.shape)}"
             )
         var.value.assign(array)
-
-
-def _side_by_side(run: Any, n: int) -> None:
-    """``run(k)`` for k in 0..n-1: k > 0 each in a thread of its own, 0 in this
-    one; an exception is raised here (the lowest k's) after all have ended."""
-    errors: dict[int, BaseException] = {}
-
-    def guarded(k: int) -> None:
-        try:
-            run(k)
-        except BaseException as exc:  # raised by the caller
-            errors[k] = exc
-
-    threads = [threading.Thread(target=guarded, args=(k,)) for k in range(1, n)]
-    for t in threads:
-        t.start()
-    try:
-        run(0)
-    finally:
-        for t in threads:
-            t.join()
-    if errors:
-        raise errors[min(errors)]
 
 
 def _rows_between(
