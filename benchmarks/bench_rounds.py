@@ -122,8 +122,9 @@ def library_loop(project: Path, rounds: int) -> dict[str, float]:
     :func:`fedpipe.federation.round.run_round` round after round on the inputs fedpipe's
     ``load-round`` task builds (same training step, sampling, seeds, FedAvg, every
     evaluation and the health record), the clients side by side in this process as
-    ``fedpipe run`` trains them (``runtime.threads``): no Prefect, no files, no DVC. The difference to fedpipe is the cost of
-    orchestration and versioning alone.
+    ``fedpipe run`` trains them (``runtime.threads``): no Prefect, no files, no
+    DVC. The difference to fedpipe is the cost of orchestration and versioning
+    alone.
     """
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_scale import round_loop
@@ -151,10 +152,12 @@ def fedpipe_rounds(project: Path, rounds: int) -> dict[str, float]:
     ensure_api()
     from fedpipe.config.params import load_params
     from flows.pipeline import run_pipeline
+    from orchestration.heartbeat import own_heartbeat
 
     params = load_params()
     start = time.perf_counter()
-    ran = run_pipeline(params, force=False)
+    with own_heartbeat():  # as `fedpipe run` calls it
+        ran = run_pipeline(params, force=False)
     elapsed = time.perf_counter() - start
     n_rounds = sum(s.startswith("round@") for s in ran)
     assert n_rounds == rounds, f"expected {rounds} rounds to run, ran {ran}"

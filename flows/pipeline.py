@@ -18,6 +18,7 @@ describing the last good run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from prefect import flow, get_run_logger
@@ -31,6 +32,7 @@ from fedpipe.core.stopping import raise_if_stopped, stop_requested
 from flows.stages import dask_scheduler, run_stage, without_heartbeat
 from orchestration import console
 from orchestration.dvclock import LockRecorder
+from orchestration.heartbeat import beating
 from orchestration.repolock import hold
 from orchestration.runtime import DaskScheduler
 from tasks.artifacts import flush_artifacts, publish_run_artifacts
@@ -73,27 +75,37 @@ def run_pipeline(params: Params, force: bool = False, report: bool = True) -> li
     With ``runtime.runner: dask`` one Dask scheduler (a local cluster unless
     ``runtime.dask_address`` names one) serves every round of the run.
 
+    Its heartbeat is fedpipe's when the caller took it over
+    (:func:`orchestration.heartbeat.own_heartbeat`, as ``fedpipe run`` does).
+
     The run holds the project's DVC repo lock throughout (:mod:`orchestration.repolock`;
     ``fedpipe run`` already took it): a second run, or ``dvc repro``, refuses.
     """
     console.run_started(_ui_url())
-    with hold(Path(".")):
+    with hold(Path(".")), beating():
         return _run_and_report(params, force, report)
 
 
 def _run_and_report(params: Params, force: bool, report: bool) -> list[str]:
+    reported: list[tuple[str, Path]] = []
+
+    def epilogue(ran: list[str]) -> None:
+        """The doctor and the report, while the last record is being written
+        (a process of its own: the two run side by side on two cores)."""
+        if report and "summary" in ran:
+            reported.append(doctor_and_report(Path(".")))
+
     with dask_scheduler(params) as dask:
         if params.runtime.runner == "dask":
             dask.start()  # workers start while the data stages run
         try:
-            ran = _run_stages(params, force, dask)
+            ran = _run_stages(params, force, dask, epilogue)
         finally:
             flush_artifacts()  # the rounds' tables, sent while training went on
     last = layout.round_metrics(params.federation.rounds)
-    findings = link = None
-    if report and "summary" in ran:
-        findings, path = doctor_and_report(Path("."))
-        link = path.as_uri()
+    findings, link = (
+        (reported[0][0], reported[0][1].as_uri()) if reported else (None, None)
+    )
     publish_run_artifacts(
         read_json(last) if "summary" in ran and last.is_file() else None,
         ran,
@@ -113,7 +125,14 @@ def _ui_url() -> str | None:
     return url_for(context.flow_run) if context and context.flow_run else None
 
 
-def _run_stages(params: Params, force: bool, dask: DaskScheduler) -> list[str]:
+def _run_stages(
+    params: Params,
+    force: bool,
+    dask: DaskScheduler,
+    epilogue: Callable[[list[str]], None] = lambda ran: None,
+) -> list[str]:
+    """Run the stages not up to date, recording each; ``epilogue(ran)`` runs
+    after the last stage, while the last records are being written."""
     logger = get_run_logger()
     root = Path(".")
     stages = layout.stage_names(params.federation.rounds)
@@ -149,6 +168,12 @@ def _run_stages(params: Params, force: bool, dask: DaskScheduler) -> list[str]:
                 continue
             records.add([s for s in waiting if GATED_BY[s] == stage] + [stage])
             waiting = [s for s in waiting if GATED_BY[s] != stage]
+        records.flush()
+        try:
+            epilogue(ran)
+        except BaseException:
+            records.finish(failing=True)
+            raise
         records.finish()
     raise_if_stopped()
     return ran
@@ -166,37 +191,38 @@ class _Records:
     def __init__(self, recorder: LockRecorder) -> None:
         self.recorder = recorder
         self.pending: list[str] = []
-        self.in_flight: PrefectFuture | None = None
+        # records submitted, oldest first; the task runner's one worker writes
+        # them in that order
+        self.in_flight: list[PrefectFuture] = []
 
     def add(self, stages: list[str]) -> None:
         self.recorder.queue(stages)  # recorded even if the run must end abruptly
         self.pending.extend(stages)
-        if self.in_flight is not None and self.in_flight.wrapped_future.done():
-            self.in_flight.result()  # raises if that record failed
-            self.in_flight = None
+        while self.in_flight and self.in_flight[0].wrapped_future.done():
+            self.in_flight.pop(0).result()  # raises if that record failed
         # the recorder rests between rounds only: a data stage (ingest, validate,
         # partition...) is recorded as soon as it can be, so that not even a
         # kill -9 makes the next run redo it
         urgent = any(not s.startswith(f"{layout.ROUND_STAGE}@") for s in self.pending)
-        if self.in_flight is None and (urgent or self.recorder.rested()):
-            self._submit()
+        if not self.in_flight and (urgent or self.recorder.rested()):
+            self.flush()
 
-    def _submit(self) -> None:
+    def flush(self) -> None:
+        """Start recording everything pending now (after the record in flight)."""
         if self.pending:
-            self.in_flight = record_stages.submit(self.recorder, self.pending)
+            self.in_flight.append(record_stages.submit(self.recorder, self.pending))
             self.pending = []
 
     def finish(self, *, failing: bool = False) -> None:
         """Record everything pending and wait for it. While a stage is ``failing``,
         a failed record is logged, not raised (the stage's error is the one to
         report)."""
-        for _ in range(2):
-            if self.in_flight is not None:
-                future, self.in_flight = self.in_flight, None
-                if failing:
-                    future.wait()
-                    if future.state.is_failed():
-                        get_run_logger().error("recording in dvc.lock failed")
-                else:
-                    future.result()
-            self._submit()
+        self.flush()
+        while self.in_flight:
+            future = self.in_flight.pop(0)
+            if failing:
+                future.wait()
+                if future.state.is_failed():
+                    get_run_logger().error("recording in dvc.lock failed")
+            else:
+                future.result()

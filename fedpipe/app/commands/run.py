@@ -108,6 +108,7 @@ def _run_locked(args: argparse.Namespace) -> int:
     url = connect(args)
     from flows.pipeline import run_pipeline
     from orchestration import console
+    from orchestration.heartbeat import own_heartbeat
     from orchestration.server import ServerWatch
 
     stopping.install()  # Prefect's flow engine raises its own inside
@@ -121,7 +122,8 @@ def _run_locked(args: argparse.Namespace) -> int:
         args.log_file = log
         if not quiet:
             print(f"log: {log}", flush=True)
-        ran = run_pipeline(params, force=args.force, report=not args.no_report)
+        with own_heartbeat():  # one that stops at once when the run ends
+            ran = run_pipeline(params, force=args.force, report=not args.no_report)
     if not quiet:
         print(
             f"done: {len(ran)} stage(s) ran" + (f" ({', '.join(ran)})" if ran else "")
