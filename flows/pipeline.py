@@ -36,7 +36,8 @@ from orchestration.heartbeat import beating
 from orchestration.repolock import hold
 from orchestration.runtime import DaskScheduler
 from tasks.artifacts import flush_artifacts, publish_run_artifacts
-from tasks.dvc import fresh_prefix, record_stages, restore_stage_outputs
+from tasks.dvc import record_stages, restore_stage_outputs
+from tasks.federation import warm_up_training
 from tasks.report import doctor_and_report
 
 # stages whose record waits for the stage named here to pass
@@ -136,12 +137,16 @@ def _run_stages(
     logger = get_run_logger()
     root = Path(".")
     stages = layout.stage_names(params.federation.rounds)
-    fresh = 0 if force else fresh_prefix(root, stages)
-    for stage in stages[:fresh]:
-        logger.info("%s: up to date (dvc.lock)", stage)
     ran: list[str] = []
     waiting: list[str] = []  # ran, record deferred until their gate passes
     with LockRecorder(root) as recorder, without_heartbeat():
+        # the recorder's process starts (imports DVC) and reads dvc.lock on one
+        # core while this one builds and traces the models of round 1
+        recorder.start()
+        warm_up_training(params)
+        fresh = 0 if force else recorder.fresh_prefix(stages)
+        for stage in stages[:fresh]:
+            logger.info("%s: up to date (dvc.lock)", stage)
         records = _Records(recorder)
         for stage in stages[fresh:]:
             if stop_requested():  # a Ctrl-C the last stage's flow engine swallowed

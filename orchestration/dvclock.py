@@ -10,7 +10,9 @@ else), and every stage that finished while the previous record was being written
 is recorded in one go: one parse and one write of ``dvc.lock`` for all of them.
 
 The protocol is one JSON line per request on stdin (``{"stages": [...]}``) and one
-per reply on stdout (``{"ok": true}`` or ``{"error": "..."}``).
+per reply on stdout (``{"ok": true}`` or ``{"error": "..."}``). The same process
+also answers which stages are up to date (``{"fresh": [...]}``, replied
+``{"fresh": n}``) when a run starts, while the run's process builds its models.
 
 A record still costs CPU that the training beside it wants (a round-trip YAML
 parse and write of the whole ``dvc.lock``, which grows with the rounds: about
@@ -81,6 +83,32 @@ def commit_stages(
         commit(repo)
 
 
+def fresh_stages(
+    root: Path, names: Sequence[str], *, lock_held: bool | None = None
+) -> int:
+    """How many of the stages ``names`` (in pipeline order), from the first, are
+    recorded in ``dvc.lock`` with nothing they use changed (``dvc status``, one
+    repository opened for all).
+
+    Raises
+    ------
+    ProjectBusy
+        A file of the project another DVC command holds (or held)."""
+    from dvc.lock import LockError
+
+    from orchestration.repolock import ProjectBusy, open_repo
+
+    logging.getLogger("dvc").setLevel(logging.WARNING)
+    with open_repo(root, held=lock_held) as repo:
+        try:
+            for n, name in enumerate(names):
+                if repo.status(targets=[name]):
+                    return n
+        except LockError as exc:
+            raise ProjectBusy(f"{root.resolve()}: {exc}") from exc
+    return len(names)
+
+
 def dump_lock(path: Path, stages: Sequence[Any]) -> None:
     """Write ``stages``' records into the lock file ``path`` as DVC's
     ``Lockfile.dump_stages`` does (the same YAML, byte for byte), but replaced
@@ -124,6 +152,30 @@ class LockRecorder:
         """``names`` finished; a :meth:`record` of them follows."""
         self._queued.extend(n for n in names if n not in self._queued)
 
+    def start(self) -> None:
+        """Start the recorder's process now (it imports DVC: about a second of
+        CPU, better spent while the run starts than during a round)."""
+        with self._lock:
+            self._start()
+
+    def fresh_prefix(self, names: Sequence[str]) -> int:
+        """:func:`fresh_stages` of ``names``, worked out in the recorder's process.
+
+        Raises
+        ------
+        ProjectBusy
+            As :func:`fresh_stages`.
+        """
+        with self._lock:
+            reply = self._ask({"fresh": list(names)}, what="checking dvc.lock")
+        if "busy" in reply:
+            from orchestration.repolock import ProjectBusy
+
+            raise ProjectBusy(reply["busy"])
+        if "error" in reply:
+            raise RuntimeError(f"checking dvc.lock failed:\n{reply['error']}")
+        return int(reply["fresh"])
+
     def record(self, names: Sequence[str]) -> None:
         """Record ``names`` (in pipeline order); raises what DVC raised."""
         with self._lock:
@@ -133,19 +185,23 @@ class LockRecorder:
             ended = time.monotonic()
             self._rest_until = ended + (ended - started) * (1 / BUSY_SHARE - 1)
 
-    def _record(self, names: Sequence[str]) -> None:
+    def _ask(self, request: dict[str, Any], *, what: str) -> dict[str, Any]:
+        """One request to the recorder's process and its reply (lock held)."""
         proc = self._start()
         assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps({"stages": list(names)}) + "\n")
+        proc.stdin.write(json.dumps(request) + "\n")
         proc.stdin.flush()
         line = proc.stdout.readline()
         if not line:
             self._proc = None
             raise RuntimeError(
                 f"the dvc.lock recorder (pid {proc.pid}) exited with "
-                f"{proc.wait()} while recording {', '.join(names)}"
+                f"{proc.wait()} while {what}"
             )
-        reply = json.loads(line)
+        return dict(json.loads(line))
+
+    def _record(self, names: Sequence[str]) -> None:
+        reply = self._ask({"stages": list(names)}, what=f"recording {', '.join(names)}")
         if "disk_full" in reply:  # one line for the CLI, not DVC's traceback
             full = reply["disk_full"]
             raise DiskFullError(Path(full["path"]), needed=full["needed"])
@@ -237,13 +293,30 @@ def _drop_partial_copies(root: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _fresh_reply(root: Path, names: list[str], lock_held: bool) -> dict[str, Any]:
+    from orchestration.repolock import ProjectBusy
+
+    try:
+        return {"fresh": fresh_stages(root, names, lock_held=lock_held)}
+    except ProjectBusy as exc:
+        return {"busy": str(exc)}
+    except Exception:  # noqa: BLE001 - reported to the run, which raises it
+        return {"error": traceback.format_exc()}
+
+
 def main(argv: Sequence[str]) -> int:
     from orchestration.repolock import held_for_us
 
     root = Path(argv[0])
     lock_held = held_for_us(root)  # decided now: the run may be gone later
     for line in sys.stdin:
-        names = json.loads(line)["stages"]
+        request = json.loads(line)
+        if "fresh" in request:
+            reply = _fresh_reply(root, request["fresh"], lock_held)
+            sys.stdout.write(json.dumps(reply) + "\n")
+            sys.stdout.flush()
+            continue
+        names = request["stages"]
         try:
             commit_stages(root, names, lock_held=lock_held)
             reply: dict[str, object] = {"ok": True}

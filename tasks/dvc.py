@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from orchestration.dvclock import LockRecorder
-from orchestration.repolock import ProjectBusy
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
@@ -31,21 +29,6 @@ def _repo(root: Path):  # type: ignore[no-untyped-def]
     repo = open_repo(root)  # no second lock while this run holds DVC's
     logging.getLogger("dvc").setLevel(logging.WARNING)
     return repo
-
-
-def fresh_prefix(root: Path, stages: Sequence[str]) -> int:
-    """How many of ``stages`` (in pipeline order), from the first, are recorded in
-    ``dvc.lock`` with nothing they use changed (one repository opened for all)."""
-    from dvc.lock import LockError
-
-    with _repo(root) as repo:
-        try:
-            for n, stage in enumerate(stages):
-                if repo.status(targets=[stage]):
-                    return n
-        except LockError as exc:  # a file another DVC command holds (or held)
-            raise ProjectBusy(f"{root.resolve()}: {exc}") from exc
-    return len(stages)
 
 
 @task(

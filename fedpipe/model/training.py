@@ -320,6 +320,30 @@ class ModelRunner:
         self.last_steps = 0
         self.last_train_loss = float("nan")
 
+    def warm_up(self, x: Rows, y: np.ndarray, *, batch_size: int) -> None:
+        """Trace the plain training step and the prediction step on rows like
+        ``(x, y)`` (a full batch and a shorter one each: the two traces a first
+        round would make), so that the first round does not wait for them.
+
+        Leaves nothing behind that a later :meth:`fit` or :meth:`predict` would
+        see: both start from the weights they are given, :meth:`fit` also from a
+        fresh optimizer state and the layers' seeds.
+        """
+        weights = self.model.get_weights()
+        n = min(len(y), batch_size + 1)
+        if n:
+            self.fit(
+                weights, x[:n], y[:n], epochs=1, batch_size=min(batch_size, n), seed=0
+            )
+        n = min(len(y), predict_batch(self.spec.input_shape) + 1)
+        if n:
+            helpers, self.helpers = self.helpers, ()  # this runner's own traces
+            try:
+                self.predict(weights, x[:n], y[:n])
+            finally:
+                self.helpers = helpers
+        self.load(weights)
+
     def load(self, weights: Sequence[np.ndarray]) -> None:
         """Put ``weights`` (laid out as ``model.get_weights()``) into the model.
 
