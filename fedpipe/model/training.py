@@ -330,18 +330,18 @@ class ModelRunner:
         fresh optimizer state and the layers' seeds.
         """
         weights = self.model.get_weights()
-        n = min(len(y), batch_size + 1)
-        if n:
-            self.fit(
-                weights, x[:n], y[:n], epochs=1, batch_size=min(batch_size, n), seed=0
-            )
-        n = min(len(y), predict_batch(self.spec.input_shape) + 1)
-        if n:
-            helpers, self.helpers = self.helpers, ()  # this runner's own traces
-            try:
+        if len(y) < 2:
+            return
+        full = min(len(y) - 1, batch_size)  # a batch of `full` rows, one of 1
+        self.fit(
+            weights, x[: full + 1], y[: full + 1], epochs=1, batch_size=full, seed=0
+        )
+        helpers, self.helpers = self.helpers, ()  # this runner's own traces
+        try:
+            for n in (min(len(y), predict_batch(self.spec.input_shape)), 1):
                 self.predict(weights, x[:n], y[:n])
-            finally:
-                self.helpers = helpers
+        finally:
+            self.helpers = helpers
         self.load(weights)
 
     def load(self, weights: Sequence[np.ndarray]) -> None:
