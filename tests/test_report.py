@@ -3,6 +3,7 @@ formats)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -313,6 +314,36 @@ def test_plots_draw_every_text_and_legend_inside_the_figure(
             or box.y1 > figure.y1 + 0.1
         ]
         assert outside == [], name
+
+
+def test_the_page_is_built_with_the_garbage_collector_paused(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = []
+    metrics_svg = report.metrics_svg
+
+    def watched(history):  # type: ignore[no-untyped-def]
+        seen.append(gc.isenabled())
+        return metrics_svg(history)
+
+    monkeypatch.setattr(report, "metrics_svg", watched)
+    assert gc.isenabled()
+    build_report(run_dir, findings=[])
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        build_report(run_dir, findings=[])
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()
+
+    def failing(history):  # type: ignore[no-untyped-def]
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(report, "metrics_svg", failing)
+    with pytest.raises(RuntimeError, match="boom"):
+        build_report(run_dir, findings=[])
+    assert gc.isenabled()
 
 
 # ---------------------------------------------------------------- findings
