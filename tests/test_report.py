@@ -3,6 +3,7 @@ formats)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -14,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pytest
+from matplotlib.transforms import Bbox
 from report_fixtures import FINDINGS, write_run
 
 from fedpipe.core.jsonio import write_json
@@ -23,6 +25,7 @@ from fedpipe.observe.report import (
     SECTION_TITLES,
     build_report,
     labels_svg,
+    read_health,
     read_history,
     read_label_counts,
     read_lineage,
@@ -238,6 +241,109 @@ def test_null_values_do_not_break_plots(tmp_path: Path) -> None:
         "labels",
         "skew",
     ]
+
+
+# ---------------------------------------------------------------- plot layout
+
+
+@pytest.fixture
+def drawn(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Bbox, Bbox]]:
+    """Every text and legend the plots draw: its text (``"legend"``), its box and
+    the box of its figure, as drawn (in the same units)."""
+    from matplotlib.legend import Legend
+    from matplotlib.text import Text
+
+    boxes: list[tuple[str, Bbox, Bbox]] = []
+
+    def recording(draw):  # type: ignore[no-untyped-def]
+        def recorded(self, renderer) -> None:  # type: ignore[no-untyped-def]
+            draw(self, renderer)
+            if self.get_visible() and (isinstance(self, Legend) or self.get_text()):
+                what = "legend" if isinstance(self, Legend) else self.get_text()
+                figure = self.get_figure(root=True).bbox.frozen()
+                boxes.append((what, self.get_window_extent(renderer), figure))
+
+        return recorded
+
+    monkeypatch.setattr(Text, "draw", recording(Text.draw))
+    monkeypatch.setattr(Legend, "draw", recording(Legend.draw))
+    return boxes
+
+
+@pytest.mark.parametrize(
+    ("rounds", "n_clients", "n_classes", "spread"),
+    [
+        (4, 4, 5, False),  # the fixture's run
+        (40, 35, 20, False),  # 35 client rows, a 20-class legend, every 2nd round named
+        (25, 3, 20, False),  # a 20-class legend taller than 3 clients' bars need
+        (12, 12, 10, True),  # the most clients a legend names; norms on a log scale
+    ],
+)
+def test_plots_draw_every_text_and_legend_inside_the_figure(
+    tmp_path: Path,
+    drawn: list[tuple[str, Bbox, Bbox]],
+    rounds: int,
+    n_clients: int,
+    n_classes: int,
+    spread: bool,
+) -> None:
+    write_run(tmp_path, rounds=rounds, n_clients=n_clients, n_classes=n_classes)
+    history, _ = read_history(tmp_path)
+    counts, _ = read_label_counts(tmp_path)
+    health = read_health(tmp_path)
+    if spread:  # norms over 11 decades: tick labels 10^k in mathtext
+        for record in health:
+            for client in record["clients"]:
+                client["update_norm"] *= 10.0 ** client["client"]
+    plots = {
+        "metrics": lambda: report.metrics_svg(history),
+        "divergence": lambda: report.divergence_svg(health),
+        "norms": lambda: report.norms_svg(health),
+        "labels": lambda: labels_svg(counts),
+    }
+    for name, plot in plots.items():
+        drawn.clear()
+        plot()
+        assert drawn, name
+        outside = [
+            (what, [round(float(v), 1) for v in box.extents], figure.bounds)
+            for what, box, figure in drawn
+            if box.x0 < figure.x0 - 0.1
+            or box.y0 < figure.y0 - 0.1
+            or box.x1 > figure.x1 + 0.1
+            or box.y1 > figure.y1 + 0.1
+        ]
+        assert outside == [], name
+
+
+def test_the_page_is_built_with_the_garbage_collector_paused(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = []
+    metrics_svg = report.metrics_svg
+
+    def watched(history):  # type: ignore[no-untyped-def]
+        seen.append(gc.isenabled())
+        return metrics_svg(history)
+
+    monkeypatch.setattr(report, "metrics_svg", watched)
+    assert gc.isenabled()
+    build_report(run_dir, findings=[])
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        build_report(run_dir, findings=[])
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()
+
+    def failing(history):  # type: ignore[no-untyped-def]
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(report, "metrics_svg", failing)
+    with pytest.raises(RuntimeError, match="boom"):
+        build_report(run_dir, findings=[])
+    assert gc.isenabled()
 
 
 # ---------------------------------------------------------------- findings
