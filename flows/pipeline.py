@@ -34,7 +34,7 @@ from orchestration import console
 from orchestration.dvclock import LockRecorder
 from orchestration.heartbeat import beating
 from orchestration.repolock import hold
-from orchestration.runtime import DaskScheduler
+from orchestration.runtime import DaskScheduler, older_objects_frozen
 from tasks.artifacts import flush_artifacts, publish_run_artifacts
 from tasks.dvc import record_stages, restore_stage_outputs
 from tasks.federation import warm_up_training
@@ -83,7 +83,7 @@ def run_pipeline(params: Params, force: bool = False, report: bool = True) -> li
     ``fedpipe run`` already took it): a second run, or ``dvc repro``, refuses.
     """
     console.run_started(_ui_url())
-    with hold(Path(".")), beating():
+    with hold(Path(".")), beating(), older_objects_frozen():
         return _run_and_report(params, force, report)
 
 
