@@ -37,7 +37,6 @@ from orchestration.repolock import hold
 from orchestration.runtime import DaskScheduler, older_objects_frozen
 from tasks.artifacts import flush_artifacts, publish_run_artifacts
 from tasks.dvc import record_stages, restore_stage_outputs
-from tasks.federation import warm_up_training
 from tasks.report import doctor_and_report
 
 # stages whose record waits for the stage named here to pass
@@ -140,10 +139,8 @@ def _run_stages(
     ran: list[str] = []
     waiting: list[str] = []  # ran, record deferred until their gate passes
     with LockRecorder(root) as recorder, without_heartbeat():
-        # the recorder's process starts (imports DVC) and reads dvc.lock on one
-        # core while this one builds and traces the models of round 1
-        recorder.start()
-        warm_up_training(params)
+        # the recorder's process (it imports DVC, about a second of CPU) reads
+        # dvc.lock now and records later stages while rounds train
         fresh = 0 if force else recorder.fresh_prefix(stages)
         for stage in stages[:fresh]:
             logger.info("%s: up to date (dvc.lock)", stage)

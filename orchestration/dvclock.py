@@ -152,12 +152,6 @@ class LockRecorder:
         """``names`` finished; a :meth:`record` of them follows."""
         self._queued.extend(n for n in names if n not in self._queued)
 
-    def start(self) -> None:
-        """Start the recorder's process now (it imports DVC: about a second of
-        CPU, better spent while the run starts than during a round)."""
-        with self._lock:
-            self._start()
-
     def fresh_prefix(self, names: Sequence[str]) -> int:
         """:func:`fresh_stages` of ``names``, worked out in the recorder's process.
 

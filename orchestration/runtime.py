@@ -30,18 +30,17 @@ _lock = threading.Lock()
 _runners: dict[ModelSpec, ModelRunner] = {}
 _training: set[ModelSpec] = set()
 _spares: dict[ModelSpec, list[ModelRunner]] = {}
-_warming: dict[ModelSpec, Future[None]] = {}
 
 
 @contextmanager
 def older_objects_frozen() -> Iterator[None]:
     """Python's cyclic garbage collector leaves the objects that exist when the
     block starts alone until it ends (:func:`gc.freeze`, then
-    :func:`gc.unfreeze`): a run starts with TensorFlow's, Keras', Prefect's and
-    DVC's few hundred thousand objects loaded, and each full collection during
-    the run walked them all with every thread stopped (0.35 s, measured in one
-    of five default runs; at most one of the others had). They are handed back
-    to the collector after, so nothing is kept that it would have freed."""
+    :func:`gc.unfreeze`): a run starts with TensorFlow's, Keras' and Prefect's
+    few hundred thousand objects loaded, and a full collection during the run
+    walked them all with every thread stopped (0.35 s; seen in one of five
+    default runs measured). They are handed back to the collector after, so
+    nothing is kept that it would have freed."""
     gc.freeze()
     try:
         yield
@@ -54,58 +53,11 @@ def runner_for(spec: ModelSpec) -> ModelRunner:
     return cached_runner(spec)[0]
 
 
-def warm_up(
-    spec: ModelSpec, data: FederatedData, *, spares: int, batch_size: int
-) -> None:
-    """Build :func:`runner_for`'s model of ``spec`` and ``spares`` more
-    (:func:`spare_runners`), and trace their steps on the first client's rows
-    (:meth:`ModelRunner.warm_up`), in a thread of its own: the run's start (its
-    Prefect flow run, the stages ``dvc.lock`` shows up to date) goes on meanwhile,
-    and the first round does not pay for tracing. :func:`runner_for` and
-    :func:`spare_runners` wait for it. Nothing to do when the model is built
-    already; a failure is only logged (the round that builds the model meets it
-    again and reports it)."""
-    with _lock:
-        if spec in _runners or spec in _warming:
-            return
-        done: Future[None] = Future()
-        _warming[spec] = done
-
-    def build() -> None:
-        try:
-            runners = [ModelRunner(spec) for _ in range(spares + 1)]
-            client = data.clients[0] if data.clients else None
-            if client is not None:
-                for runner in runners:
-                    runner.warm_up(
-                        client.x_train, client.y_train, batch_size=batch_size
-                    )
-            with _lock:
-                _runners[spec] = runners[0]
-                _spares[spec] = runners[1:]
-        except Exception:  # noqa: BLE001 - the first round builds it and says why
-            logging.getLogger(__name__).debug("warm-up failed", exc_info=True)
-        finally:
-            with _lock:
-                del _warming[spec]
-            done.set_result(None)
-
-    threading.Thread(target=build, name="fedpipe-warm-up", daemon=True).start()
-
-
-def _warmed(spec: ModelSpec) -> None:
-    """Wait for a :func:`warm_up` of ``spec`` in progress."""
-    with _lock:
-        done = _warming.get(spec)
-    if done is not None:
-        done.result()
-
-
 def spare_runners(spec: ModelSpec, n: int) -> list[ModelRunner]:
     """``n`` more compiled models of ``spec``, besides :func:`runner_for`'s, for
     clients trained side by side (``runtime.threads``); kept like it, and made
     :func:`runner_for`'s helpers (its predictions share out over them too)."""
-    main = runner_for(spec)  # after any warm-up of spec
+    main = runner_for(spec)
     with _lock:
         spares = _spares.setdefault(spec, [])
         while len(spares) < n:
@@ -126,7 +78,6 @@ def training_runner(spec: ModelSpec) -> tuple[ModelRunner, bool]:
 
 def cached_runner(spec: ModelSpec) -> tuple[ModelRunner, bool]:
     """The process's compiled model for ``spec``, and whether this call built it."""
-    _warmed(spec)
     with _lock:
         built = spec not in _runners
         if built:

@@ -41,7 +41,6 @@ from fedpipe.federation.clientstate import load_client_states, save_client_state
 from fedpipe.federation.privacy.views import write_round_records
 from fedpipe.federation.round import RoundFailed, RoundInputs, RoundOutputs, run_round
 from fedpipe.model.cohort import cohort_map
-from fedpipe.model.threads import usable_cores
 from fedpipe.model.trainer import ClientFailure, ClientJob, ClientResult, MapClients
 from fedpipe.model.training import initial_weights, training_device
 from fedpipe.model.zoo import describe_model
@@ -54,7 +53,6 @@ from orchestration.runtime import (
     runner_for,
     spare_runners,
     training_runner,
-    warm_up,
     where_am_i,
 )
 from tasks.artifacts import publish_round_table
@@ -108,30 +106,6 @@ def federation_round(
     )
     get_run_logger().info(line)
     return summary, line
-
-
-def warm_up_training(params: Params) -> None:
-    """Start building and tracing the models round 1 trains on in this process
-    (:func:`orchestration.runtime.warm_up`), from the data stages' outputs as they
-    are: called when a run starts, so that this happens while Prefect and DVC
-    set up. Nothing when the clients train on Dask or there is no data yet; if
-    the data stages run again and change the model, the first round builds its
-    own."""
-    if params.runtime.runner != "local":
-        return
-    try:
-        spec = model_spec(params, input_spec(layout.PREPARED_DIR, layout.TRANSFORM))
-        data = data_for(layout.PREPARED_DIR, layout.MANIFEST, layout.TRANSFORM)
-    except (OSError, ValueError, KeyError):  # no (usable) data yet: nothing to warm
-        return
-    threads = params.runtime.threads or usable_cores()
-    per_round = params.federation.clients_per_round()
-    warm_up(
-        spec,
-        data,
-        spares=max(0, min(threads, per_round) - 1),
-        batch_size=params.train.batch_size,
-    )
 
 
 def load_round(params: Params, round_: int) -> RoundInputs:

@@ -320,30 +320,6 @@ class ModelRunner:
         self.last_steps = 0
         self.last_train_loss = float("nan")
 
-    def warm_up(self, x: Rows, y: np.ndarray, *, batch_size: int) -> None:
-        """Trace the plain training step and the prediction step on rows like
-        ``(x, y)`` (a full batch and a shorter one each: the two traces a first
-        round would make), so that the first round does not wait for them.
-
-        Leaves nothing behind that a later :meth:`fit` or :meth:`predict` would
-        see: both start from the weights they are given, :meth:`fit` also from a
-        fresh optimizer state and the layers' seeds.
-        """
-        weights = self.model.get_weights()
-        if len(y) < 2:
-            return
-        full = min(len(y) - 1, batch_size)  # a batch of `full` rows, one of 1
-        self.fit(
-            weights, x[: full + 1], y[: full + 1], epochs=1, batch_size=full, seed=0
-        )
-        helpers, self.helpers = self.helpers, ()  # this runner's own traces
-        try:
-            for n in (min(len(y), predict_batch(self.spec.input_shape)), 1):
-                self.predict(weights, x[:n], y[:n])
-        finally:
-            self.helpers = helpers
-        self.load(weights)
-
     def load(self, weights: Sequence[np.ndarray]) -> None:
         """Put ``weights`` (laid out as ``model.get_weights()``) into the model.
 
