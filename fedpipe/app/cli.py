@@ -112,6 +112,9 @@ def _with_examples(parser: argparse.ArgumentParser) -> None:
 def _quiet_env() -> None:
     for key, value in _QUIET_ENV.items():
         os.environ.setdefault(key, value)
+    from fedpipe.app import tfnotices
+
+    tfnotices.install()  # TF's C++ start-up lines ignore TF_CPP_MIN_LOG_LEVEL
 
 
 def main(argv: Sequence[str] | None = None) -> int:
