@@ -12,7 +12,7 @@ is recorded in one go: one parse and one write of ``dvc.lock`` for all of them.
 The protocol is one JSON line per request on stdin (``{"stages": [...]}``) and one
 per reply on stdout (``{"ok": true}`` or ``{"error": "..."}``). The same process
 also answers which stages are up to date (``{"fresh": [...]}``, replied
-``{"fresh": n}``) when a run starts, while the run's process builds its models.
+``{"fresh": n}``) when a run starts: the run's own process imports no DVC.
 
 A record still costs CPU that the training beside it wants (a round-trip YAML
 parse and write of the whole ``dvc.lock``, which grows with the rounds: about
