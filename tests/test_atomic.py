@@ -85,3 +85,75 @@ def test_client_state_folder_left_by_a_killed_write_is_replaced(
     loaded = load_client_states(folder)
     assert sorted(loaded) == [4]
     assert loaded[4]["scaffold"]["c_i/000"].tolist() == [0.0, 0.0]
+
+
+def test_a_write_another_thread_has_under_way_is_discarded(tmp_path: Path) -> None:
+    # a process ending on an error raised elsewhere (the dvc.lock recorder's full
+    # disk, another thread's) removes the temporary files still being written
+    import threading
+
+    target = tmp_path / "metrics" / "round-3.csv"
+    started, release = threading.Event(), threading.Event()
+    failed: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            with atomic.writing(target) as tmp:
+                tmp.write_text("half")
+                started.set()
+                release.wait(10)
+        except BaseException as exc:  # noqa: BLE001 - looked at below
+            failed.append(exc)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    assert started.wait(10)
+    assert atomic.discard_partial() == [atomic.temp_path(target)]
+    assert list(target.parent.iterdir()) == []
+    release.set()
+    thread.join(10)
+    assert isinstance(failed[0], FileNotFoundError)  # its rename finds nothing
+    assert not target.exists()
+    assert atomic.discard_partial() == []  # nothing live any more
+
+
+def test_a_failed_rename_leaves_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "w.json"
+    target.write_text("old")
+
+    def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt  # not an OSError: Ctrl-C during the rename
+
+    monkeypatch.setattr(atomic, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        atomic.write_text(target, "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.json"]
+    assert target.read_text() == "old"
+
+
+def test_a_client_state_write_that_fails_leaves_no_half_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from fedpipe.federation import clientstate
+
+    folder = tmp_path / "clients"
+    save_client_states(folder, {3: {"scaffold": {"c_i/000": np.ones(2)}}})
+    calls = []
+
+    def full(path: Path, *args: object, **kwargs: object) -> None:
+        calls.append(path)
+        if len(calls) == 2:  # the second client's file meets a full disk
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        save_state(path, *args, **kwargs)
+
+    save_state = clientstate.save_state
+    monkeypatch.setattr(clientstate, "save_state", full)
+    states = {c: {"scaffold": {"c_i/000": np.full(2, c)}} for c in (4, 5, 6)}
+    with pytest.raises(OSError, match="No space left"):
+        save_client_states(folder, states)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clients"]
+    assert sorted(load_client_states(folder)) == [3]  # the old folder, whole

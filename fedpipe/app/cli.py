@@ -34,6 +34,7 @@ from fedpipe.app.exits import (
     name_log,
     stop_signal,
 )
+from fedpipe.core import atomic
 
 __all__ = [
     "EXAMPLES",
@@ -134,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:  # a failed stage: say what, not a 200-line traceback
+        atomic.discard_partial()  # a write another thread had under way
         signum = stop_signal(exc)  # a stop whose exception a library replaced
         if signum is not None and args.command in ("run", "stage"):
             return _interrupted(args, signum)
@@ -145,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         name_log(args)
         return exit_code(exc)
     except BaseException as exc:  # Ctrl-C, kill: where the run stopped, no traceback
+        atomic.discard_partial()
         signum = stop_signal(exc)
         if signum is None or args.command not in ("run", "stage"):
             raise

@@ -14,11 +14,31 @@ the stage.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from fedpipe.core.diskspace import DiskFullError, is_full
+
+_live: set[Path] = set()  # temporary files being written now, by any thread
+_live_lock = threading.Lock()
+
+
+def discard_partial() -> list[Path]:
+    """Remove the temporary files still being written (a process that ends on
+    an error raised elsewhere, such as a full disk met by another thread or by
+    the ``dvc.lock`` recorder, may leave one mid-write): they hold space and
+    are never read. Returns those removed."""
+    with _live_lock:
+        left = list(_live)
+        _live.clear()
+    removed = []
+    for tmp in sorted(left):
+        with suppress(OSError):
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
 
 
 def temp_path(path: Path) -> Path:
@@ -62,18 +82,18 @@ def writing(
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = temp_path(path)
+        with _live_lock:
+            _live.add(tmp)
         try:
             yield tmp
+            replace(tmp, path, durable=durable)
         except BaseException:
             with suppress(OSError):
                 tmp.unlink()
             raise
-        try:
-            replace(tmp, path, durable=durable)
-        except OSError:
-            with suppress(OSError):
-                tmp.unlink()
-            raise
+        finally:
+            with _live_lock:
+                _live.discard(tmp)
     except OSError as exc:
         if is_full(exc) and not isinstance(exc, DiskFullError):
             raise DiskFullError(path, needed=size) from exc

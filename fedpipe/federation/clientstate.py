@@ -161,6 +161,20 @@ def save_client_states(folder: Path, states: ClientStates) -> None:
         if leftover.exists():
             shutil.rmtree(leftover)
     tmp.mkdir(parents=True)
+    try:
+        _write_folder(tmp, states)
+    except BaseException:  # a full disk, Ctrl-C: the half-written copy goes
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if folder.exists():
+        folder.replace(old)
+    tmp.replace(folder)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _write_folder(tmp: Path, states: ClientStates) -> None:
+    """Write the client state folder's files and index into ``tmp``."""
     namespaces: set[str] = set()
     kept: list[int] = []
     for client in sorted(states):
@@ -177,11 +191,6 @@ def save_client_states(folder: Path, states: ClientStates) -> None:
     namespaces.update(_namespaces_of(states))
     index = {"clients": kept, "namespaces": sorted(namespaces)}
     (tmp / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
-    if folder.exists():
-        folder.replace(old)
-    tmp.replace(folder)
-    if old.exists():
-        shutil.rmtree(old)
 
 
 def _namespaces_of(states: ClientStates) -> set[str]:
