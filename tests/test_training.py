@@ -256,3 +256,65 @@ def test_the_training_device_is_named_for_the_log(monkeypatch) -> None:
     assert training_device() == "GPU:0 (of 4 visible)"
     monkeypatch.setattr(tf.config, "list_logical_devices", visible(0))
     assert training_device() == "CPU"
+
+
+# ---------------------------------------------------------------- the compiled loop
+
+
+@pytest.mark.parametrize(
+    ("n", "epochs", "max_steps", "terms"),
+    [
+        (70, 2, None, ()),  # 32, 32, 6 | 32, 32, 6: runs of full batches, partials
+        (64, 1, None, ()),  # every batch full: one call of the loop
+        (70, 3, 4, ("prox",)),  # stopped inside the second epoch; FedProx's term
+        (70, 2, None, ("offset",)),  # SCAFFOLD's
+        (70, 2, None, ("prox", "offset")),  # FedDyn's both: one call a step
+        (20, 2, None, ()),  # one batch an epoch: the step alone
+    ],
+)
+def test_the_compiled_loop_takes_the_steps_one_call_each_would(
+    case: tuple[ModelSpec, ModelRunner, Weights],
+    n: int,
+    epochs: int,
+    max_steps: int | None,
+    terms: tuple[str, ...],
+) -> None:
+    # fit runs runs of equal batches in one compiled loop; the reference takes
+    # the same steps one call each, as fit did before the loop: the same bits,
+    # the same losses
+    import tensorflow as tf
+
+    from fedpipe.model.training import batch_indices
+
+    spec, runner, weights = case
+    x, y = _data(5, n=n)
+    prox, offset = "prox" in terms, "offset" in terms
+    kwargs: dict = {}
+    if prox:
+        kwargs["proximal_mu"] = 0.1
+    if offset:
+        kwargs["gradient_offset"] = [np.full_like(w, 1e-3) for w in weights]
+    got = runner.fit(
+        weights, x, y, epochs=epochs, batch_size=32, seed=9, max_steps=max_steps,
+        **kwargs,
+    )  # fmt: skip
+    got_loss = runner.last_train_loss
+
+    runner._reset(weights, 9)
+    extra: tuple = ()
+    if prox:
+        variables = runner.model.trainable_variables
+        for slot, value in zip(runner._anchor, variables, strict=True):
+            slot.assign(value)
+        extra = (tf.constant(0.1, dtype=tf.float32),)
+    if offset:
+        trainable = runner.trainable_indices()
+        for slot, j in zip(runner._offset, trainable, strict=True):
+            slot.assign(kwargs["gradient_offset"][j])
+    step = runner._step(prox=prox, offset=offset)
+    plan = batch_indices(n, epochs=epochs, batch_size=32, seed=9, max_steps=max_steps)
+    losses = [float(step(tf.constant(x[r]), tf.constant(y[r]), *extra)) for r in plan]
+    want = [np.array(w) for w in runner.model.get_weights()]
+    _assert_bitwise_equal(got, want)
+    assert runner.last_steps == len(plan)
+    assert got_loss == float(np.mean(losses))

@@ -405,19 +405,89 @@ class ModelRunner:
                 x, y, dp, client, epochs=epochs, batch_size=batch_size, seed=seed,
                 max_steps=max_steps, prox=prox, offset=offset, extra=extra,
             )  # fmt: skip
-        step = self._step(prox=prox, offset=offset)
         plan = batch_indices(
             len(x), epochs=epochs, batch_size=batch_size, seed=seed, max_steps=max_steps
         )
-        losses = [
-            step(tf.constant(x[rows]), tf.constant(self._target(y[rows])), *extra)
-            for rows in plan
-        ]
+        losses = self._run_plan(x, y, plan, prox=prox, offset=offset, extra=extra)
         self.last_steps = len(losses)
         self.last_train_loss = (
             float(np.mean([float(v) for v in losses])) if losses else float("nan")
         )
         return [np.array(w) for w in self.model.get_weights()]
+
+    def _run_plan(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        plan: Sequence[np.ndarray],
+        *,
+        prox: bool,
+        offset: bool,
+        extra: tuple[tf.Tensor, ...],
+    ) -> list[float]:
+        """Take one step per batch of ``plan`` (rows of x, y), in order; each
+        step's data loss.
+
+        Consecutive batches of one size (an epoch's full batches) run in one
+        call of a compiled loop (:meth:`_loop`) over the client's rows, the
+        rest (an epoch's last, smaller batch) one call each of the step itself:
+        the same step on the same rows in the same order, the same bits
+        (``tests/test_training.py``), without a Python round trip per batch
+        (about a fifth of a small client's fit).
+
+        Both added terms at once (FedDyn) keep one call per step: inside a
+        loop, TensorFlow's graph optimizer sums that objective's three gradient
+        parts in another order (other bits, measured), and a run's bits do not
+        change with fedpipe's version.
+        """
+        if not plan:
+            return []
+        looped = not (prox and offset)
+        step = self._step(prox=prox, offset=offset)
+        target = self._target(y)
+        losses: list[float] = []
+        xs: tf.Tensor | None = None
+        start = 0
+        while start < len(plan):
+            size = len(plan[start])
+            end = start
+            while end < len(plan) and len(plan[end]) == size:
+                end += 1
+            if end - start == 1 or not looped:
+                end = start + 1
+                rows = plan[start]
+                losses.append(
+                    float(step(tf.constant(x[rows]), tf.constant(target[rows]), *extra))
+                )
+            else:
+                if xs is None:  # the client's rows, once; each batch gathered
+                    xs, ys = tf.constant(x), tf.constant(target)
+                batches = tf.constant(np.stack(plan[start:end]).astype(np.int32))
+                run = self._loop(prox=prox, offset=offset)
+                losses.extend(float(v) for v in run(xs, ys, batches, *extra).numpy())
+            start = end
+        return losses
+
+    def _loop(self, *, prox: bool, offset: bool) -> Any:
+        """The compiled loop of :meth:`_step` over a stack of equal batches
+        (``batches[i]``: the rows of step i); the steps' losses."""
+        key = ("loop", prox, offset)
+        if key not in self._steps:
+            step = self._step(prox=prox, offset=offset).python_function
+
+            def loop(
+                x: tf.Tensor, y: tf.Tensor, batches: tf.Tensor, *mu: tf.Tensor
+            ) -> tf.Tensor:
+                n = tf.shape(batches)[0]
+                losses = tf.TensorArray(tf.float32, size=n)
+                for i in tf.range(n):
+                    rows = batches[i]
+                    loss = step(tf.gather(x, rows), tf.gather(y, rows), *mu)
+                    losses = losses.write(i, tf.cast(loss, tf.float32))
+                return losses.stack()
+
+            self._steps[key] = tf.function(loop, reduce_retracing=True)
+        return self._steps[key]
 
     def _private_fit(
         self,
