@@ -82,3 +82,58 @@ def test_a_full_disk_leaves_the_old_lock_whole(
     monkeypatch.undo()
     assert (root / "dvc.lock").read_bytes() == before
     assert not (root / "dvc.lock.tmp").exists()
+
+
+def _record(k: int, *, changed: bool = False) -> dict:
+    """A stage record shaped like DVC's (``serialize.to_lockfile``), with the
+    scalars YAML must quote or fold."""
+    digest = f"{k:02d}" * 16
+    return {
+        f"round@{k}": {
+            "cmd": f"fedpipe stage round {k}" + (" --again" if changed else ""),
+            "deps": [
+                {"path": "data/prepared", "hash": "md5", "md5": f"{digest}.dir",
+                 "size": 7325070 + k, "nfiles": 3},
+                {"path": f"models/round-{k - 1}/weights.npz", "hash": "md5",
+                 "md5": digest, "size": 6446},
+            ],
+            "params": {"params.yaml": {
+                "federation": {"clients": 1000, "fraction_fit": 0.01, "dropout": 0.0},
+                "train": {"lr": 0.05, "optimizer": "sgd", "local_steps": None},
+                "privacy": {"mechanism": None, "delta": 1e-05, "on": True},
+                "tricky": ["yes", "null", "0.10", "1e-3", "", "a: b", "#x", "@at"],
+                "note": "two\nlines",
+            }},
+            "outs": [{"path": f"models/round-{k}/weights.npz", "hash": "md5",
+                      "md5": digest[::-1], "size": 6446 + k}],
+        }
+    }  # fmt: skip
+
+
+def test_splicing_gives_the_bytes_of_dvcs_full_rewrite() -> None:
+    # the recorder emits only the stages it records; the file must be the one
+    # DVC's parse-and-rewrite gives: appended, replaced in the middle, several
+    text = dvclock.rewrite_lock("", _record(1))
+    steps = [[2], [3], [4, 5], [3], [2, 6], [1], list(range(1, 8))]
+    for i, ks in enumerate(steps):
+        records: dict = {}
+        for k in ks:
+            records |= _record(k, changed=i % 2 == 1)
+        spliced = dvclock.splice_lock(text, records)
+        assert spliced is not None
+        assert spliced == dvclock.rewrite_lock(text, records)
+        text = spliced
+    assert list(__import__("yaml").safe_load(text)["stages"]) == [
+        f"round@{k}" for k in range(1, 8)
+    ]
+
+
+def test_a_lock_not_laid_out_as_dvc_writes_it_is_rewritten_whole() -> None:
+    text = dvclock.rewrite_lock("", _record(1))
+    for odd in (
+        text.replace("stages:\n", "# a comment\nstages:\n"),
+        text.replace("stages:\n", "stages:\n  # a comment\n", 1),
+        text.removesuffix("\n"),
+        "",
+    ):
+        assert dvclock.splice_lock(odd, _record(2)) is None
