@@ -37,7 +37,7 @@ Large federations score the global model on the round's participants only
 and shows the medians. ``--peers`` adds pfl-research's table mode
 (``benchmarks/peers/pfl_peer.py``, ``WORKLOAD=table``: the same generator, clients
 and cohort, the MLP 32-64-10, equal training rows a client) to the alternation of
-each plain table case, in its own virtualenv ``$PFL_VENV`` (left out with a
+each table case (vectorized cohorts too: pfl trains the same clients), in its own virtualenv ``$PFL_VENV`` (left out with a
 message where that is missing).
 """
 
@@ -354,9 +354,8 @@ def measure(case: Case, work: Path, *, args, env) -> Result:  # type: ignore[no-
     started = time.perf_counter()
     make_project(project, case, args=args, env=env)
     fed, lib, peer = [], [], []
-    with_peer = getattr(args, "peers", False) and not (
-        case.images or case.cohort or case.dask
-    )
+    # pfl trains the same clients whether fedpipe vectorizes them or not
+    with_peer = getattr(args, "peers", False) and not (case.images or case.dask)
     for i in range(args.repeats):  # alternating, medians
         fed.append(run_fedpipe(project, env, force=i > 0))
         lib.append(run_library(project, env))
