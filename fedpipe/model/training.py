@@ -479,11 +479,17 @@ class ModelRunner:
                 x: tf.Tensor, y: tf.Tensor, batches: tf.Tensor, *mu: tf.Tensor
             ) -> tf.Tensor:
                 n = tf.shape(batches)[0]
-                losses = tf.TensorArray(tf.float32, size=n)
-                for i in tf.range(n):
+
+                def body(i: tf.Tensor, losses: tf.TensorArray) -> tuple:
                     rows = batches[i]
                     loss = step(tf.gather(x, rows), tf.gather(y, rows), *mu)
-                    losses = losses.write(i, tf.cast(loss, tf.float32))
+                    return i + 1, losses.write(i, tf.cast(loss, tf.float32))
+
+                _, losses = tf.while_loop(
+                    lambda i, _: i < n,
+                    body,
+                    (tf.constant(0), tf.TensorArray(tf.float32, size=n)),
+                )
                 return losses.stack()
 
             self._steps[key] = tf.function(loop, reduce_retracing=True)
