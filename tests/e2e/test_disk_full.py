@@ -96,8 +96,8 @@ def _fill(ballast: Path, leave: int) -> None:
                 "metrics/clients and metrics/health *.tmp files left when the disk "
                 "filled during a later round; not reproduced in 10 runs since "
                 "(2026-12-06); writes under way elsewhere are now discarded on "
-                "the error (atomic.discard_partial), kept as xfail until seen "
-                "passing under the full suite's load",
+                "the error (atomic.discard_partial); passed in the fresh-clone "
+                "suite of 2026-12-06; kept as xfail until it has passed a few more",
             ),
         ),
     ],
