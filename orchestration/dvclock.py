@@ -162,24 +162,23 @@ def splice_lock(old: str, records: dict[str, Any]) -> str | None:
     from dvc.utils.serialize import dumps_yaml
     from ruamel.yaml import YAML
 
-    safe = YAML(typ="safe")  # libyaml's parser where there, YAML 1.2 as DVC's
-
     if not old.startswith(_LOCK_HEAD) or not old.endswith("\n"):
         return None
     lines: dict[str, list[str]] = {}  # a stage's first line -> its lines
     current: list[str] | None = None
     for line in old[len(_LOCK_HEAD) :].splitlines(keepends=True):
-        if line.startswith("  #") or line.lstrip().startswith("#"):
+        if line.lstrip().startswith("#"):
             return None  # a comment: DVC's round trip keeps it where it is
         if line.startswith("  ") and not line.startswith("   "):
             if line in lines:
                 return None
             current = lines[line] = [line]
         elif current is None or not line.startswith("    "):
-            return None  # a comment, or not DVC's layout
+            return None  # not DVC's layout
         else:
             current.append(line)
     blocks = {first: "".join(block) for first, block in lines.items()}
+    safe = YAML(typ="safe")  # libyaml's parser where there, YAML 1.2 as DVC's
     for stage, record in records.items():
         block = str(dumps_yaml({"stages": {stage: record}}))
         # the block stands alone: one stage, its lines indented under it, and

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Any, Protocol
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -440,32 +441,26 @@ class ModelRunner:
         parts in another order (other bits, measured), and a run's bits do not
         change with fedpipe's version.
         """
-        if not plan:
-            return []
-        looped = not (prox and offset)
         step = self._step(prox=prox, offset=offset)
         target = self._target(y)
+        runs = (
+            [list(run) for _, run in groupby(plan, key=len)]
+            if not (prox and offset)
+            else [[rows] for rows in plan]
+        )
         losses: list[float] = []
         xs: tf.Tensor | None = None
-        start = 0
-        while start < len(plan):
-            size = len(plan[start])
-            end = start
-            while end < len(plan) and len(plan[end]) == size:
-                end += 1
-            if end - start == 1 or not looped:
-                end = start + 1
-                rows = plan[start]
-                losses.append(
-                    float(step(tf.constant(x[rows]), tf.constant(target[rows]), *extra))
-                )
-            else:
-                if xs is None:  # the client's rows, once; each batch gathered
-                    xs, ys = tf.constant(x), tf.constant(target)
-                batches = tf.constant(np.stack(plan[start:end]).astype(np.int32))
-                run = self._loop(prox=prox, offset=offset)
-                losses.extend(float(v) for v in run(xs, ys, batches, *extra).numpy())
-            start = end
+        for run in runs:
+            if len(run) == 1:
+                rows = run[0]
+                loss = step(tf.constant(x[rows]), tf.constant(target[rows]), *extra)
+                losses.append(float(loss))
+                continue
+            if xs is None:  # the client's rows, once; each batch gathered
+                xs, ys = tf.constant(x), tf.constant(target)
+            batches = tf.constant(np.stack(run).astype(np.int32))
+            looped = self._loop(prox=prox, offset=offset)
+            losses.extend(float(v) for v in looped(xs, ys, batches, *extra).numpy())
         return losses
 
     def _loop(self, *, prox: bool, offset: bool) -> Any:
