@@ -24,7 +24,10 @@ from orchestration import runtime
 SPEC = ModelSpec("mlp", (6,), 3, "sgd", 0.1)
 
 
-def _inputs(planted: PlantedFaults = PlantedFaults()) -> RoundInputs:
+NO_FAULTS = PlantedFaults()
+
+
+def _inputs(planted: PlantedFaults = NO_FAULTS) -> RoundInputs:
     rng = np.random.default_rng(0)
 
     def split(n: int) -> tuple[np.ndarray, np.ndarray]:
