@@ -143,13 +143,13 @@ def _map_clients(params: Params, dask: DaskScheduler) -> MapClients:
 
     ``local`` (the default): one task run for the whole round (``round 3 · clients
     0-9 (10)``), or groups of ``runtime.clients_per_task`` jobs (1: a task run per
-    client), run in this process, up to ``runtime.threads`` clients side by side
-    (default: the usable cores; :mod:`fedpipe.model.threads`, the same bits), the
-    console ticking per client. A task run per client cost about 25 ms a client a
-    round (the Prefect server recording its events, the engine in this process):
-    30 % of a default round, more than a small client's whole training
-    (measured, docs/benchmarks.md). Every client's result is in the round's table
-    artifact either way.
+    client; 0: none, a plain call in the round's task run), run in this process,
+    up to ``runtime.threads`` clients side by side (default: the usable cores;
+    :mod:`fedpipe.model.threads`, the same bits), the console ticking per client.
+    A task run per client cost about 25 ms a client a round (the Prefect server
+    recording its events, the engine in this process): 30 % of a default round,
+    more than a small client's whole training (measured, docs/benchmarks.md).
+    Every client's result is in the round's table artifact either way.
 
     ``dask``: one task run for the round, sending groups of jobs to ``dask``'s
     workers: by default one job per group up to 10 clients a round, else 10
@@ -179,12 +179,16 @@ def _map_clients(params: Params, dask: DaskScheduler) -> MapClients:
                 quote(groups), cohort_size, quote(dask), console.client_finished
             )
         results: list[ClientResult | ClientFailure] = []
-        for group in client_groups(jobs, runtime.clients_per_task):
-            results.extend(
-                _train(group)(
+        for group in client_groups(jobs, runtime.clients_per_task or None):
+            if runtime.clients_per_task == 0:  # in the round's task run
+                trained = fed_tasks.train_clients.fn(
+                    group, cohort_size, console.client_finished, threads
+                )
+            else:
+                trained = _train(group)(
                     quote(group), cohort_size, console.client_finished, threads
                 )
-            )
+            results.extend(trained)
         return results
 
     return run

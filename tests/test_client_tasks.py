@@ -96,3 +96,41 @@ def test_a_failing_attempt_gives_back_only_what_it_told(monkeypatch) -> None:
     with pytest.raises(RuntimeError, match="bug"):
         federation.train_clients.fn([0, 1, 2], None, None)
     assert told == [2, -2]
+
+
+def test_clients_per_task_0_trains_in_the_round_task_with_no_task_run_of_theirs(
+    monkeypatch,
+) -> None:
+    from tasks import federation
+
+    def no_task(group):  # type: ignore[no-untyped-def]
+        raise AssertionError("a train-clients task run was made")
+
+    seen: list[tuple[list[int], int | None, int]] = []
+
+    def train_group(jobs, cohort_size, on_trained=None, threads=1):  # type: ignore[no-untyped-def]
+        seen.append((list(jobs), cohort_size, threads))  # a plain list, not quoted
+        for _ in jobs:
+            on_trained(1)
+        return list(jobs), None
+
+    ticks: list[int] = []
+    monkeypatch.setattr(stages, "_train", no_task)
+    monkeypatch.setattr(federation, "train_group", train_group)
+    monkeypatch.setattr(stages.console, "client_finished", ticks.append)
+    jobs = list(range(12))
+    inline = RuntimeParams(clients_per_task=0, threads=2)
+    out = stages._map_clients(_params(inline, 4), None)(jobs)  # type: ignore[arg-type]
+    assert out == jobs
+    assert seen == [(jobs, 4, 2)]  # the round's clients in one call
+    assert ticks == [1] * 12
+
+
+def test_clients_per_task_0_is_refused_on_dask_naming_the_keys() -> None:
+    from pydantic import ValidationError
+
+    assert RuntimeParams(clients_per_task=0).clients_per_task == 0
+    with pytest.raises(ValidationError, match=r"runtime.clients_per_task=0.*local"):
+        RuntimeParams(clients_per_task=0, runner="dask")
+    with pytest.raises(ValidationError):
+        RuntimeParams(clients_per_task=-1)

@@ -632,7 +632,9 @@ class RuntimeParams(Section):
 
     ``clients_per_task``: clients trained per Prefect task (null: the round's
     clients in one task; on ``dask`` one per task up to 10 clients a round, else
-    10 tasks a round, or ``train.cohort_size`` each).
+    10 tasks a round, or ``train.cohort_size`` each). 0 (``local`` only): in
+    the round's own task run, no task run of their own (nor its retry), which
+    saves a quarter of a small round (docs/benchmarks.md).
 
     ``threads``: clients trained side by side in the run's process, each on a
     compiled model of its own (null: as many as the process's usable cores).
@@ -643,7 +645,7 @@ class RuntimeParams(Section):
     runner: Literal["local", "dask"] = "local"
     dask_address: str | None = Field(None, min_length=1)
     dask_workers: int = Field(2, ge=1)
-    clients_per_task: int | None = Field(None, ge=1)
+    clients_per_task: int | None = Field(None, ge=0)
     threads: int | None = Field(None, ge=1)
     dask_tls_ca: str | None = Field(None, min_length=1)
     dask_tls_cert: str | None = Field(None, min_length=1)
@@ -654,6 +656,16 @@ class RuntimeParams(Section):
         """The ``runtime.dask_tls_*`` keys that are set, and their paths."""
         keys = ("dask_tls_ca", "dask_tls_cert", "dask_tls_key")
         return {f"runtime.{k}": getattr(self, k) for k in keys if getattr(self, k)}
+
+    @model_validator(mode="after")
+    def _tasks_on_dask(self) -> RuntimeParams:
+        if self.clients_per_task == 0 and self.runner == "dask":
+            raise ValueError(
+                "runtime.clients_per_task=0 (clients trained in the round's own "
+                "task run) is for runtime.runner: local; on dask use null or a "
+                "number of clients per task (1 or more)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _secure_address(self) -> RuntimeParams:
