@@ -119,8 +119,9 @@ def round_stage(params: Params, round_: int) -> dict:
 def federation_round(params: Params, round_: int, dask: DaskScheduler) -> dict:
     """Round K as a task run of the current flow run, told to the console."""
     console.round_started(round_, params.federation.rounds)
+    # quoted: Prefect would otherwise walk every field of params for futures
     summary, line = fed_tasks.federation_round(
-        params, round_, _map_clients(params, dask)
+        quote(params), round_, _map_clients(params, dask)
     )
     console.round_finished(line)
     return summary
