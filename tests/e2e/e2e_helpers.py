@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -19,7 +21,7 @@ from tiny_data import TINY, merge, write_image_folder, write_table  # noqa: E402
 
 __all__ = [
     "BIN", "TINY", "file_hashes", "load_script", "make_project", "run_cli",
-    "write_image_folder", "write_table",
+    "start_in_session", "wait_for_file", "write_image_folder", "write_table",
 ]  # fmt: skip
 
 
@@ -65,3 +67,32 @@ def load_script(path: Path) -> ModuleType:
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_in_session(
+    args: list[str], project: Path, env: dict[str, str]
+) -> subprocess.Popen:
+    """Start ``args`` in ``project`` as a terminal would: its own process group,
+    SIGINT at its default, stdout and stderr in one text pipe."""
+    return subprocess.Popen(
+        args,
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as in a terminal
+        preexec_fn=_default_sigint,  # SIGINT at its default (see NOTES.md)
+    )
+
+
+def wait_for_file(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Wait until ``path`` exists; ``proc`` must still be running then."""
+    deadline = time.monotonic() + timeout
+    while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before the failure could be planted"

@@ -62,6 +62,19 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+@pytest.fixture(scope="module")
+def round_1_done(
+    tiny_fresh: Path, tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]
+) -> Path:
+    """A copy of the tiny project with ``dvc repro round@1`` done (data stages,
+    init, round 1), made once for the module; each case copies it onto its own
+    small filesystem (DVC's cache included) before filling that."""
+    project = tmp_path_factory.mktemp("disk-full") / "round-1"
+    shutil.copytree(tiny_fresh, project)
+    run_cli([str(BIN / "dvc"), "repro", "round@1"], project, cli_env)
+    return project
+
+
 def _round_1(project: Path) -> dict[str, str]:
     """md5 of every file round 1 wrote."""
     found = file_hashes(project, "models/round-1/*.npz")
@@ -106,13 +119,12 @@ def test_a_full_disk_stops_in_one_line_and_the_run_resumes(
     leave_kib: int,
     writing: str | None,
     small_fs: Path,
-    tiny_fresh: Path,
+    round_1_done: Path,
     tiny_run: dict,
     cli_env: dict[str, str],
 ) -> None:
     project = small_fs / "project"
-    shutil.copytree(tiny_fresh, project)
-    run_cli([str(BIN / "dvc"), "repro", "round@1"], project, cli_env)
+    shutil.copytree(round_1_done, project, symlinks=True)
     lock = (project / "dvc.lock").read_bytes()
     round_1 = _round_1(project)
     assert "models/round-1/weights.npz" in round_1

@@ -1,6 +1,12 @@
 """What a person sees: a live display on a terminal, plain round lines in a pipe,
 Prefect's logs in a file, one line on a known failure or an interrupt.
 
+Ctrl-C (SIGINT to the run's process group, as in a terminal) stops the run within
+seconds with one line, records only whole stages, and both `fedpipe run` and
+`dvc repro` resume from the interrupted round (to the bits of the uninterrupted
+tiny run); one interrupted run serves those checks (issue 12's, once in
+tests/e2e/test_operator_failures.py, and this module's), each resuming a copy.
+
 The session's tiny project is copied before anything runs; each copy pays one
 ``fedpipe run`` (about 25 s), shared by the tests below through module fixtures;
 the pipe's run is the session's own tiny run (tests/e2e/conftest.py).
@@ -8,6 +14,7 @@ the pipe's run is the session's own tiny run (tests/e2e/conftest.py).
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -19,7 +26,8 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import BIN, run_cli
+import yaml
+from e2e_helpers import BIN, file_hashes, run_cli
 
 from fedpipe.config.overrides import set_params
 
@@ -31,6 +39,7 @@ ROUND_LINE = re.compile(r"^round +(\d+)/4  global acc", re.M)
 ESCAPE = re.compile(r"\x1b|\r")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 LOG_NAME = re.compile(r"^log: (logs/fedpipe-run-[\d-]+\.log)$", re.M)
+MODELS = "models/round-*/weights.npz"
 
 
 def _in_terminal(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, int]:
@@ -152,8 +161,24 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _interrupt(project: Path, env: dict[str, str], sig: int) -> tuple[int, str]:
-    """Start ``fedpipe run``, send ``sig`` to its process group during round 3."""
+def _finished_rounds(project: Path) -> int:
+    """The last round whose metrics file is written (0: none)."""
+    done = [
+        int(p.stem.partition("-")[2])
+        for p in (project / "metrics/rounds").glob("round-*.json")
+    ]
+    return max(done, default=0)
+
+
+def _recorded(project: Path) -> list[str]:
+    lock = yaml.safe_load((project / "dvc.lock").read_text()) or {}
+    return list(lock.get("stages") or {})
+
+
+def _interrupt(project: Path, env: dict[str, str], sig: int) -> dict:
+    """Start ``fedpipe run``, send ``sig`` to its process group during round 3:
+    its exit code and output, the seconds it took to end after the signal, and
+    the last round whose metrics were written when the signal was sent."""
     proc = subprocess.Popen(
         RUN,
         cwd=project,
@@ -173,8 +198,24 @@ def _interrupt(project: Path, env: dict[str, str], sig: int) -> tuple[int, str]:
         time.sleep(0.05)
     assert proc.poll() is None, "run finished before it could be interrupted"
     os.killpg(proc.pid, sig)
+    sent = time.monotonic()
+    done_at_signal = _finished_rounds(project)
     out, err = proc.communicate(timeout=120)
-    return proc.returncode, out + err
+    return {
+        "code": proc.returncode,
+        "out": out + err,
+        "took": time.monotonic() - sent,
+        "done_at_signal": done_at_signal,
+    }
+
+
+@pytest.fixture(scope="module")
+def ctrl_c(fresh: Path, cli_env: dict[str, str]) -> dict:
+    """A fresh copy's `fedpipe run` interrupted by Ctrl-C (SIGINT to its process
+    group) during round 3, shared by the tests below: ``project`` (copy it
+    before resuming it) and what :func:`_interrupt` saw."""
+    project = _copy(fresh, "stopped-SIGINT")
+    return {"project": project, **_interrupt(project, cli_env, signal.SIGINT)}
 
 
 @pytest.mark.parametrize(
@@ -182,10 +223,23 @@ def _interrupt(project: Path, env: dict[str, str], sig: int) -> tuple[int, str]:
     [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")],
 )
 def test_interrupt_says_where_it_stopped_and_run_resumes(
-    fresh: Path, cli_env: dict[str, str], sig: int, code: int, name: str
+    request: pytest.FixtureRequest,
+    fresh: Path,
+    tmp_path: Path,
+    cli_env: dict[str, str],
+    sig: int,
+    code: int,
+    name: str,
 ) -> None:
-    project = _copy(fresh, f"stopped-{name}")
-    returncode, out = _interrupt(project, cli_env, sig)
+    if sig == signal.SIGINT:  # the module's Ctrl-C run; resumed in a copy
+        stopped = request.getfixturevalue("ctrl_c")
+        project = shutil.copytree(
+            stopped["project"], tmp_path / "resumed", symlinks=True
+        )
+    else:
+        project = _copy(fresh, f"stopped-{name}")
+        stopped = _interrupt(project, cli_env, sig)
+    returncode, out = stopped["code"], stopped["out"]
     assert returncode == code, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     [line] = [ln for ln in out.splitlines() if ln.startswith("interrupted")]
@@ -205,3 +259,27 @@ def test_interrupt_says_where_it_stopped_and_run_resumes(
     assert again and again[0] > last and again == list(range(again[0], 5))
     status = run_cli([DVC, "status"], project, cli_env)
     assert "Data and pipelines are up to date" in status.stdout
+
+
+def test_ctrl_c_stops_in_seconds_records_whole_stages_and_dvc_repro_resumes(
+    ctrl_c: dict, tiny_run: dict, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    project = shutil.copytree(ctrl_c["project"], tmp_path / "ctrl-c", symlinks=True)
+    out, took = ctrl_c["out"], ctrl_c["took"]
+    print(f"\nthe run ended {took:.1f} s after Ctrl-C")
+    assert ctrl_c["code"] == 130, out[-3000:]
+    assert took <= 15, f"{took:.1f} s after Ctrl-C"
+    recorded = _recorded(project)
+    # every recorded stage is whole: DVC finds nothing changed in any of them
+    status = run_cli([DVC, "status", "--json"], project, cli_env)
+    changed = set(json.loads(status.stdout or "{}"))
+    assert not changed & set(recorded), changed & set(recorded)
+    assert "round@1" in recorded  # rounds done before Ctrl-C are kept
+
+    repro = run_cli([DVC, "repro"], project, cli_env)
+    again = [
+        int(k) for k in re.findall(r"^Running stage 'round@(\d+)'", repro.stdout, re.M)
+    ]
+    done_at_signal = ctrl_c["done_at_signal"]
+    assert again and min(again) >= done_at_signal, repro.stdout[-2000:]
+    assert file_hashes(project, MODELS) == file_hashes(tiny_run["project"], MODELS)
