@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -130,20 +129,3 @@ def test_what_a_rehearsal_raises_is_dropped_and_drop_stops_it() -> None:
     with runtime.rehearsing(None) as nothing:
         nothing.drop()  # nothing to rehearse: a no-op
     assert runtime._rehearsal is None
-
-
-def test_only_fedpipes_own_client_algorithms_are_rehearsed() -> None:
-    from fedpipe.client import LocalSGD
-    from fedpipe.client.personal import Ditto, FedPer
-
-    class Counting(LocalSGD):  # a user's: may count, log, write
-        name = "counting"
-
-    assert LocalSGD().rehearsable
-    assert Ditto(LocalSGD()).rehearsable
-    assert FedPer(LocalSGD(), positions=[0]).rehearsable
-    assert not Counting().rehearsable
-    assert not Ditto(Counting()).rehearsable  # fedpipe's wrapper, a user's inside
-    runner = ModelRunner(SPEC)
-    rehearse(replace(_inputs(), algorithm=Counting()), [runner])
-    assert not runner._steps  # nothing ran

@@ -295,18 +295,6 @@ class ClientAlgorithm(Component, abc.ABC):
     section: ClassVar[str] = "client"
     settings: ClassVar[tuple[str, ...]] = ()
     proximal_setting: ClassVar[str | None] = None
-    #: set on each of fedpipe's own classes (not inherited): :attr:`rehearsable`
-    _no_side_effects: ClassVar[bool] = False
-
-    @property
-    def rehearsable(self) -> bool:
-        """Whether :meth:`train` does nothing but compute its reply, so that a
-        run may call it once ahead, on a round's task, to trace the model's
-        steps (:func:`fedpipe.federation.round.rehearse`). True for fedpipe's
-        own algorithms, each declaring it on its class; False for a user's
-        (which may log, count or write), even one subclassing fedpipe's: it is
-        not called more often than its clients train."""
-        return bool(type(self).__dict__.get("_no_side_effects", False))
 
     @classmethod
     def from_settings(cls, **settings: Any) -> Self:

@@ -17,8 +17,6 @@ class FedProxClient(ClientAlgorithm):
         ``strategy.proximal_mu`` (FedProx passes it on), >= 0.
     """
 
-    _no_side_effects = True
-
     name = "fedprox"
     settings = (PROXIMAL_MU,)
     proximal_setting = PROXIMAL_MU

@@ -47,8 +47,6 @@ class Personalized(ClientAlgorithm):
     """A personalization method around ``inner``, the client algorithm the
     strategy needs. Settings of the wrapper are its own constructor arguments."""
 
-    _no_side_effects = True
-
     def __init__(self, inner: ClientAlgorithm) -> None:
         self.inner = inner
 
@@ -58,10 +56,6 @@ class Personalized(ClientAlgorithm):
     @property
     def personalized(self) -> bool:
         return True
-
-    @property
-    def rehearsable(self) -> bool:
-        return super().rehearsable and self.inner.rehearsable
 
     @property
     def frozen(self) -> tuple[int, ...]:
@@ -90,8 +84,6 @@ def _overlay(
 
 class KeptLayers(Personalized):
     """Layers at ``positions`` stay on each client (FedPer, FedBN)."""
-
-    _no_side_effects = True
 
     def __init__(self, inner: ClientAlgorithm, *, positions: Sequence[int]) -> None:
         super().__init__(inner)
@@ -128,8 +120,6 @@ class FedPer(KeptLayers):
     """FedPer: the layers named in ``personalization.layers`` (or the last
     ``last_k``) stay on each client."""
 
-    _no_side_effects = True
-
     name = "fedper"
 
 
@@ -137,16 +127,12 @@ class FedBN(KeptLayers):
     """FedBN: every normalization layer (scale, offset, moving statistics) stays
     on each client."""
 
-    _no_side_effects = True
-
     name = "fedbn"
 
 
 class FineTune(Personalized):
     """The new global model fine-tuned ``epochs`` on the client before it is
     evaluated there (``personalization.finetune_epochs``)."""
-
-    _no_side_effects = True
 
     name = "finetune"
 
@@ -167,8 +153,6 @@ class FineTune(Personalized):
 class Ditto(Personalized):
     """Ditto: a personal model per client, pulled to the global one with weight
     ``lam`` (``personalization.ditto_lambda``), trained after the usual update."""
-
-    _no_side_effects = True
 
     name = "ditto"
 

@@ -35,8 +35,6 @@ class ScaffoldClient(ClientAlgorithm):
     and keeps :math:`c_i^+`. Paper: https://arxiv.org/abs/1910.06378
     """
 
-    _no_side_effects = True
-
     name = "scaffold"
 
     def train(self, task: ClientTask, trainer: LocalTrainer) -> ClientReply:

@@ -9,8 +9,6 @@ class LocalSGD(ClientAlgorithm):
     """Train ``train.epochs`` on the local data from the global weights; send the
     result. Keeps nothing between rounds."""
 
-    _no_side_effects = True
-
     name = "sgd"
 
     def train(self, task: ClientTask, trainer: LocalTrainer) -> ClientReply:

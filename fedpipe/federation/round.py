@@ -549,8 +549,6 @@ def rehearse(
     client's job (without planted faults) run on each of ``runners`` (the
     round's training models) and the global evaluation of the round's start
     weights on the first runner (with its helpers), the results thrown away.
-    Nothing with a user's client algorithm, which may have effects of its own
-    (:attr:`~fedpipe.client.base.ClientAlgorithm.rehearsable`).
 
     TensorFlow builds a model's step the first time it is called with a shape,
     about a second per model for a small CNN, in Python; a rehearsal on a
@@ -562,7 +560,7 @@ def rehearse(
     round to do). Raises what the job or the evaluation raises (the caller
     ignores it: the round itself says it)."""
     selected = inputs.sampled(inputs.round)
-    if not selected or not runners or not inputs.algorithm.rehearsable:
+    if not selected or not runners:
         return
     inputs = replace(inputs, planted=PlantedFaults())
     job = replace(client_jobs(inputs, selected[:1])[0], guarded=False)
