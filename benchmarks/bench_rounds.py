@@ -42,10 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -147,30 +144,6 @@ def _timing(start: float, stamps: list[float]) -> dict[str, float]:
     }
 
 
-@contextmanager
-def started_as_the_cli(params: Any) -> Iterator[None]:
-    """What ``fedpipe run`` does around its flow run (fedpipe.app.commands.run):
-    the project's lock, the dvc.lock reader started with its question asked,
-    the first round's rehearsal, fedpipe's heartbeat. Started here after the
-    imports, where the command starts the reader before them: the reader's
-    start is not hidden behind TensorFlow's import, as it is in the command."""
-    from fedpipe.config import layout
-    from orchestration.dvclock import starting_recorder
-    from orchestration.heartbeat import own_heartbeat
-    from orchestration.repolock import hold
-    from orchestration.runtime import rehearsing
-    from tasks.federation import rehearsal
-
-    stages = layout.stage_names(params.federation.rounds)
-    with (
-        hold(Path("."), command="fedpipe run"),
-        starting_recorder(Path("."), stages),
-        rehearsing(rehearsal(params)),
-        own_heartbeat(),
-    ):
-        yield
-
-
 def fedpipe_rounds(project: Path, rounds: int) -> dict[str, float]:
     """fedpipe's pipeline for the rounds and the summary (data stages already done)."""
     os.chdir(project)
@@ -179,10 +152,11 @@ def fedpipe_rounds(project: Path, rounds: int) -> dict[str, float]:
     ensure_api()
     from fedpipe.config.params import load_params
     from flows.pipeline import run_pipeline
+    from orchestration.heartbeat import own_heartbeat
 
     params = load_params()
     start = time.perf_counter()
-    with started_as_the_cli(params):  # as `fedpipe run` calls it
+    with own_heartbeat():  # as `fedpipe run` calls it
         ran = run_pipeline(params, force=False)
     elapsed = time.perf_counter() - start
     n_rounds = sum(s.startswith("round@") for s in ran)

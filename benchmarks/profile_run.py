@@ -39,7 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_rounds import _reset_rounds, started_as_the_cli  # noqa: E402
+from bench_rounds import _reset_rounds  # noqa: E402
 from profile_round import make_project  # noqa: E402
 
 
@@ -52,6 +52,7 @@ def one_run(project: Path) -> dict[str, Any]:
     ensure_api()
     import flows.pipeline as pipeline
     from fedpipe.config.params import load_params
+    from orchestration.heartbeat import own_heartbeat
 
     spans: list[tuple[str, float, float]] = []
     originals: dict[tuple[Any, str], Callable[..., Any]] = {}
@@ -77,7 +78,7 @@ def one_run(project: Path) -> dict[str, Any]:
     params = load_params()
     try:
         started = time.perf_counter()
-        with started_as_the_cli(params):
+        with own_heartbeat():
             pipeline.run_pipeline(params)
         ended = time.perf_counter()
     finally:
