@@ -31,7 +31,7 @@ from fedpipe.core.jsonio import read_json
 from fedpipe.core.stopping import raise_if_stopped, stop_requested
 from flows.stages import dask_scheduler, run_stage, without_heartbeat
 from orchestration import console
-from orchestration.dvclock import LockRecorder, recorder_for
+from orchestration.dvclock import LockRecorder
 from orchestration.heartbeat import beating
 from orchestration.repolock import hold
 from orchestration.runtime import DaskScheduler, older_objects_frozen, rehearsing
@@ -142,7 +142,7 @@ def _run_stages(
     # a round's models trace their steps while the run starts
     with (
         rehearsing(fed_tasks.rehearsal(params)) as rehearsal,
-        recorder_for(root) as recorder,
+        LockRecorder(root) as recorder,
         without_heartbeat(),
     ):
         # the recorder's process (it imports DVC, about a second of CPU) reads

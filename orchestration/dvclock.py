@@ -37,8 +37,7 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from itertools import groupby
 from pathlib import Path
 from typing import Any
@@ -218,16 +217,7 @@ class LockRecorder:
         self._lock = threading.Lock()
         self._queued: list[str] = []
         self._rest_until = 0.0
-        self._asked: list[str] | None = None  # the question sent, unanswered
         _recorders.add(self)
-
-    def ask_fresh(self, names: Sequence[str]) -> None:
-        """Start the process and send it :meth:`fresh_prefix`'s question now;
-        the answer is read when :meth:`fresh_prefix` asks it (a run starting:
-        the process imports DVC and reads ``dvc.lock`` meanwhile)."""
-        with self._lock:
-            self._send({"fresh": list(names)})
-            self._asked = list(names)
 
     def rested(self) -> bool:
         """Whether the rest after the last record is over (see the module)."""
@@ -246,11 +236,7 @@ class LockRecorder:
             As :func:`fresh_stages`.
         """
         with self._lock:
-            asked, self._asked = self._asked, None
-            if asked is not None:
-                reply = self._reply(what="checking dvc.lock")
-            if asked != list(names):
-                reply = self._ask({"fresh": list(names)}, what="checking dvc.lock")
+            reply = self._ask({"fresh": list(names)}, what="checking dvc.lock")
         if "busy" in reply:
             from orchestration.repolock import ProjectBusy
 
@@ -270,21 +256,10 @@ class LockRecorder:
 
     def _ask(self, request: dict[str, Any], *, what: str) -> dict[str, Any]:
         """One request to the recorder's process and its reply (lock held)."""
-        if self._asked is not None:  # an early question's answer, unread
-            self._asked = None
-            self._reply(what="checking dvc.lock")
-        self._send(request)
-        return self._reply(what=what)
-
-    def _send(self, request: dict[str, Any]) -> None:
         proc = self._start()
-        assert proc.stdin is not None
+        assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(json.dumps(request) + "\n")
         proc.stdin.flush()
-
-    def _reply(self, *, what: str) -> dict[str, Any]:
-        proc = self._proc
-        assert proc is not None and proc.stdout is not None
         line = proc.stdout.readline()
         if not line:
             self._proc = None
@@ -355,37 +330,6 @@ class LockRecorder:
 
 
 _recorders: weakref.WeakSet[LockRecorder] = weakref.WeakSet()
-_early: dict[Path, LockRecorder] = {}
-
-
-@contextmanager
-def starting_recorder(
-    root: Path, names: Sequence[str] | None
-) -> Iterator[LockRecorder]:
-    """The recorder of a run about to start, its process started now and, with
-    ``names`` (the run's stages), :meth:`LockRecorder.fresh_prefix`'s question
-    sent: DVC's import and the reading of ``dvc.lock`` (about a second of CPU,
-    in that process) go on while this one imports TensorFlow and Prefect
-    creates the flow run. The run's :func:`recorder_for` takes it over;
-    closed at the block's end either way. Call it with the project's lock
-    held (:mod:`orchestration.repolock`), as the run would."""
-    key = root.resolve()
-    recorder = LockRecorder(root)
-    if names is not None:
-        recorder.ask_fresh(names)
-    _early[key] = recorder
-    try:
-        yield recorder
-    finally:
-        if _early.get(key) is recorder:
-            del _early[key]
-        recorder.close()
-
-
-def recorder_for(root: Path) -> LockRecorder:
-    """The recorder :func:`starting_recorder` started for ``root``, else a new
-    one."""
-    return _early.pop(root.resolve(), None) or LockRecorder(root)
 
 
 def freeze(timeout: float) -> bool:

@@ -48,19 +48,18 @@ def older_objects_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
+_rehearsal: threading.Thread | None = None
+
+
 class Rehearsal:
     """A rehearsal under way (:func:`rehearsing`); :meth:`drop` when its round
     will not run after all: it stops before its next part."""
 
-    def __init__(self, thread: threading.Thread | None = None) -> None:
+    def __init__(self) -> None:
         self.stop = threading.Event()
-        self.thread = thread
 
     def drop(self) -> None:
         self.stop.set()
-
-
-_rehearsal: Rehearsal | None = None
 
 
 @contextmanager
@@ -69,22 +68,17 @@ def rehearsing(
 ) -> Iterator[Rehearsal]:
     """``rehearse(stop)`` on a thread of its own while the block runs (a
     round's compiled steps traced ahead: :func:`tasks.federation.rehearsal`);
-    None: nothing. Inside the block of an earlier call (``fedpipe run`` starts
-    one before its flow run), that one's goes on instead. Until it ends the
-    process's compiled models are its own: a caller of :func:`runner_for` or
-    :func:`spare_runners` in another thread waits for it (a model is trained
-    by one thread at a time), as does the block's end. What it raises is
-    logged (debug) and dropped: the round that needs the models says it."""
+    None: nothing. Until it ends the process's compiled models are its own: a
+    caller of :func:`runner_for` or :func:`spare_runners` in another thread
+    waits for it (a model is trained by one thread at a time), as does the
+    block's end. What it raises is logged (debug) and dropped: the round that
+    needs the models says it."""
     global _rehearsal
-    outer = _rehearsal
-    if outer is not None:
-        yield outer
-        return
+    rehearsal = Rehearsal()
     if rehearse is None:
-        yield Rehearsal()
+        yield rehearsal
         return
     log = logging.getLogger("fedpipe")
-    rehearsal = Rehearsal()
 
     def run() -> None:
         started = time.perf_counter()
@@ -95,25 +89,22 @@ def rehearsing(
         else:
             log.debug("rehearsal: %.2f s", time.perf_counter() - started)
 
-    rehearsal.thread = threading.Thread(
-        target=run, name="fedpipe-rehearsal", daemon=True
-    )
+    thread = threading.Thread(target=run, name="fedpipe-rehearsal", daemon=True)
     with _lock:
-        _rehearsal = rehearsal
-    rehearsal.thread.start()
+        _rehearsal = thread
+    thread.start()
     try:
         yield rehearsal
     finally:
         rehearsal.drop()  # a round that wanted it has waited for it already
-        rehearsal.thread.join()
+        thread.join()
         with _lock:
             _rehearsal = None
 
 
 def _after_rehearsal() -> None:
     """Wait for a rehearsal under way in another thread (:func:`rehearsing`)."""
-    rehearsal = _rehearsal
-    thread = rehearsal.thread if rehearsal is not None else None
+    thread = _rehearsal
     if thread is not None and thread is not threading.current_thread():
         thread.join()
 

@@ -24,10 +24,7 @@ from orchestration import runtime
 SPEC = ModelSpec("mlp", (6,), 3, "sgd", 0.1)
 
 
-NO_FAULTS = PlantedFaults()
-
-
-def _inputs(planted: PlantedFaults = NO_FAULTS) -> RoundInputs:
+def _inputs(planted: PlantedFaults = PlantedFaults()) -> RoundInputs:
     rng = np.random.default_rng(0)
 
     def split(n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -7,7 +7,6 @@ import functools
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from fedpipe.app import exits
 from fedpipe.app.commands.common import (
@@ -20,9 +19,6 @@ from fedpipe.app.commands.common import (
     verbosity,
 )
 from fedpipe.core import stopping
-
-if TYPE_CHECKING:
-    from fedpipe.config.params import Params
 
 NAME = "run"
 EXAMPLES = [
@@ -109,29 +105,15 @@ def _run_locked(args: argparse.Namespace) -> int:
     _overrides(args)
     _damaged_cache()
     params = load(PARAMS, sync=True)
-    from fedpipe.config import layout
-    from orchestration.dvclock import starting_recorder
-
-    # the dvc.lock reader starts now, reading while TensorFlow is imported
-    stages = None if args.force else layout.stage_names(params.federation.rounds)
-    with starting_recorder(Path("."), stages):
-        return _run_started(args, params)
-
-
-def _run_started(args: argparse.Namespace, params: Params) -> int:
     url = connect(args)
     from flows.pipeline import run_pipeline
     from orchestration import console
     from orchestration.heartbeat import own_heartbeat
-    from orchestration.runtime import rehearsing
     from orchestration.server import ServerWatch
-    from tasks.federation import rehearsal
 
     stopping.install()  # Prefect's flow engine raises its own inside
     quiet = verbosity(args) == console.QUIET
     with (
-        # the first round's models trace their steps while the flow run starts
-        rehearsing(rehearsal(params)),
         console.session(
             "run", verbosity=verbosity(args), said_by_cli=exits.said_by_cli
         ) as log,
