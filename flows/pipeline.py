@@ -34,8 +34,7 @@ from orchestration import console
 from orchestration.dvclock import LockRecorder
 from orchestration.heartbeat import beating
 from orchestration.repolock import hold
-from orchestration.runtime import DaskScheduler, older_objects_frozen, rehearsing
-from tasks import federation as fed_tasks
+from orchestration.runtime import DaskScheduler, older_objects_frozen
 from tasks.artifacts import flush_artifacts, publish_run_artifacts
 from tasks.dvc import record_stages, restore_stage_outputs
 from tasks.report import doctor_and_report
@@ -139,17 +138,10 @@ def _run_stages(
     stages = layout.stage_names(params.federation.rounds)
     ran: list[str] = []
     waiting: list[str] = []  # ran, record deferred until their gate passes
-    # a round's models trace their steps while the run starts
-    with (
-        rehearsing(fed_tasks.rehearsal(params)) as rehearsal,
-        LockRecorder(root) as recorder,
-        without_heartbeat(),
-    ):
+    with LockRecorder(root) as recorder, without_heartbeat():
         # the recorder's process (it imports DVC, about a second of CPU) reads
         # dvc.lock now and records later stages while rounds train
         fresh = 0 if force else recorder.fresh_prefix(stages)
-        if not layout.round_stages(stages[fresh:]):
-            rehearsal.drop()
         for stage in stages[:fresh]:
             logger.info("%s: up to date (dvc.lock)", stage)
         records = _Records(recorder)

@@ -48,67 +48,6 @@ def older_objects_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
-_rehearsal: threading.Thread | None = None
-
-
-class Rehearsal:
-    """A rehearsal under way (:func:`rehearsing`); :meth:`drop` when its round
-    will not run after all: it stops before its next part."""
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-
-    def drop(self) -> None:
-        self.stop.set()
-
-
-@contextmanager
-def rehearsing(
-    rehearse: Callable[[threading.Event], None] | None,
-) -> Iterator[Rehearsal]:
-    """``rehearse(stop)`` on a thread of its own while the block runs (a
-    round's compiled steps traced ahead: :func:`tasks.federation.rehearsal`);
-    None: nothing. Until it ends the process's compiled models are its own: a
-    caller of :func:`runner_for` or :func:`spare_runners` in another thread
-    waits for it (a model is trained by one thread at a time), as does the
-    block's end. What it raises is logged (debug) and dropped: the round that
-    needs the models says it."""
-    global _rehearsal
-    rehearsal = Rehearsal()
-    if rehearse is None:
-        yield rehearsal
-        return
-    log = logging.getLogger("fedpipe")
-
-    def run() -> None:
-        started = time.perf_counter()
-        try:
-            rehearse(rehearsal.stop)
-        except Exception:  # noqa: BLE001 - the round itself will say it
-            log.debug("rehearsal failed", exc_info=True)
-        else:
-            log.debug("rehearsal: %.2f s", time.perf_counter() - started)
-
-    thread = threading.Thread(target=run, name="fedpipe-rehearsal", daemon=True)
-    with _lock:
-        _rehearsal = thread
-    thread.start()
-    try:
-        yield rehearsal
-    finally:
-        rehearsal.drop()  # a round that wanted it has waited for it already
-        thread.join()
-        with _lock:
-            _rehearsal = None
-
-
-def _after_rehearsal() -> None:
-    """Wait for a rehearsal under way in another thread (:func:`rehearsing`)."""
-    thread = _rehearsal
-    if thread is not None and thread is not threading.current_thread():
-        thread.join()
-
-
 def runner_for(spec: ModelSpec) -> ModelRunner:
     """The process's compiled model for ``spec`` (built on first use)."""
     return cached_runner(spec)[0]
@@ -139,7 +78,6 @@ def training_runner(spec: ModelSpec) -> tuple[ModelRunner, bool]:
 
 def cached_runner(spec: ModelSpec) -> tuple[ModelRunner, bool]:
     """The process's compiled model for ``spec``, and whether this call built it."""
-    _after_rehearsal()
     with _lock:
         built = spec not in _runners
         if built:

@@ -9,7 +9,6 @@ of CPU, taken from training on a small machine)."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -40,15 +39,8 @@ from fedpipe.federation.build import (
 )
 from fedpipe.federation.clientstate import load_client_states, save_client_states
 from fedpipe.federation.privacy.views import write_round_records
-from fedpipe.federation.round import (
-    RoundFailed,
-    RoundInputs,
-    RoundOutputs,
-    rehearse,
-    run_round,
-)
+from fedpipe.federation.round import RoundFailed, RoundInputs, RoundOutputs, run_round
 from fedpipe.model.cohort import cohort_map
-from fedpipe.model.threads import usable_cores
 from fedpipe.model.trainer import ClientFailure, ClientJob, ClientResult, MapClients
 from fedpipe.model.training import initial_weights, training_device
 from fedpipe.model.zoo import describe_model
@@ -142,34 +134,6 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         steps=round_steps_for(params),
         sampling=client_sampling(params, key),
     )
-
-
-def rehearsal(params: Params) -> Callable[[threading.Event], None] | None:
-    """What a run rehearses while it starts, before it knows which stages
-    are up to date (:func:`orchestration.runtime.rehearsing`): the compiled
-    steps of the first round whose model is not written yet (else round 1)
-    traced ahead on the models its clients will train on
-    (:func:`fedpipe.federation.round.rehearse`), until the event is set. None
-    when there is nothing to rehearse: no model before that round yet (a new
-    project), clients on Dask or in vectorized cohorts (other models), or a
-    DP key still to create (the round creates it)."""
-    if params.runtime.runner != "local" or params.train.cohort_size is not None:
-        return None
-    rounds = range(1, params.federation.rounds + 1)
-    k = next((k for k in rounds if not layout.model_weights(k).exists()), 1)
-    if not layout.model_weights(k - 1).exists():
-        return None
-    if needs_key(params) and not layout.DP_KEY.exists():
-        return None
-
-    def rehearse_round(stop: threading.Event) -> None:
-        inputs = load_round(params, k)
-        threads = params.runtime.threads or usable_cores()
-        n = max(1, min(threads, len(inputs.sampled(k))))
-        runners = [runner_for(inputs.spec), *spare_runners(inputs.spec, n - 1)]
-        rehearse(inputs, runners, stop=stop)
-
-    return rehearse_round
 
 
 def noise_key(params: Params) -> bytes | None:

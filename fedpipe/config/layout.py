@@ -6,7 +6,6 @@ two agree, so a path is changed in both places or the tests fail.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 RAW_DIR = Path("data/raw")
@@ -81,11 +80,6 @@ def health_metrics(round_: int) -> Path:
 def oracle_record(round_: int) -> Path:
     """Round K's oracle view under DP (:mod:`fedpipe.federation.privacy.views`)."""
     return ORACLE_DIR / f"round-{round_}.json"
-
-
-def round_stages(stages: Sequence[str]) -> list[str]:
-    """The rounds (``round@K``) among ``stages``."""
-    return [s for s in stages if s.partition("@")[0] == ROUND_STAGE]
 
 
 def stage_names(rounds: int) -> list[str]:

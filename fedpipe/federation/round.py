@@ -17,7 +17,6 @@ order, so the order decides the last bits.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -55,7 +54,6 @@ from fedpipe.model.trainer import (
     ClientResult,
     KerasTrainer,
     MapClients,
-    run_client,
 )
 from fedpipe.model.training import ModelRunner, ModelSpec
 from fedpipe.model.zoo import layer_info
@@ -537,43 +535,6 @@ def _personalized(
         model = inputs.algorithm.personal_model(task, trainer)
         out[c] = trainer.evaluate(weights if model is None else model)
     return out
-
-
-def rehearse(
-    inputs: RoundInputs,
-    runners: Sequence[ModelRunner],
-    *,
-    stop: threading.Event | None = None,
-) -> None:
-    """Round K's compiled steps traced ahead, nothing kept: the first sampled
-    client's job (without planted faults) run on each of ``runners`` (the
-    round's training models) and the global evaluation of the round's start
-    weights on the first runner (with its helpers), the results thrown away.
-
-    TensorFlow builds a model's step the first time it is called with a shape,
-    about a second per model for a small CNN, in Python; a rehearsal on a
-    thread of its own while a run starts (waiting on Prefect and the
-    ``dvc.lock`` reader) takes that off round K. It changes no bits: every fit
-    starts from its weights, the optimizer's initial state and the seeded
-    layers' state (:meth:`ModelRunner.fit`), whichever model ran what before.
-    ``stop``, once set, ends it before its next part (a run that finds no
-    round to do). Raises what the job or the evaluation raises (the caller
-    ignores it: the round itself says it)."""
-    selected = inputs.sampled(inputs.round)
-    if not selected or not runners:
-        return
-    inputs = replace(inputs, planted=PlantedFaults())
-    job = replace(client_jobs(inputs, selected[:1])[0], guarded=False)
-    for runner in runners:
-        if stop is not None and stop.is_set():
-            return
-        run_client(job, runner)
-    if stop is not None and stop.is_set():
-        return
-    scored = inputs.evaluation.clients_for(
-        inputs.round, selected, len(inputs.data.clients), inputs.seed
-    )
-    _evaluate_global(runners[0], inputs.global_weights, inputs.data, scored)
 
 
 def _evaluate_global(
