@@ -37,8 +37,8 @@ Large federations score the global model on the round's participants only
 and shows the medians. ``--peers`` adds pfl-research's table mode
 (``benchmarks/peers/pfl_peer.py``, ``WORKLOAD=table``: the same generator, clients
 and cohort, the MLP 32-64-10, equal training rows a client) to the alternation of
-each table case (vectorized cohorts too: pfl trains the same clients), in its own virtualenv ``$PFL_VENV`` (left out with a
-message where that is missing).
+each table case (vectorized cohorts too: pfl trains the same clients), in its own
+virtualenv ``$PFL_VENV`` (left out with a message where that is missing).
 """
 
 from __future__ import annotations
