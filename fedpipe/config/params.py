@@ -634,7 +634,7 @@ class RuntimeParams(Section):
     clients in one task; on ``dask`` one per task up to 10 clients a round, else
     10 tasks a round, or ``train.cohort_size`` each). 0 (``local`` only): in
     the round's own task run, no task run of their own (nor its retry), which
-    saves a quarter of a small round (docs/benchmarks.md).
+    saves about a fifth of a small round (docs/large-federations.md).
 
     ``threads``: clients trained side by side in the run's process, each on a
     compiled model of its own (null: as many as the process's usable cores).

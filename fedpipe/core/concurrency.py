@@ -8,6 +8,7 @@ the global evaluation), before the caller's own share could begin.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from collections.abc import Callable
@@ -71,7 +72,7 @@ def side_by_side(
 
     workers = [_borrow(f"{name}-{k}") for k in range(1, n)]
     for k, worker in enumerate(workers, start=1):
-        worker.calls.put(lambda k=k: guarded(k))  # type: ignore[misc]
+        worker.calls.put(functools.partial(guarded, k))
     try:
         run(0)
     except BaseException:
