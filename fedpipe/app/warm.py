@@ -170,12 +170,14 @@ class Worker:
         assert message is not None
         self.owner = message.get("owner")
         code = self._run(conn, message, fds)
+        # logged before the client hears: whoever reads the log once the client
+        # has returned finds the stage there
+        _log(f"fedpipe {' '.join(message['argv'])}: exit {code}")
         with contextlib.suppress(OSError):
             _send(conn, {"exit": code})
         with contextlib.suppress(OSError):
             conn.shutdown(socket.SHUT_RDWR)
         self._note_modules()
-        _log(f"fedpipe {' '.join(message['argv'])}: exit {code}")
         return None if code == 0 else f"the stage exited {code}"
 
     def _admit(self, conn: socket.socket, message: dict | None, fds: list[int]) -> str:
