@@ -109,8 +109,9 @@ def _fill(ballast: Path, leave: int) -> None:
                 "metrics/clients and metrics/health *.tmp files left when the disk "
                 "filled during a later round; not reproduced in 10 runs since "
                 "(2026-12-06); writes under way elsewhere are now discarded on "
-                "the error (atomic.discard_partial); passed in the fresh-clone "
-                "suite of 2026-12-06; kept as xfail until it has passed a few more",
+                "the error (atomic.discard_partial); failed again in a whole "
+                "suite on 2026-12-06, passed 6 times alone with --runxfail; the "
+                "test names the files left when that is the symptom",
             ),
         ),
     ],
@@ -154,7 +155,11 @@ def test_a_full_disk_stops_in_one_line_and_the_run_resumes(
     if writing is not None:  # stopped in round 2: nothing after round 1 recorded
         assert (project / "dvc.lock").read_bytes() == lock
     assert _round_1(project) == round_1
-    assert not list(project.rglob("*.tmp"))  # no half-written file left behind
+    left = sorted(project.rglob("*.tmp"))  # no half-written file left behind
+    if left and writing is None:  # the known bug (see the case's mark): say which
+        sizes = [f"{p.relative_to(project)} ({p.stat().st_size} B)" for p in left]
+        pytest.xfail(f"half-written files left: {', '.join(sizes)}; run said: {said}")
+    assert not left, left
 
     ballast.unlink()
     resumed = run_cli(RUN, project, cli_env)
