@@ -2,8 +2,10 @@
 when something uses them.
 
 ``import tensorflow`` (which imports Keras 3) executes, among its thousands of
-modules, two groups nobody in a fedpipe command touches:
+modules, three groups nobody in a fedpipe command touches:
 
+- ``keras.visualization`` (an image-gallery plot), which imports
+  ``matplotlib.pyplot``;
 - ``keras.wrappers`` (the scikit-learn estimators around a Keras model), which
   imports scikit-learn itself because it is installed (mlxtend needs it);
 - ``tf.__internal__.distribute.combinations``, in the API and its ``compat.v2``
@@ -11,8 +13,8 @@ modules, two groups nobody in a fedpipe command touches:
   utilities.
 
 Measured on the 2-core machine of docs/benchmarks.md, ``import tensorflow, keras``
-in a fresh process: 4.39 s as shipped, 3.60 s with these deferred (median of 3,
-alternating; 2026-12-06). :func:`install` gives those modules Python's own
+in a fresh process: 3.97 s as shipped, 3.00 s with these deferred
+(``benchmarks/bench_import.py --repeats 5``, medians, alternating; 2026-12-06). :func:`install` gives those modules Python's own
 :class:`importlib.util.LazyLoader`: the module object exists at once (the
 ``from package import name`` that binds it still works), its code runs the first
 time one of its attributes is read, so a user's model that does use
@@ -36,6 +38,8 @@ from types import ModuleType
 #: Modules whose code runs on first use rather than when their parent imports them.
 DEFERRED = frozenset(
     {
+        "keras.src.visualization",
+        "keras.visualization",
         "keras.wrappers",
         "tensorflow._api.v2.__internal__.distribute.combinations",
         "tensorflow._api.v2.compat.v2.__internal__.distribute.combinations",

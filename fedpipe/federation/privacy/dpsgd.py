@@ -36,7 +36,6 @@ from fedpipe.config.privacy import Privacy, finite_or_inf
 from fedpipe.core.errors import FedpipeError
 from fedpipe.federation.clientstate import ClientStates
 from fedpipe.federation.failures import BUDGET, RoundPlan
-from fedpipe.federation.privacy.accountant import dpsgd_epsilon
 from fedpipe.federation.steps import RoundStep, Sampler
 from fedpipe.strategy.aggregate import Weights
 
@@ -92,6 +91,9 @@ class RecordPrivacy(RoundStep):
 
     def epsilon(self, client: int, steps: int) -> float:
         """Client ``client``'s epsilon after ``steps`` DP-SGD steps."""
+        # imported here, as in rounds.spend: dp_accounting only for DP runs
+        from fedpipe.federation.privacy.accountant import dpsgd_epsilon
+
         return dpsgd_epsilon(
             client_rate(self.n_train[client], self.batch_size),
             self.privacy.noise_multiplier,

@@ -1,7 +1,8 @@
 """What a round does with ``privacy.*``: the :class:`PrivateStrategy` wrapper.
 
 :func:`fedpipe.federation.round.run_round` starts it before any client trains
-(:func:`spend`: it stops the federation with :class:`PrivacyBudgetExceeded` if
+(:func:`spend`: it stops the federation with
+:class:`~fedpipe.federation.privacy.accountant.PrivacyBudgetExceeded` if
 the round would pass ``privacy.target_epsilon``) and aggregates with it in place
 of the strategy (:func:`aggregate_round`); its record hook adds what the round's
 record keeps (epsilon, the clip, the noise against the signal). With
@@ -16,10 +17,6 @@ from typing import Any
 import numpy as np
 
 from fedpipe.config.privacy import Privacy, finite_or_inf
-from fedpipe.federation.privacy.accountant import (
-    PrivacyBudgetExceeded,
-    check_budget,
-)
 from fedpipe.federation.privacy.mechanism import (
     CLIP_KEY,
     Clipped,
@@ -35,7 +32,6 @@ from fedpipe.strategy.aggregate import Weights, first_non_finite, normalized
 
 __all__ = [
     "Privacy",
-    "PrivacyBudgetExceeded",
     "PrivateStrategy",
     "aggregate_round",
     "spend",
@@ -191,6 +187,10 @@ def spend(privacy: Privacy | None, round_: int, sampled: Sampler) -> float | Non
     """
     if privacy is None:
         return None
+    # imported here: dp_accounting brings scipy's signal and optimize (about
+    # 0.8 s of a process's start), which a run without privacy never needs
+    from fedpipe.federation.privacy.accountant import check_budget
+
     return check_budget(privacy, round_, sampled)
 
 
