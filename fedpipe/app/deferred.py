@@ -14,7 +14,8 @@ modules, three groups nobody in a fedpipe command touches:
 
 Measured on the 2-core machine of docs/benchmarks.md, ``import tensorflow, keras``
 in a fresh process: 3.97 s as shipped, 3.00 s with these deferred
-(``benchmarks/bench_import.py --repeats 5``, medians, alternating; 2026-12-06). :func:`install` gives those modules Python's own
+(``benchmarks/bench_import.py --repeats 5``, medians, alternating; 2026-12-06).
+:func:`install` gives those modules Python's own
 :class:`importlib.util.LazyLoader`: the module object exists at once (the
 ``from package import name`` that binds it still works), its code runs the first
 time one of its attributes is read, so a user's model that does use
