@@ -74,16 +74,21 @@ def _default_sigint() -> None:
 
 
 def start_in_session(
-    args: list[str], project: Path, env: dict[str, str]
+    args: list[str], project: Path, env: dict[str, str], *, merge_stderr: bool = True
 ) -> subprocess.Popen:
     """Start ``args`` in ``project`` as a terminal would: its own process group,
-    SIGINT at its default, stdout and stderr in one text pipe."""
+    SIGINT at its default, stdout and stderr in one text pipe (two with
+    ``merge_stderr=False``).
+
+    SIGINT at its default even when the tests run as a background job: a
+    non-interactive shell starts those with SIGINT ignored, the child would
+    inherit that, and Python would then never raise KeyboardInterrupt."""
     return subprocess.Popen(
         args,
         cwd=project,
         env=env,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as in a terminal
         preexec_fn=_default_sigint,  # SIGINT at its default (see NOTES.md)

@@ -21,13 +21,12 @@ import re
 import select
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import BIN, file_hashes, run_cli
+from e2e_helpers import BIN, file_hashes, run_cli, start_in_session
 
 from fedpipe.config.overrides import set_params
 
@@ -157,10 +156,6 @@ def test_known_failure_is_one_clean_line(
     assert verbose.returncode == 1 and "Traceback" in verbose.stderr
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _finished_rounds(project: Path) -> int:
     """The last round whose metrics file is written (0: none)."""
     done = [
@@ -179,19 +174,7 @@ def _interrupt(project: Path, env: dict[str, str], sig: int) -> dict:
     """Start ``fedpipe run``, send ``sig`` to its process group during round 3:
     its exit code and output, the seconds it took to end after the signal, and
     the last round whose metrics were written when the signal was sent."""
-    proc = subprocess.Popen(
-        RUN,
-        cwd=project,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, as in a terminal
-        # SIGINT at its default even when this test runs as a background job (a
-        # non-interactive shell starts those with SIGINT ignored, and the child
-        # would inherit that: Python then never raises KeyboardInterrupt)
-        preexec_fn=_default_sigint,
-    )
+    proc = start_in_session(RUN, project, env, merge_stderr=False)
     marker = project / "metrics/rounds/round-2.json"
     deadline = time.monotonic() + 300
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:

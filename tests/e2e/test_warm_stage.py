@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import BIN, file_hashes, make_project, run_cli
+from e2e_helpers import BIN, file_hashes, make_project, run_cli, start_in_session
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -180,10 +180,6 @@ def test_worker_exits_after_its_idle_timeout(racing, warm_dir: Path) -> None:
     assert not worker_log(warm_dir, project).with_suffix(".sock").exists()
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_ctrl_c_of_repro_stops_the_stage_in_the_worker(
     tiny: Path, tmp_path: Path, cli_env: dict[str, str], warm_dir: Path
 ) -> None:
@@ -191,16 +187,7 @@ def test_ctrl_c_of_repro_stops_the_stage_in_the_worker(
     not the worker (a session of its own): the client passes it on."""
     project = tmp_path / "stopped"
     shutil.copytree(tiny, project)
-    proc = subprocess.Popen(
-        [DVC, "repro"],
-        cwd=project,
-        env=cli_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, as in a terminal
-        preexec_fn=_default_sigint,  # even when this test runs as a background job
-    )
+    proc = start_in_session([DVC, "repro"], project, cli_env, merge_stderr=False)
     logs = project / "logs"
     deadline = time.monotonic() + 300
     while (
