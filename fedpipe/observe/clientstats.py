@@ -95,7 +95,11 @@ def category_lines(block: dict[str, Any], columns: Sequence[str], k: int) -> lis
         if "top" not in c:
             continue
         # most rows first (the JSON file may hold the values sorted by name)
-        ranked = sorted(c["top"].items(), key=lambda item: (-item[1], item[0]))
+        # (a value hidden by difference, ">=k", ranks below the shown ones)
+        ranked = sorted(
+            c["top"].items(),
+            key=lambda item: (-item[1] if isinstance(item[1], int) else 0, item[0]),
+        )
         top = ", ".join(f"{v} {n}" for v, n in ranked) or (f"none of {k} rows or more")
         what = "tokens" if c.get("type") == "text" else "values"
         other = f"; other {c['other']}" if "other" in c else ""

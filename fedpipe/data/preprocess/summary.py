@@ -10,10 +10,15 @@ skew (each client's column mean in global standard deviations).
 The minimum-count rule (NVIDIA FLARE's filter): no count of fewer than
 ``min_count`` rows (a histogram bin, a label, a missing count, a client's
 column) is written; it reads ``"<k"``, and a client's mean, std, quartiles and
-skew of a column it holds fewer than ``k`` values of read ``"<k"`` too. The
-rule is applied as the file is written, so the versioned file never holds a
-small cell. Global minimum and maximum are written (the fit uses them); they
-are single values, as in ``transform.json``.
+skew of a column it holds fewer than ``k`` values of read ``"<k"`` too. Nor can
+it be read by difference: where one part of a total is hidden (a client's
+``missing`` beside its ``count`` and ``rows``, a histogram bin beside the
+column's count, a categorical ``other`` beside the ``top`` values, a client's
+cell beside the global one), one more part is hidden as ``">=k"``
+(:func:`fedpipe.core.smallcells.suppress`). The rule is applied as the file is
+written, so the versioned file never holds a small cell. Global minimum and
+maximum are written (the fit uses them); they are single values, as in
+``transform.json``.
 
 A categorical column (stored as codes) has no mean, quartiles, histogram or
 skew (``None``: codes are not quantities); it has ``top``, its most frequent
@@ -37,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from fedpipe.core.smallcells import Relation, shown, suppress
 from fedpipe.data.preprocess.encode import (
     merge_counts,
     token_counts,
@@ -55,6 +61,8 @@ from fedpipe.data.preprocess.stats import (
 __all__ = [
     "FORMAT",
     "IMAGE_COLUMN",
+    "count_cells",
+    "count_relations",
     "shown",
     "skew_matrix",
     "summarize",
@@ -65,13 +73,6 @@ IMAGE_COLUMN = "mean_intensity"
 QUARTILES = (25, 50, 75)
 TOP = 10  # values (tokens) listed per string column
 _NOT_NUMBERS = ("mean", "std", *(f"q{p}" for p in QUARTILES), "min", "max")
-
-
-def shown(count: int, min_count: int) -> int | str:
-    """``count`` as written under the minimum-count rule: ``"<k"`` for
-    ``0 < count < k`` (an empty cell tells nothing about any row)."""
-    count = int(count)
-    return count if count == 0 or count >= min_count else f"<{min_count}"
 
 
 def summarize(
@@ -127,9 +128,9 @@ def summarize(
         clients.append(
             {
                 "client": i,
-                "rows": shown(m.rows, k),
+                "rows": int(m.rows),
                 "labels": {
-                    str(name): shown(n, k)
+                    str(name): int(n)
                     for name, n in zip(class_names, labels, strict=True)
                 },
                 "columns": dict(
@@ -149,18 +150,108 @@ def summarize(
             _as_strings(client["columns"][name], kind_j, own, k)
         for row in skew:
             row[j] = None
-    return {
+    doc = {
         "format": FORMAT,
         "kind": kind,
         "min_count": k,
         "clients": len(client_rows),
-        "rows": shown(merged.rows, k),
+        "rows": int(merged.rows),
         "columns": list(columns),
         "histogram_edges": {name: _floats(coarse[j]) for j, name in enumerate(columns)},
         "global": dict(zip(columns, glob, strict=True)),
         "per_client": clients,
         "skew": skew,
     }
+    cells = count_cells(doc)
+    relations = count_relations(doc)
+    for path, value in suppress(cells, relations, k).items():
+        _put(doc, path, value)
+    return doc
+
+
+def count_cells(stats: Mapping[str, Any]) -> dict[tuple, Any]:
+    """Every count of a ``stats.json`` document, by its path of keys (a
+    histogram bin's index last)."""
+    cells: dict[tuple, Any] = {("rows",): stats["rows"]}
+    blocks = [(("global",), stats["global"])] + [
+        (("per_client", i, "columns"), c["columns"])
+        for i, c in enumerate(stats["per_client"])
+    ]
+    for i, client in enumerate(stats["per_client"]):
+        cells[("per_client", i, "rows")] = client["rows"]
+        for name, n in client["labels"].items():
+            cells[("per_client", i, "labels", name)] = n
+    for prefix, columns in blocks:
+        for name, block in columns.items():
+            at = (*prefix, name)
+            cells[(*at, "count")] = block["count"]
+            cells[(*at, "missing")] = block["missing"]
+            for b, n in enumerate(block["histogram"]):
+                cells[(*at, "histogram", b)] = n
+            if "other" in block:
+                cells[(*at, "other")] = block["other"]
+                for value, n in block["top"].items():
+                    cells[(*at, "top", value)] = n
+    return cells
+
+
+def count_relations(stats: Mapping[str, Any]) -> list[Relation]:
+    """The totals a reader of a ``stats.json`` can add up: each client's
+    rows (its labels; each column's count and missing), a column's count
+    (its histogram; a categorical column's top values and other), and the
+    global rows, count, missing and histogram bins (the clients')."""
+    rels = []
+    n = len(stats["per_client"])
+    clients = [("per_client", i) for i in range(n)]
+    rels.append(Relation(("rows",), tuple((*c, "rows") for c in clients), "rows"))
+    for c, client in zip(clients, stats["per_client"], strict=True):
+        rows = (*c, "rows")
+        labels = tuple((*c, "labels", name) for name in client["labels"])
+        rels.append(Relation(rows, labels, f"client {c[1]}'s labels"))
+    for name, block in stats["global"].items():
+        at = ("global", name)
+        rels.append(Relation(
+            ("rows",), ((*at, "count"), (*at, "missing")), f"column {name}"
+        ))  # fmt: skip
+        for key in ("count", "missing"):
+            rels.append(Relation(
+                (*at, key), tuple((*c, "columns", name, key) for c in clients),
+                f"column {name}'s {key} over the clients",
+            ))  # fmt: skip
+        for b in range(len(block["histogram"])):
+            rels.append(Relation(
+                (*at, "histogram", b),
+                tuple((*c, "columns", name, "histogram", b) for c in clients),
+                f"column {name}'s histogram bin {b} over the clients",
+            ))  # fmt: skip
+        owners = [("global",), *((*c, "columns") for c in clients)]
+        for owner in owners:
+            inner: Any = stats
+            for key in owner:
+                inner = inner[key]
+            own = inner[name]
+            client = "" if owner == ("global",) else f", client {owner[1]}"
+            where = f"column {name}{client}"
+            at = (*owner, name)
+            if client:
+                rels.append(Relation(
+                    (*owner[:2], "rows"), ((*at, "count"), (*at, "missing")), where
+                ))  # fmt: skip
+            if own["histogram"]:
+                n_bins = len(own["histogram"])
+                bins = tuple((*at, "histogram", b) for b in range(n_bins))
+                rels.append(Relation((*at, "count"), bins, f"{where}, histogram"))
+            if "other" in own:
+                parts = tuple((*at, "top", v) for v in own["top"]) + ((*at, "other"),)
+                rels.append(Relation((*at, "count"), parts, f"{where}, top values"))
+    return rels
+
+
+def _put(doc: dict[str, Any], path: tuple, value: Any) -> None:
+    inner: Any = doc
+    for key in path[:-1]:
+        inner = inner[key]
+    inner[path[-1]] = value
 
 
 def _value_counts(codes: np.ndarray, values: Sequence[str], kind: str) -> Counter:
@@ -181,7 +272,7 @@ def _as_strings(block: dict[str, Any], kind: str, counts: Counter, k: int) -> No
     top = vocabulary(counts, k, TOP)
     block["top"] = {v: int(counts[v]) for v in top}
     if kind == "categorical":
-        block["other"] = shown(sum(counts.values()) - sum(block["top"].values()), k)
+        block["other"] = int(sum(counts.values()) - sum(block["top"].values()))
 
 
 def heldout_other(
@@ -237,9 +328,9 @@ def _column_block(
     out = []
     for j in range(m.count.shape[0]):
         hidden = 0 < int(m.count[j]) < k
-        block: dict[str, Any] = {
-            "count": shown(m.count[j], k),
-            "missing": shown(m.missing[j], k),
+        block: dict[str, Any] = {  # exact here; the rule is applied at the end
+            "count": int(m.count[j]),
+            "missing": int(m.missing[j]),
         }
         values = {
             "mean": m.mean[j],
@@ -248,7 +339,7 @@ def _column_block(
         }
         for name, value in values.items():
             block[name] = f"<{k}" if hidden else _float(value)
-        block["histogram"] = [shown(n, k) for n in coarse_counts[j]]
+        block["histogram"] = [int(n) for n in coarse_counts[j]]
         out.append(block)
     return out
 
