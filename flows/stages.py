@@ -79,6 +79,7 @@ def partition_stage(params: Params) -> None:
         local_test_fraction=p.local_test_fraction,
         dedupe=params.data.dedupe,
         settings=p.model_dump(exclude={"method", "local_test_fraction"}),
+        min_count_shown=params.preprocess.min_count_shown,
     )
 
 

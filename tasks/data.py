@@ -90,9 +90,16 @@ def validate(
 
 @task(name="partition", cache_policy=NO_CACHE)
 def partition(
-    prepared: Path, out: Path, report_dir: Path, **settings: Any
+    prepared: Path,
+    out: Path,
+    report_dir: Path,
+    *,
+    min_count_shown: int,
+    **settings: Any,
 ) -> Mapping[str, Any]:
-    """Deal the training samples to clients; write the manifest and diagnostics."""
+    """Deal the training samples to clients; write the manifest and diagnostics
+    (the class-count table under the minimum-count rule,
+    ``preprocess.min_count_shown``)."""
     from fedpipe.data.ingest import open_features, read_samples, read_schema
     from fedpipe.data.partition.diagnostics import (
         class_count_table,
@@ -100,6 +107,7 @@ def partition(
         feature_skew_plot,
         feature_stats,
         label_heatmap,
+        shown_counts,
         skew_summary,
     )
     from fedpipe.data.sources import prepared_spec
@@ -119,7 +127,7 @@ def partition(
     names = schema["class_names"]
     counts = class_count_table(manifest, class_names=names)
     with atomic.writing(report_dir / "class_counts.csv") as tmp:
-        counts.to_csv(tmp, index=False)
+        shown_counts(counts, min_count_shown).to_csv(tmp, index=False)
     label_heatmap(manifest, report_dir / "label_distribution.png")
     image = len(spec.input_shape) == 3
     data = open_federated(prepared, out)

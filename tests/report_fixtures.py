@@ -228,7 +228,11 @@ def write_run(
     """Write a finished synthetic run under ``root``; return ``root``."""
     import pandas as pd
 
-    from fedpipe.data.partition.diagnostics import class_count_table, skew_summary
+    from fedpipe.data.partition.diagnostics import (
+        class_count_table,
+        shown_counts,
+        skew_summary,
+    )
 
     rng = np.random.default_rng(seed)
     for k in range(1, rounds + 1):
@@ -246,7 +250,7 @@ def write_run(
     part = manifest(n_clients, n_classes, rng)
     write_json(root / "data/partition/manifest.json", part)
     (root / "reports/partition").mkdir(parents=True, exist_ok=True)
-    class_count_table(part).to_csv(
+    shown_counts(class_count_table(part), 5).to_csv(
         root / "reports/partition/class_counts.csv", index=False
     )
     write_json(root / "reports/partition/skew.json", skew_summary(part))

@@ -197,7 +197,8 @@ def test_label_counts_fall_back_to_the_manifest(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path / "reports/partition")
     from_manifest, source = read_label_counts(tmp_path)
     assert source == "data/partition/manifest.json"
-    assert from_manifest.equals(from_csv)
+    # counts hidden under the minimum-count rule make a column text in the CSV
+    assert from_manifest.astype(str).equals(from_csv.astype(str))
 
 
 def test_label_counts_and_plot_show_class_names(tmp_path: Path) -> None:

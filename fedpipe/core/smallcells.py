@@ -33,6 +33,7 @@ __all__ = [
     "is_hidden",
     "shown",
     "suppress",
+    "suppress_rows",
 ]
 
 
@@ -152,3 +153,24 @@ def disclosures(
                 f"difference from {rel.total}{where}"
             )
     return found
+
+
+def suppress_rows(
+    rows: Sequence[Mapping[str, int]], *, total: str, parts: Sequence[str], k: int
+) -> list[dict[str, int | str]]:
+    """Rows of a count table as published: in each row, ``total`` is the sum
+    of ``parts`` (a client's training rows and its class counts); columns in
+    neither are counts of their own, hidden when small.
+
+    Examples
+    --------
+    >>> suppress_rows([{"n": 12, "a": 9, "b": 3}], total="n", parts=["a", "b"], k=5)
+    [{'n': 12, 'a': '>=5', 'b': '<5'}]
+    """
+    out = []
+    for row in rows:
+        relation = Relation(total, tuple(parts))
+        out.append(
+            {str(key): value for key, value in suppress(row, [relation], k).items()}
+        )
+    return out

@@ -174,11 +174,12 @@ def read_label_counts(run: RunFiles | Path) -> tuple[pd.DataFrame | None, str]:
         return run.class_counts, str(CLASS_COUNTS_CSV)
     run.require("manifest", "schema")
     if run.manifest is not None:
-        from fedpipe.data.partition.diagnostics import class_count_table
+        from fedpipe.data.partition.diagnostics import class_count_table, shown_counts
 
         names = None if run.schema is None else run.schema.get("class_names")
         table = class_count_table(run.manifest, class_names=names)
-        return table.rename(columns=str), str(layout.MANIFEST)
+        k = ((run.params or {}).get("preprocess") or {}).get("min_count_shown", 5)
+        return shown_counts(table, int(k)).rename(columns=str), str(layout.MANIFEST)
     return None, ""
 
 
@@ -645,10 +646,19 @@ def _cmap(name: str):  # type: ignore[no-untyped-def]
 
 def labels_svg(counts: pd.DataFrame) -> str:
     """Stacked horizontal bars: each client's train samples by class."""
+    import pandas as pd
     from matplotlib.collections import PolyCollection
 
     classes = [c for c in counts.columns if c not in ("client", "n_train", "n_test")]
-    matrix = counts[classes].to_numpy(dtype=float)
+    # counts hidden under the minimum-count rule ("<k", ">=k") are drawn
+    # together, grey, as what the shown ones leave of the client's n_train
+    shown = counts[classes].apply(pd.to_numeric, errors="coerce")
+    matrix = shown.fillna(0.0).to_numpy(dtype=float)
+    total = pd.to_numeric(counts["n_train"], errors="coerce").to_numpy(dtype=float)
+    hidden = np.nan_to_num(total - matrix.sum(axis=1), nan=0.0).clip(min=0.0)
+    if shown.isna().to_numpy().any() and hidden.any():
+        classes = [*classes, "hidden (few rows)"]
+        matrix = np.column_stack([matrix, hidden])
     n_clients = len(counts)
     height = min(max(2.5, 0.28 * n_clients + 1.6), 16.0)
     fig = _new_figure(8.0, height)
@@ -665,7 +675,7 @@ def labels_svg(counts: pd.DataFrame) -> str:
                     right[:, i] - matrix[:, i], right[:, i], ypos, strict=True
                 )
             ],
-            facecolors=cmap(i % cmap.N),
+            facecolors="#bbbbbb" if name == "hidden (few rows)" else cmap(i % cmap.N),
             label=str(name),
         )
         bars.sticky_edges.x.append(0.0)  # bars start at 0: no margin left of it

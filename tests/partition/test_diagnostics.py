@@ -205,3 +205,57 @@ def test_importing_partition_loads_neither_pandas_nor_matplotlib() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------- shown_counts (issue 36, item 7)
+
+
+def _skewed_manifest() -> dict:
+    """Three clients, two classes; client 2 holds 3 rows of class 4 (dirichlet
+    with a tiny alpha leaves small cells)."""
+    labels = np.r_[np.full(90, 3), np.full(30, 4)]
+    shares = [np.arange(0, 40), np.r_[np.arange(40, 80), np.arange(90, 117)],
+              np.r_[np.arange(80, 90), np.arange(117, 120)]]  # fmt: skip
+    return build_manifest(
+        sample_ids=np.arange(120),
+        labels=labels,
+        client_indices=shares,
+        heldout_ids=np.array([], dtype=np.int64),
+        local_test_fraction=0.0,
+        rng=np.random.default_rng(0),
+        classes=[3, 4],
+        method="iid",
+        params={"min_samples": 0, "seed": 0},
+    )
+
+
+def test_published_class_counts_hide_small_cells_and_their_complement() -> None:
+    from fedpipe.data.partition.diagnostics import shown_counts
+
+    exact = class_count_table(_skewed_manifest())
+    assert exact.loc[2, [3, 4]].tolist() == [10, 3]  # what the partition made
+    table = shown_counts(exact, 5)
+    assert table.loc[2, ["n_train", "3", "4"]].tolist() == [13, ">=5", "<5"]
+    assert table.loc[0, ["n_train", "3", "4"]].tolist() == [40, 40, 0]
+    assert table["client"].tolist() == [0, 1, 2]
+    for row in table.to_dict("records"):  # no count 1..4, none by difference
+        cells = [row["n_train"], row["n_test"], row["3"], row["4"]]
+        assert not [v for v in cells if isinstance(v, int) and 0 < v < 5]
+        hidden = [v for v in (row["3"], row["4"]) if isinstance(v, str)]
+        assert len(hidden) != 1
+
+
+def test_the_report_shows_class_counts_under_the_rule(tmp_path: Path) -> None:
+    """The report's class-count table (and its bars) from the manifest, when
+    no class_counts.csv is there: '<5', never the 3 (it showed 1 and 3)."""
+    from fedpipe.core.jsonio import write_json
+    from fedpipe.observe.report import build_report
+
+    write_json(tmp_path / "data/partition/manifest.json", _skewed_manifest())
+    page = build_report(tmp_path, findings=[], generated=None)
+    table = page[page.index("Class counts table") :]
+    table = table[: table.index("</table>")]
+    assert "<td>13</td><td>0</td><td>&gt;=5</td><td>&lt;5</td>" in table.replace(
+        ' class="num"', ""
+    )
+    assert "<td>3</td>" not in table and "<td>10</td>" not in table

@@ -99,6 +99,27 @@ def class_count_table(
     return pd.concat([table, per_class], axis=1)
 
 
+def shown_counts(table: pd.DataFrame, min_count: int) -> pd.DataFrame:
+    """:func:`class_count_table` as published (``reports/partition/class_counts.csv``,
+    the report): a count of 1 to ``min_count - 1`` reads ``"<k"``, and where a
+    row's one hidden class count would follow from ``n_train`` and the others,
+    one more is hidden as ``">=k"`` (:func:`fedpipe.core.smallcells.suppress_rows`).
+    """
+    import pandas as pd
+
+    from fedpipe.core.smallcells import suppress_rows
+
+    parts = [str(c) for c in table.columns[3:]]
+    records = [
+        {str(k): int(v) for k, v in row.items()}
+        for row in table.rename(columns=str).to_dict("records")
+    ]
+    rows = suppress_rows(records, total="n_train", parts=parts, k=int(min_count))
+    for row, record in zip(rows, records, strict=True):
+        row["client"] = record["client"]  # an index, not a count
+    return pd.DataFrame(rows, columns=[str(c) for c in table.columns])
+
+
 def _name_of(label: int, class_names: Sequence[str]) -> str:
     """The name of class index ``label`` (its number as text if it has none)."""
     return str(class_names[label]) if 0 <= label < len(class_names) else str(label)
