@@ -229,14 +229,16 @@ def test_rare_values_go_to_other(tmp_path: Path) -> None:
 def test_a_heldout_only_category_goes_to_other_and_is_counted(tmp_path: Path) -> None:
     frame = _frame()
     table = _prepared(tmp_path, frame)
-    heldout = table["raw"]["heldout"][:3]
+    heldout = table["raw"]["heldout"][:6]
     frame.loc[[int(i.split("-")[1]) - 1 for i in heldout], "color"] = "teal"
+    frame.loc[int(heldout[5].split("-")[1]) - 1, "color"] = "mauve"
     table = _prepared(tmp_path, frame)
     transform = _fit(table)
     color = next(e for e in transform.encodings if e.name == "color")
     assert "teal" not in color.vocabulary
-    assert transform.heldout["other"]["color"]["unseen"] == 3
-    assert transform.heldout["other"]["color"]["unseen_values"] == {"teal": 3}
+    assert transform.heldout["other"]["color"]["unseen"] == 6
+    # under the minimum-count rule (5): mauve, in one held-out row, is not named
+    assert transform.heldout["other"]["color"]["unseen_values"] == {"teal": 5}
     write_json(tmp_path / "t.json", transform.to_json())
     data = open_federated(table["prepared"], table["manifest"], tmp_path / "t.json")
     numeric = len(transform.numeric_columns)

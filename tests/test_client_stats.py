@@ -264,8 +264,8 @@ def test_the_audit_reads_the_relations_the_writer_closed() -> None:
     stats["global"]["color"]["top"]["green"] = 6  # as the file was written before
     found = disclosures(count_cells(stats), count_relations(stats), K)
     assert found == [
-        "('global', 'color', 'other'): written '<5' but 3 by difference from "
-        "('global', 'color', 'count') (column color, top values)"
+        "global.color.other: written '<5' but 3 by difference from "
+        "global.color.count (column color, top values)"
     ]
 
 

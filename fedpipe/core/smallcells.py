@@ -130,7 +130,7 @@ def disclosures(
         if isinstance(value, bool) or not isinstance(value, int):
             continue
         if 0 < value < k:
-            found.append(f"{key}: shows a count of {value} (fewer than {k})")
+            found.append(f"{_name(key)}: shows a count of {value} (fewer than {k})")
     for rel in relations:
         keys = [rel.total, *rel.parts]
         if any(c not in cells for c in keys):
@@ -149,10 +149,20 @@ def disclosures(
                 )
             where = f" ({rel.where})" if rel.where else ""
             found.append(
-                f"{hidden[0]}: written {cells[hidden[0]]!r} but {value} by "
-                f"difference from {rel.total}{where}"
+                f"{_name(hidden[0])}: written {cells[hidden[0]]!r} but {value} by "
+                f"difference from {_name(rel.total)}{where}"
             )
     return found
+
+
+def _name(key: Hashable) -> str:
+    """A cell's key as a person reads it: ``per_client[1].columns.age.missing``."""
+    if not isinstance(key, tuple):
+        return str(key)
+    text = ""
+    for part in key:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return text.lstrip(".")
 
 
 def suppress_rows(

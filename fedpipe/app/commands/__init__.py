@@ -10,6 +10,7 @@ function, so ``fedpipe --help`` answers at once. :data:`COMMANDS` is the order
 from __future__ import annotations
 
 from fedpipe.app.commands import (
+    audit,
     centralized,
     deploy,
     doctor,
@@ -32,6 +33,7 @@ COMMANDS = (
     sync,
     doctor,
     status,
+    audit,
     deploy,
     serve,
     init,

@@ -9,6 +9,7 @@ are read). :func:`fit_prepared` fits a prepared data set under its partition.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import numpy as np
 from fedpipe.data.preprocess.apply import RowTransform, read_transform, row_transform
 from fedpipe.data.preprocess.encode import (
     CATEGORICAL_KINDS,
+    OTHER,
     merge_counts,
     value_counts,
 )
@@ -83,13 +85,72 @@ def fit_prepared(prepared: Path, manifest: Path, settings: Any) -> Transform:
         min_token_count=settings.min_token_count,
         max_tokens=settings.max_tokens,
     )
+    k = int(settings.min_count_shown)
+    statistics = published_statistics(transform.statistics, k)
     if not transform.encodings:
-        return transform
+        return dataclasses.replace(transform, statistics=statistics)
     # counted after the fit, from the fitted vocabularies (never an input)
     heldout = heldout_other(
         transform, client_rows, data.x_test, schema.get("strings") or {}
     )
-    return dataclasses.replace(transform, heldout=heldout)
+    return dataclasses.replace(
+        transform, statistics=statistics, heldout=published_heldout(heldout, k)
+    )
+
+
+def published_statistics(statistics: dict[str, Any], k: int) -> dict[str, Any]:
+    """The fit's record of its counts (``transform.json``'s ``statistics``)
+    under the minimum-count rule (``preprocess.min_count_shown``), as
+    ``stats.json``: a count of 1 to ``k - 1`` reads ``"<k"``, and by difference
+    (a column's count and missing beside the rows; a categorical column's
+    categories and other rows beside its count) one more part is hidden as
+    ``">=k"``. The fit itself used the exact counts; nothing reads these back."""
+    from fedpipe.core.smallcells import Relation, suppress
+
+    out = copy.deepcopy(statistics)
+    columns = out.get("columns") or {}
+    cells: dict[Any, int] = {}
+    relations = []
+    if isinstance(out.get("rows"), int):
+        cells[("rows",)] = out["rows"]
+    for name, entry in columns.items():
+        at = ("columns", name)
+        for key in ("count", "missing"):
+            if isinstance(entry.get(key), int):
+                cells[(*at, key)] = entry[key]
+        if ("rows",) in cells and (*at, "count") in cells and (*at, "missing") in cells:
+            relations.append(Relation(("rows",), ((*at, "count"), (*at, "missing"))))
+        if "categories" in entry:
+            parts = [(*at, "categories", v) for v in entry["categories"]]
+            for part in parts:
+                cells[part] = entry["categories"][part[-1]]
+            cells[(*at, OTHER, "rows")] = entry[OTHER]["rows"]
+            parts.append((*at, OTHER, "rows"))
+            relations.append(Relation((*at, "count"), tuple(parts)))
+        for token, n in (entry.get("top") or {}).items():
+            cells[(*at, "top", token)] = n
+    for path, value in suppress(cells, relations, k).items():
+        inner: Any = out
+        for key in path[:-1]:
+            inner = inner[key]
+        inner[path[-1]] = value
+    return out
+
+
+def published_heldout(heldout: dict[str, Any], k: int) -> dict[str, Any]:
+    """:func:`heldout_other` under the minimum-count rule: its counts read
+    ``"<k"`` below ``k``, and a value seen in fewer than ``k`` held-out rows
+    is not named."""
+    from fedpipe.core.smallcells import shown
+
+    out = copy.deepcopy(heldout)
+    for entry in (out.get("other") or {}).values():
+        entry["unseen"] = shown(entry["unseen"], k)
+        entry["rare"] = shown(entry["rare"], k)
+        entry["unseen_values"] = {
+            v: n for v, n in entry["unseen_values"].items() if n >= k
+        }
+    return out
 
 
 def heldout_other(
