@@ -10,6 +10,12 @@ still running when the session ends is stopped.
 
 One tiny project (``tiny_fresh``) and one `fedpipe run` of it (``tiny_run``) serve
 every module that needs the default tiny federation as it is, or as it ran.
+
+After every module, :func:`fedpipe.observe.audit.audit` checks the invariants every
+run keeps (``fedpipe audit``) on each project the module ran or changed: a broken
+promise fails the module's last test, naming the project and the file. A module
+that damages a project on purpose says so with ``pytestmark =
+pytest.mark.audit_exempt("why")``.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from pathlib import Path
 
 import pytest
 from e2e_helpers import BIN, make_project, run_cli
+
+from fedpipe.observe.audit import audit
 
 
 def _free_port() -> int:
@@ -140,3 +148,39 @@ def tiny_run(
     shutil.copytree(tiny_fresh, project)
     proc = run_cli([str(BIN / "fedpipe"), "run", "--no-server-start"], project, cli_env)
     return {"project": project, "proc": proc}
+
+
+def _projects_changed_since(base: Path, since: float) -> list[Path]:
+    """Projects under ``base`` that have run (a ``dvc.lock``) and whose
+    ``dvc.lock`` or published metrics changed since ``since``."""
+    found = []
+    for lock in base.rglob("dvc.lock"):
+        root = lock.parent
+        if ".dvc" in root.parts or not (root / "params.yaml").is_file():
+            continue
+        touched = [lock, root / "metrics", root / "data/preprocess", root / "reports"]
+        if any(p.exists() and p.stat().st_mtime >= since for p in touched):
+            found.append(root)
+    return sorted(found)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def audited_projects(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Every project this module ran keeps the invariants (``fedpipe audit``)."""
+    import time
+
+    start = time.time() - 1.0
+    yield
+    if request.node.get_closest_marker("audit_exempt") is not None:
+        return
+    broken = []
+    for root in _projects_changed_since(tmp_path_factory.getbasetemp(), start):
+        for result in audit(root):
+            broken += [f"{root}: {result.name}: {v}" for v in result.violations]
+    if broken:
+        pytest.fail(
+            "invariants broken (fedpipe audit):\n" + "\n".join(broken[:30]),
+            pytrace=False,
+        )

@@ -1,0 +1,455 @@
+"""Every feature with every other: a pairwise matrix of settings through the real
+`fedpipe run`.
+
+Ten factors (the data, the partition, feature skew, the strategy,
+personalization, privacy, an attack, failures, evaluation, the runner) make
+millions of combinations; a covering array from ``allpairspy`` holds every *pair*
+of their levels in a few dozen rows, and most defects where two features meet
+need only that pair. Each row is a tiny federation (6 clients, 2 rounds, an MLP)
+in a project of its own, run with ``fedpipe run`` (report included). A row
+passes when
+
+- the run completes and then ``fedpipe audit`` finds every invariant holding
+  (rows accounted for, public means public, views of this run, no small cell),
+  ``dvc status`` is clean, and a second run of a fresh copy of the project
+  gives the same bits (models and published records; ``--no-repeat`` skips it);
+- or the run is *refused*: exit status 2 before any stage ran (no ``dvc.lock``),
+  with one line naming the keys that conflict (a documented rule in the code).
+
+Anything else fails the row, with its first error line. Prints a Markdown table
+(row, the levels, outcome, seconds) and exits 1 if a row failed; ``--out`` also
+writes it to a file (docs/matrix.md keeps the last full table with its commit).
+
+    python scripts/matrix.py [-j N] [--seed S] [--only 3,7] [--list]
+        [--no-repeat] [--out docs/matrix.md] [--keep DIR]
+
+On 2 cores a row takes 1-2 minutes (two runs); the whole table about an hour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tiny_data import merge, write_image_folder, write_table
+
+sys.path.insert(0, str(Path(__file__).parent))
+import compare_trees as ct  # noqa: E402
+
+BIN = Path(sys.executable).parent
+FEDPIPE = str(BIN / "fedpipe")
+DVC = str(BIN / "dvc")
+EXIT_REFUSED = 2  # bad params, said before any work (fedpipe.core.errors)
+
+#: what every row shares: 6 clients, 2 rounds, tiny batches
+BASE: dict[str, Any] = {
+    "seed": 11,
+    "federation": {"clients": 6, "rounds": 2, "fraction_fit": 0.7, "min_clients": 2},
+    "partition": {"min_samples": 8, "min_classes": 1},
+    "train": {"epochs": 1, "batch_size": 16, "lr": 0.05},
+    "model": {"name": "mlp"},
+    "validation": {"min_rows": 50},
+}
+
+Params = dict[str, Any]
+
+
+def _images(root: Path) -> Params:
+    write_image_folder(root / "data/images", per_class=60)
+    mapping = ["path,client"] + [
+        f"{p.relative_to(root / 'data/images').as_posix()},site-{i % 3}"
+        for i, p in enumerate(sorted((root / "data/images").rglob("img_*")))
+    ]
+    (root / "data/natural.csv").write_text("\n".join(mapping) + "\n")
+    return {
+        "data": {"source": "images", "path": "data/images", "image_size": [16, 16],
+                 "color_mode": "grayscale"},
+        "partition": {"natural_mapping": "data/natural.csv",
+                      "continuous_by": "mean_intensity"},
+    }  # fmt: skip
+
+
+def _numeric(root: Path) -> Params:
+    write_table(root / "data/table.csv", rows=300)
+    return {
+        "data": {"source": "table", "path": "data/table.csv",
+                 "client_column": "hospital"},
+        "partition": {"continuous_by": "f0"},
+    }  # fmt: skip
+
+
+def _mixed(root: Path) -> Params:
+    """Numbers, a categorical column with a rare value, missing cells and a
+    free-text column."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(3)
+    n = 300
+    y = rng.integers(0, 2, size=n)
+    words = ["good", "great", "bad", "awful", "film", "plot", "the"]
+    frame = pd.DataFrame(
+        {
+            "size": rng.normal(0, 1, n) * 100 + y * 80,
+            "weight": rng.normal(0, 1, n) + y,
+            "color": rng.choice(["red", "green", "blue", "violet"], size=n,
+                                p=[0.4, 0.3, 0.27, 0.03]),
+            "review": [" ".join(rng.choice(words, 3)) + (" yes" if v else " no")
+                       for v in y],
+            "hospital": [f"site-{i % 3}" for i in range(n)],
+            "label": np.where(y == 1, "pos", "neg"),
+        }
+    )  # fmt: skip
+    frame.loc[rng.random(n) < 0.05, "size"] = np.nan
+    frame.loc[rng.random(n) < 0.05, "color"] = np.nan
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    frame.to_csv(root / "data/table.csv", index=False)
+    return {
+        "data": {"source": "table", "path": "data/table.csv",
+                 "client_column": "hospital"},
+        "partition": {"continuous_by": "size"},
+        "preprocess": {"missing": "mean", "text": ["review"],
+                       "min_category_count": 3},
+    }  # fmt: skip
+
+
+def _repeated(root: Path) -> Params:
+    """Distinct people, few feature values: most rows share every feature value
+    with another row (a passenger list's sex, class and age band)."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(5)
+    n = 300
+    sex = rng.integers(0, 2, n)
+    klass = rng.integers(1, 4, n)
+    band = rng.integers(0, 4, n)
+    y = (rng.random(n) < 0.2 + 0.4 * sex + 0.1 * (klass == 1)).astype(int)
+    frame = pd.DataFrame(
+        {"person": [f"p{i:04d}" for i in range(n)], "sex": sex, "pclass": klass,
+         "age_band": band, "hospital": [f"site-{i % 3}" for i in range(n)],
+         "label": y}
+    )  # fmt: skip
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    frame.to_csv(root / "data/table.csv", index=False)
+    return {
+        "data": {"source": "table", "path": "data/table.csv", "id_column": "person",
+                 "client_column": "hospital"},
+        "partition": {"continuous_by": "age_band"},
+    }  # fmt: skip
+
+
+#: factor -> level -> what it sets (a dict of params, or a function of the
+#: project's folder that writes the data and returns the params)
+FACTORS: dict[str, dict[str, Params | Callable[[Path], Params]]] = {
+    "data": {"images": _images, "numeric": _numeric, "mixed": _mixed,
+             "repeated": _repeated},
+    "partition": {
+        "iid": {"partition": {"method": "iid"}},
+        "dirichlet": {"partition": {"method": "dirichlet", "alpha": 0.5}},
+        "quantity": {"partition": {"method": "quantity", "quantity_sigma": 0.5}},
+        "natural": {"partition": {"method": "natural"}},
+        "continuous": {"partition": {"method": "continuous", "strictness": 0.5}},
+    },
+    "feature_skew": {
+        "none": {},
+        "noise": {"partition": {"feature_skew": "noise"}},
+        "domains": {"partition": {"feature_skew": "domains"}},
+    },
+    "strategy": {
+        "fedavg": {},
+        "fedprox": {"strategy": {"name": "fedprox", "proximal_mu": 0.01}},
+        "scaffold": {"strategy": {"name": "scaffold"}},
+        "fedadam": {"strategy": {"name": "fedadam"}},
+        "krum": {"strategy": {"name": "krum", "num_byzantine": 1},
+                 "federation": {"fraction_fit": 1.0}},
+        "fednova": {"strategy": {"name": "fednova"}},
+    },
+    "personalization": {
+        "none": {},
+        "fedper": {"personalization": {"method": "fedper"}},
+        "fedbn": {"personalization": {"method": "fedbn"}},
+        "ditto": {"personalization": {"method": "ditto"}},
+    },
+    "privacy": {
+        "none": {},
+        "central_fixed": {"privacy": {"mechanism": "central",
+                                      "noise_multiplier": 0.5}},
+        "central_poisson_adaptive": {
+            "privacy": {"mechanism": "central", "noise_multiplier": 0.5,
+                        "adaptive_clip": True},
+            "federation": {"sampling": "poisson"},
+        },
+        "local": {"privacy": {"mechanism": "local", "noise_multiplier": 0.1}},
+        "dpsgd": {"privacy": {"mechanism": "dpsgd", "noise_multiplier": 0.5}},
+    },
+    "attack": {
+        "none": {},
+        "ipm": {"attack": {"name": "ipm", "share": 0.2}},
+        "label_flip_targeted": {"attack": {"name": "label_flip_targeted",
+                                           "share": 0.2, "source_class": 0,
+                                           "target_class": 1}},
+    },
+    "failures": {
+        "none": {},
+        "dropout": {"federation": {"dropout": 0.2}},
+        "deadline": {"federation": {"round_deadline_steps": 2}},
+    },
+    "evaluation": {
+        "auto": {},
+        "participants": {"evaluation": {"clients": "participants"}},
+        "sample": {"evaluation": {"clients": "sample", "sample_size": 2}},
+    },
+    "runner": {
+        "local": {},
+        "dask": {"runtime": {"runner": "dask", "dask_workers": 1}},
+    },
+}  # fmt: skip
+
+
+def rows(seed: int = 0) -> list[dict[str, str]]:
+    """The covering array: every pair of levels of any two factors is in some
+    row (allpairspy's greedy construction; the factors' levels are shuffled by
+    ``seed``, so another seed gives another array)."""
+    import random
+
+    from allpairspy import AllPairs
+
+    rng = random.Random(seed)
+    names = list(FACTORS)
+    levels = []
+    for name in names:
+        order = list(FACTORS[name])
+        rng.shuffle(order)
+        levels.append(order)
+    return [dict(zip(names, row, strict=True)) for row in AllPairs(levels)]
+
+
+def params_for(row: dict[str, str], root: Path) -> Params:
+    """The row's ``params.yaml`` overrides; writes its data under ``root``."""
+    out = dict(BASE)
+    for factor, level in row.items():
+        setting = FACTORS[factor][level]
+        out = merge(out, setting(root) if callable(setting) else setting)
+    return out
+
+
+@dataclass
+class Outcome:
+    """One row's result."""
+
+    index: int
+    row: dict[str, str]
+    outcome: str  # "ok", "refused", or "FAILED"
+    detail: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in ("ok", "refused")
+
+
+def _run(
+    args: list[str], cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def _error_line(proc: subprocess.CompletedProcess) -> str:
+    lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+    said = [ln for ln in lines if ln.startswith("error:")]
+    return (said or lines[-1:] or ["(no output)"])[0][:300]
+
+
+def _bits(project: Path) -> str:
+    """sha256 over the models and the published round records."""
+    h = hashlib.sha256()
+    for pattern in ("models/**/*.npz", "metrics/rounds/*.json", "metrics/clients/*"):
+        for path in sorted(project.glob(pattern)):
+            h.update(path.relative_to(project).as_posix().encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def make_project(folder: Path, row: dict[str, str], env: dict[str, str]) -> Path:
+    """A committed fedpipe project for ``row`` at ``folder``."""
+    proc = _run([FEDPIPE, "init", str(folder)], folder.parent, env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"fedpipe init: {_error_line(proc)}")
+    raw = yaml.safe_load((folder / "params.yaml").read_text())
+    raw.pop("round_chain", None)
+    params = merge(raw, params_for(row, folder))
+    (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    for cmd in ([FEDPIPE, "sync"], ["git", "add", "-A"],
+                ["git", "commit", "-qm", "matrix row"]):  # fmt: skip
+        proc = _run(cmd, folder, env)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[:2])}: {_error_line(proc)}")
+    return folder
+
+
+def run_row(
+    index: int, row: dict[str, str], work: Path, env: dict[str, str], repeat: bool
+) -> Outcome:
+    """Make the row's project, run it, and judge it."""
+    start = time.perf_counter()
+
+    def done(outcome: str, detail: str) -> Outcome:
+        return Outcome(index, row, outcome, detail, time.perf_counter() - start)
+
+    folder = work / f"row-{index:02d}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    try:
+        project = make_project(folder / "p", row, env)
+    except RuntimeError as exc:
+        return done("FAILED", f"setup: {exc}")
+    fresh = folder / "fresh"
+    if repeat:
+        shutil.copytree(project, fresh, symlinks=True)
+    proc = _run([FEDPIPE, "run", "--no-server-start"], project, env)
+    (folder / "run.stderr.txt").write_text(proc.stderr)
+    if proc.returncode != 0:
+        line = _error_line(proc)
+        refused = (
+            proc.returncode == EXIT_REFUSED and not (project / "dvc.lock").exists()
+        )
+        if refused and "Traceback" not in proc.stderr:
+            return done("refused", line)
+        return done("FAILED", f"exit {proc.returncode}: {line}")
+    audit = _run([FEDPIPE, "audit", "--format", "json"], project, env)
+    try:
+        verdicts = json.loads(audit.stdout)
+    except json.JSONDecodeError:
+        return done("FAILED", f"fedpipe audit: {_error_line(audit)}")
+    broken = [v for v in verdicts if not v["ok"]]
+    if broken:
+        first = broken[0]
+        return done(
+            "FAILED",
+            f"invariant {first['invariant']}: {first['violations'][0][:240]}"
+            + (f" (+{len(broken) - 1} more invariants)" if len(broken) > 1 else ""),
+        )
+    status = _run([DVC, "status"], project, env)
+    if "up to date" not in status.stdout:
+        return done("FAILED", f"dvc status not clean: {status.stdout.strip()[:200]}")
+    if repeat:
+        again = _run([FEDPIPE, "run", "--no-server-start", "--no-report"], fresh, env)
+        if again.returncode != 0:
+            return done("FAILED", f"second run: {_error_line(again)}")
+        if _bits(fresh) != _bits(project):
+            return done("FAILED", "a second run gave other bits")
+    return done(
+        "ok", "invariants hold, dvc status clean" + (", same bits" if repeat else "")
+    )
+
+
+def table(outcomes: Sequence[Outcome]) -> str:
+    """The Markdown table of the outcomes."""
+    names = list(FACTORS)
+    head = ["#", *names, "outcome", "s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for o in sorted(outcomes, key=lambda o: o.index):
+        detail = o.detail.replace("|", "/")
+        lines.append(
+            "| " + " | ".join([str(o.index), *(o.row[n] for n in names),
+                               f"{o.outcome}: {detail}", f"{o.seconds:.0f}"]) + " |"
+        )  # fmt: skip
+    counts = {
+        k: sum(o.outcome == k for o in outcomes) for k in ("ok", "refused", "FAILED")
+    }
+    lines.append("")
+    lines.append(
+        f"{len(outcomes)} rows: {counts['ok']} ok, {counts['refused']} refused by a "
+        f"named rule, {counts['FAILED']} failed"
+    )
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("-j", "--jobs", type=int, default=1, help="rows at once (1)")
+    parser.add_argument("--seed", type=int, default=0, help="the array's seed (0)")
+    parser.add_argument("--only", help="run these rows only, e.g. 0,3,7")
+    parser.add_argument("--list", action="store_true", help="print the rows and stop")
+    parser.add_argument(
+        "--no-repeat", action="store_true", help="skip the second run (same bits)"
+    )
+    parser.add_argument("--out", type=Path, help="also write the table here")
+    parser.add_argument("--keep", type=Path, help="keep the projects in this folder")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    all_rows = rows(args.seed)
+    picked = list(range(len(all_rows)))
+    if args.only:
+        try:
+            picked = [int(i) for i in args.only.split(",")]
+        except ValueError:
+            print(
+                f"matrix.py: --only {args.only!r}: row numbers, e.g. 0,3",
+                file=sys.stderr,
+            )
+            return 2
+        bad = [i for i in picked if not 0 <= i < len(all_rows)]
+        if bad:
+            print(f"matrix.py: --only: no row {bad[0]} (0..{len(all_rows) - 1})",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+    if args.list:
+        for i in picked:
+            print(i, " ".join(f"{k}={v}" for k, v in all_rows[i].items()))
+        return 0
+    work = (args.keep or Path(tempfile.mkdtemp(prefix="fedpipe-matrix-"))).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        with ct.prefect_server(work / "prefect-server") as url:
+            env = dict(os.environ)
+            env.update(
+                PREFECT_API_URL=url, PREFECT_HOME=str(work / "ph"),
+                DVC_NO_ANALYTICS="1", TF_CPP_MIN_LOG_LEVEL="3",
+                FEDPIPE_DVC_REMOTE=str(work / "remote"),
+                PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+            )  # fmt: skip
+            with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+                outcomes = list(
+                    pool.map(
+                        lambda i: run_row(
+                            i, all_rows[i], work, env, not args.no_repeat
+                        ),
+                        picked,
+                    )
+                )
+    except ct.UsageError as exc:
+        print(f"matrix.py: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    text = table(outcomes)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
