@@ -46,6 +46,8 @@ def ingest(
         result.n_samples, result.n_problems, data.source, data.path, out_dir,
         result.seconds, result.input_shape, list(result.class_names),
     )  # fmt: skip
+    for warning in result.warnings:
+        get_run_logger().warning("ingest: %s", warning)
     if result.skipped:
         get_run_logger().info(
             "skipped %d operating-system files in %s: %s",
