@@ -476,7 +476,7 @@ def feature_skew_plot(
     parts = (
         ("mean intensity (z)", "contrast (z)")
         if image
-        else ("column means (rms z)", "column spreads (rms log ratio)")
+        else ("column means (rms z)", "column spreads (rms mean-abs-deviation z)")
     )
     ax.bar(where - 0.27, np.abs(table["location"]), 0.27, label="|" + parts[0] + "|")
     ax.bar(where, np.abs(table["spread"]), 0.27, label="|" + parts[1] + "|")
