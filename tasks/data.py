@@ -46,6 +46,8 @@ def ingest(
         result.n_samples, result.n_problems, data.source, data.path, out_dir,
         result.seconds, result.input_shape, list(result.class_names),
     )  # fmt: skip
+    for warning in result.warnings:
+        get_run_logger().warning("ingest: %s", warning)
     if result.skipped:
         get_run_logger().info(
             "skipped %d operating-system files in %s: %s",
@@ -101,6 +103,7 @@ def partition(
     (the class-count table under the minimum-count rule,
     ``preprocess.min_count_shown``)."""
     from fedpipe.data.ingest import open_features, read_samples, read_schema
+    from fedpipe.data.kinds import measured_columns
     from fedpipe.data.partition.diagnostics import (
         class_count_table,
         feature_skew,
@@ -120,6 +123,7 @@ def partition(
         features=open_features(prepared),
         spec=spec,
         feature_names=schema.get("feature_names"),
+        column_types=schema.get("column_types"),
         **settings,
     )
     write_json(out, manifest)
@@ -131,13 +135,22 @@ def partition(
     label_heatmap(manifest, report_dir / "label_distribution.png")
     image = len(spec.input_shape) == 3
     data = open_federated(prepared, out)
+    measured = None  # a table's numeric and date columns (codes are not measured)
+    if not image:
+        measured = measured_columns(
+            schema.get("feature_names") or [], schema.get("column_types")
+        )
     features = feature_stats(
-        [(c.client, c.x_train_lazy) for c in data.clients], image=image
+        [(c.client, c.x_train_lazy) for c in data.clients],
+        image=image,
+        columns=measured,
     )
     with atomic.writing(report_dir / "feature_stats.csv") as tmp:
         features.to_csv(tmp, index=False)
     skew = skew_summary(manifest)
     skew["feature_skew"] = feature_skew(features)
+    if "feature_skew_columns" in manifest:
+        skew["feature_skew_columns"] = manifest["feature_skew_columns"]
     feature_skew_plot(
         features,
         report_dir / "feature_skew.png",
@@ -153,6 +166,10 @@ def partition(
         skew["feature_skew"], len(manifest["heldout"]),
         len(manifest["dropped_duplicates"]),
     )  # fmt: skip
+    if "feature_skew_columns" in manifest:
+        from fedpipe.data.partition.featureskew import skewed_columns_text
+
+        get_run_logger().info(skewed_columns_text(manifest["feature_skew_columns"]))
     return manifest
 
 

@@ -122,6 +122,28 @@ def test_label_section_shows_skew_and_counts(run_dir: Path, full_page: str) -> N
     assert "reports/partition/class_counts.csv" in labels
 
 
+def test_label_section_says_which_columns_feature_skew_changed(
+    tmp_path: Path,
+) -> None:
+    from fedpipe.observe.report import _labels_section
+    from fedpipe.observe.runfiles import load_run
+
+    root = write_run(tmp_path / "run", git=False)
+    path = root / "reports/partition/skew.json"
+    skew = json.loads(path.read_text())
+    skew["feature_skew_columns"] = {
+        "skewed": ["size"],
+        "left_alone": {"color": "categorical", "smoker": "boolean"},
+    }
+    write_json(path, skew)
+    labels = _labels_section(load_run(root))
+    assert (
+        "feature skew changed 1 numeric/date column(s) (size); left alone: color "
+        "(categorical), smoker (boolean)" in labels
+    )
+    assert "{" not in labels.split("</p>")[0]  # the figures line holds no dict
+
+
 def test_lineage_shows_commit_data_and_final_model(
     run_dir: Path, full_page: str
 ) -> None:

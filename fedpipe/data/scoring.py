@@ -9,7 +9,7 @@ the column, the rows and what would be accepted.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +72,7 @@ def read_scoring_columns(
     id_column: str | None,
     allow_missing: bool,
     strings: Collection[str] = (),
+    kinds: Mapping[str, str] | None = None,
 ) -> tuple[list[str], dict[str, np.ndarray]]:
     """The ids and, per column, the ``(n,)`` values of the table at ``path``.
 
@@ -89,6 +90,9 @@ def read_scoring_columns(
         The categorical and text columns: their cells as str (the ingest's
         key of the value, surrounding spaces removed; ``""`` when empty);
         every other column float32 (NaN when empty).
+    kinds : mapping, optional
+        ``schema.json`` ``column_types``: a ``date`` column's cells become days
+        since 1970-01-01, a ``boolean`` one's 1/0, as the ingest stored them.
 
     Raises
     ------
@@ -114,11 +118,15 @@ def read_scoring_columns(
     if len(table) == 0:
         raise ScoringError(f"{path}: no data rows; expected one line per row")
     out: dict[str, np.ndarray] = {}
+    kinds = dict(kinds or {})
     for name in columns:
         raw = table[name]
         if name in strings:
             out[name] = _texts(raw)
             empty = np.flatnonzero(out[name] == "")
+        elif kinds.get(name) in ("date", "boolean"):
+            out[name] = _as_kind(raw, name, kinds[name], path)
+            empty = np.flatnonzero(np.isnan(out[name]))
         else:
             out[name] = _numbers(raw, name, path)
             empty = np.flatnonzero(np.isnan(out[name]))
@@ -147,6 +155,23 @@ def _numbers(raw: pd.Series, name: str, path: Path) -> np.ndarray:
             f"{path}: column {name!r} has non-numeric values ({_rows(bad)}, "
             f"e.g. {str(first)[:40]!r}); the model was trained on numbers in "
             "this column"
+        )
+    return values.astype(np.float32)
+
+
+def _as_kind(raw: pd.Series, name: str, kind: str, path: Path) -> np.ndarray:
+    """A date or boolean column's cells as the ingest stores them."""
+    from fedpipe.data.ingest.table import boolean_values, date_days
+
+    values = date_days(raw) if kind == "date" else boolean_values(raw)
+    bad = np.flatnonzero(raw.notna().to_numpy() & np.isnan(values))
+    if bad.size:
+        first = raw.iloc[int(bad[0])]
+        what = "ISO dates" if kind == "date" else "yes/no or true/false"
+        raise ScoringError(
+            f"{path}: column {name!r} has values that are not {what} "
+            f"({_rows(bad)}, e.g. {str(first)[:40]!r}); the model was trained "
+            f"on {what} in this column"
         )
     return values.astype(np.float32)
 

@@ -42,6 +42,7 @@ from fedpipe.data.partition import PartitionError, make_partitioner
 from fedpipe.data.partition.featureskew import (
     client_feature_transforms,
     feature_transformer,
+    skewed_columns,
 )
 from fedpipe.data.partition.manifest import (
     build_manifest,
@@ -346,6 +347,7 @@ def partition_table(
     features: np.ndarray | None = None,
     spec: DatasetSpec | None = None,
     feature_names: Sequence[str] | None = None,
+    column_types: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Hold out a global test split, deal the rest to clients, split each locally.
 
@@ -367,6 +369,9 @@ def partition_table(
     feature_names : sequence of str, optional
         A table's feature column names (``schema.json``), for
         ``partition.continuous_by`` and ``partition.domain_columns``.
+    column_types : mapping, optional
+        A table's column kinds (``schema.json`` ``column_types``): feature skew
+        changes its numeric and date columns only.
 
     Returns
     -------
@@ -374,7 +379,9 @@ def partition_table(
         The manifest of :func:`fedpipe.data.partition.manifest.build_manifest`, plus
         ``dropped_duplicates`` (ids) and, for natural partitions, ``client_keys``.
         With feature skew, ``params`` records its keys and each client entry its
-        ``feature_transform`` (:mod:`fedpipe.data.partition.featureskew`).
+        ``feature_transform`` (:mod:`fedpipe.data.partition.featureskew`); a
+        table's ``feature_skew_columns`` says which columns it changed
+        (``skewed``) and which it left alone (``left_alone``: name -> kind).
 
     Raises
     ------
@@ -479,6 +486,7 @@ def partition_table(
             seed=seed,
             pool=(features, rows[train_pos], spec),
             feature_names=feature_names,
+            column_types=column_types,
         )
     return manifest
 
@@ -499,6 +507,7 @@ def _add_feature_skew(
     seed: int,
     pool: tuple[np.ndarray, np.ndarray, DatasetSpec],
     feature_names: Sequence[str] | None,
+    column_types: Mapping[str, str] | None = None,
 ) -> None:
     """Record ``partition.feature_skew`` and every client's transform in
     ``manifest`` (in place)."""
@@ -518,6 +527,7 @@ def _add_feature_skew(
         domain_columns=settings.get("domain_columns"),
         feature_names=feature_names,
         pool=table_pool,
+        column_types=column_types,
     )
     assert transforms is not None
     params = dict(manifest["params"])
@@ -528,6 +538,11 @@ def _add_feature_skew(
     manifest["params"] = dict(sorted(params.items()))
     for entry, transform in zip(manifest["clients"], transforms, strict=True):
         entry["feature_transform"] = transform
+    if len(spec.input_shape) != 3 and feature_names is not None:
+        chosen = settings.get("domain_columns") if kind == "domains" else None
+        manifest["feature_skew_columns"] = skewed_columns(
+            feature_names, column_types, chosen
+        )
 
 
 def _row_chunks(

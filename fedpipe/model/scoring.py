@@ -111,6 +111,7 @@ def score_table(params: Any, table: Path, *, round_: int, out: Path) -> Scored:
         id_column=params.data.id_column,
         allow_missing=transform.scaling_for(None).fill is not None,
         strings={e.name for e in transform.encodings},
+        kinds=read_schema(layout.PREPARED_DIR).get("column_types"),
     )
     x = raw_inputs(transform, columns)
     model = export_round(params, round_)

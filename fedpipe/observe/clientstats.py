@@ -107,6 +107,18 @@ def category_lines(block: dict[str, Any], columns: Sequence[str], k: int) -> lis
     return lines
 
 
+def kind_lines(stats: dict[str, Any], columns: Sequence[str]) -> list[str]:
+    """``  when: date (every value an ISO date: days since 1970-01-01)`` per
+    column, when the ingest recorded the kinds (a table with a column that is
+    not plain numbers)."""
+    kinds = stats.get("column_kinds") or {}
+    return [
+        f"  {name}: {kinds[name].get('kind')} ({kinds[name].get('why')})"
+        for name in columns
+        if isinstance(kinds.get(name), dict)
+    ]
+
+
 def heldout_lines(stats: dict[str, Any], columns: Sequence[str]) -> list[str]:
     """The held-out rows whose category goes to "other", per column."""
     counts = stats.get("heldout_other") or {}
@@ -190,6 +202,9 @@ def render_stats(
         "global",
         *_table(GLOBAL_HEADER, global_rows(stats, names)),
     ]
+    kinds = kind_lines(stats, names)
+    if kinds:
+        lines += ["column kinds (data/prepared/schema.json):", *kinds]
     values = category_lines(stats["global"], names, k)
     if values:
         lines += [f"top values (values of fewer than {k} rows not shown):", *values]

@@ -950,8 +950,14 @@ def _labels_section(run: RunFiles) -> str:
     parts = []
     run.require("skew")
     if run.skew is not None:
-        shown = ", ".join(f"{k} {_fmt(v, 3)}" for k, v in sorted(run.skew.items()))
+        figures = {k: v for k, v in run.skew.items() if not isinstance(v, dict)}
+        shown = ", ".join(f"{k} {_fmt(v, 3)}" for k, v in sorted(figures.items()))
         parts.append(f"<p>{shown}</p>")
+        columns = run.skew.get("feature_skew_columns")
+        if isinstance(columns, dict):
+            from fedpipe.data.partition.featureskew import skewed_columns_text
+
+            parts.append(f"<p>{html.escape(skewed_columns_text(columns))}</p>")
     caption = f"Local train samples of each client by class, from {source}."
     parts.append(_plot(labels_svg(counts), caption, name="labels"))
     rows = [[_fmt(v) for v in row] for row in counts.itertuples(index=False)]

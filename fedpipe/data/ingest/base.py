@@ -42,6 +42,10 @@ class IngestResult:
         Files and folders left out because an operating system wrote them
         (``Thumbs.db``, ``.DS_Store``, ``__MACOSX/``, ...), relative to
         ``data.path``; empty for tables and arrays.
+    warnings : tuple of str
+        What the ingest took one way and the user may mean another (a table's
+        numeric column of a few whole-number levels: codes of categories?),
+        each naming the key to set.
     """
 
     out_dir: Path
@@ -51,3 +55,4 @@ class IngestResult:
     class_names: tuple[str, ...]
     seconds: float
     skipped: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()

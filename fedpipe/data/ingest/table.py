@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -16,8 +18,16 @@ import pyarrow.parquet as pq
 
 from fedpipe.data.ingest.base import IngestError, IngestResult
 from fedpipe.data.ingest.prepared import STATUS_OK, _PreparedWriter
+from fedpipe.data.kinds import FALSE_WORDS, STRING_KINDS, TRUE_WORDS
 
-__all__ = ["CSV_SUFFIXES", "PARQUET_SUFFIXES", "ingest_table", "text_key"]
+__all__ = [
+    "CSV_SUFFIXES",
+    "PARQUET_SUFFIXES",
+    "boolean_values",
+    "date_days",
+    "ingest_table",
+    "text_key",
+]
 
 CSV_SUFFIXES = (".csv", ".csv.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -27,6 +37,14 @@ _MAX_SHOWN_COLUMNS = 20
 _MAX_SHOWN_VALUE = 40
 _EXACT_INT = 2**53  # labels beyond this are not exact in float64
 _PROBE_ROWS = 1024  # rows read first to rule out columns of numbers
+# an ISO 8601 date, optionally with a time of day and a UTC offset
+_ISO_DATE = re.compile(
+    r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
+    r"(?:Z|[+-]\d{2}(?::?\d{2})?)?)?"
+)
+_EPOCH = pd.Timestamp("1970-01-01", tz="UTC")
+_CODE_LEVELS = (3, 10)  # a numeric column of this many whole-number levels ...
+_CODE_MIN_ROWS = 50  # ... in at least this many rows: maybe codes of categories
 
 
 def ingest_table(
@@ -64,6 +82,18 @@ def ingest_table(
     ``column_types`` (column -> ``"categorical"`` or ``"text"``) and ``strings``
     (column -> its values in code order); a table without string columns has
     neither, and its files are as before.
+
+    Other kinds (:mod:`fedpipe.data.kinds`), decided here once per column: a
+    column none of whose present values is a number is ``boolean`` (stored
+    1.0 / 0.0) when every one is yes/no/true/false (any case), ``date`` (stored
+    as days since 1970-01-01 UTC, a time of day as the fraction, no offset
+    taken as UTC) when every one is an ISO 8601 date or timestamp; a Parquet
+    date/timestamp or bool column is one by its type. They are listed in
+    ``column_types`` too (without ``strings``). A numeric column of 3 to 10
+    whole-number levels (in 50 rows or more) stays numeric, with a warning
+    (``IngestResult.warnings``) naming ``preprocess.categorical``. With any
+    of these, ``schema.json`` ``column_kinds`` holds every feature column's
+    kind and why (``fedpipe stats`` shows it).
 
     Labels are class indices or class names. With ``classes`` given, every
     present label must be one of those names (its text, surrounding spaces
@@ -149,9 +179,12 @@ def ingest_table(
         )
 
     chunk_rows = max(1, _CHUNK_CELLS // len(columns))
-    kinds = {**_text_columns(reader, features, declared, chunk_rows), **declared}
+    inferred = _inferred_kinds(reader, features, declared, chunk_rows)
+    why = {c: f"declared in preprocess.{k}" for c, k in declared.items()}
+    why.update({c: w for c, (_, w) in inferred.items() if c not in declared})
+    kinds = {**{c: k for c, (k, _) in inferred.items()}, **declared}
     kinds = {c: kinds[c] for c in features if c in kinds}
-    rows = _Rows(path=path, features=features, roles=roles, kinds=kinds)
+    rows = _Rows(path=path, features=features, roles=roles, kinds=kinds, why=why)
     with _PreparedWriter(
         out_dir, n_samples=n_rows, input_shape=(len(features),), dtype=np.float32
     ) as writer:
@@ -169,7 +202,7 @@ def ingest_table(
         }
         if client_column is not None:
             samples["client_key"] = rows.client_keys
-        return writer.commit(
+        result = writer.commit(
             samples=samples,
             source="table",
             class_names=class_names,
@@ -179,6 +212,7 @@ def ingest_table(
             feature_names=features,
             extra=rows.string_schema(),
         )
+    return dataclasses.replace(result, warnings=tuple(rows.warnings()))
 
 
 # ---------------------------------------------------------------- parameters
@@ -289,43 +323,79 @@ def _declared_kinds(
     return out
 
 
-def _text_columns(
+def _inferred_kinds(
     reader: _CsvTable | _ParquetTable,
     features: list[str],
     declared: dict[str, str],
     chunk_rows: int,
-) -> dict[str, str]:
-    """The undeclared feature columns none of whose present values is a number,
-    as categorical. The first rows, then the whole file only while some
-    candidate column has shown no number yet (a numeric table: its first rows)."""
-    open_ = [c for c in reader.text_candidates(features) if c not in declared]
-    texts: dict[str, bool] = {}
+) -> dict[str, tuple[str, str]]:
+    """Column -> (kind, why) of the undeclared feature columns that are not
+    plain numbers (:mod:`fedpipe.data.kinds`): a Parquet date or timestamp
+    type is a date, a Parquet bool a boolean; a column none of whose present
+    values is a number is a boolean when every one is yes/no/true/false, a
+    date when every one is an ISO 8601 date, else categorical. The first
+    rows, then the whole file only while some candidate column has shown no
+    number yet (a numeric table: its first rows)."""
+    out = {
+        c: kind
+        for c, kind in reader.stored_kinds(features).items()
+        if c not in declared
+    }
+    open_ = [
+        c
+        for c in reader.text_candidates(features)
+        if c not in declared and c not in out
+    ]
+    shapes: dict[str, set[str]] = {}
     if open_:
-        _drop_numbers(reader, reader.head(open_, _PROBE_ROWS), open_, texts)
+        _drop_numbers(reader, reader.head(open_, _PROBE_ROWS), open_, shapes)
     for chunk in reader.chunks(list(open_), chunk_rows) if open_ else ():
-        _drop_numbers(reader, chunk, open_, texts)
+        _drop_numbers(reader, chunk, open_, shapes)
         if not open_:
             break
-    return {c: "categorical" for c in open_ if texts.get(c)}
+    for column in open_:
+        shape = shapes.get(column)
+        if shape is None:
+            continue  # no present value (the ingest names an empty column)
+        if "boolean" in shape:
+            out[column] = ("boolean", "every value yes/no or true/false: 1/0")
+        elif "date" in shape:
+            out[column] = ("date", "every value an ISO date: days since 1970-01-01")
+        else:
+            out[column] = ("categorical", "text values, none a number")
+    return {c: out[c] for c in features if c in out}
 
 
 def _drop_numbers(
     reader: _CsvTable | _ParquetTable,
     chunk: pd.DataFrame,
     open_: list[str],
-    texts: dict[str, bool],
+    shapes: dict[str, set[str]],
 ) -> None:
-    """Remove from ``open_`` the columns with a number in ``chunk``; note in
-    ``texts`` those with a present value."""
+    """Remove from ``open_`` the columns with a number in ``chunk``; narrow in
+    ``shapes`` what the others' present values may all be (``boolean``,
+    ``date``; an empty set: text)."""
     for column in list(open_):
         raw = chunk[column]
         values = _numeric(raw, key="data.feature_columns", path=reader.path)
         present = raw.notna().to_numpy()
         if (present & ~np.isnan(values)).any():
             open_.remove(column)  # has a number: not a text column
-            texts.pop(column, None)
-        elif present.any():
-            texts[column] = True
+            shapes.pop(column, None)
+            continue
+        if not present.any():
+            continue
+        shape = shapes.setdefault(column, {"boolean", "date"})
+        if not shape:
+            continue
+        keys = pd.Series([text_key(v) for v in raw[present].tolist()], dtype=object)
+        if "boolean" in shape and not keys.str.lower().isin(_BOOL_WORDS).all():
+            shape.discard("boolean")
+        if "date" in shape and not keys.str.fullmatch(_ISO_DATE).all():
+            shape.discard("date")
+
+
+_BOOL_WORDS = (*TRUE_WORDS, *FALSE_WORDS)
 
 
 def _check_num_classes(num_classes: object) -> None:
@@ -397,6 +467,11 @@ class _CsvTable:
         """Columns that may hold text (in a CSV, any)."""
         return list(columns)
 
+    def stored_kinds(self, columns: list[str]) -> dict[str, tuple[str, str]]:
+        """Column -> (kind, why) of the columns whose stored type says (a CSV
+        stores none)."""
+        return {}
+
     def head(self, columns: list[str], rows: int) -> pd.DataFrame:
         """The first ``rows`` rows of ``columns``."""
         return self._read(nrows=rows)[columns]
@@ -458,6 +533,18 @@ class _ParquetTable:
             )
         ]
 
+    def stored_kinds(self, columns: list[str]) -> dict[str, tuple[str, str]]:
+        """Column -> (kind, why): a stored date or timestamp type is a date, a
+        stored boolean a boolean."""
+        out = {}
+        for column in columns:
+            stored = self._file.schema_arrow.field(column).type
+            if pa.types.is_date(stored) or pa.types.is_timestamp(stored):
+                out[column] = ("date", f"a Parquet {stored} column: days since 1970")
+            elif pa.types.is_boolean(stored):
+                out[column] = ("boolean", "a Parquet bool column: 1/0")
+        return out
+
     def chunks(self, columns: list[str], chunk_rows: int) -> Iterator[pd.DataFrame]:
         for batch in self._file.iter_batches(batch_size=chunk_rows, columns=columns):
             yield batch.to_pandas()[columns]
@@ -512,6 +599,47 @@ def text_key(value: object) -> str:
     return _key(value).strip()
 
 
+def date_days(raw: pd.Series) -> np.ndarray:
+    """A date column as days since 1970-01-01 UTC (a time of day: the
+    fraction; no UTC offset: taken as UTC); NaN where missing or not a date."""
+    present = raw.notna()
+    if pd.api.types.is_datetime64_any_dtype(raw):
+        stamps = pd.to_datetime(raw, utc=True)
+    else:
+        cells = raw.where(~present, raw[present].map(text_key)) if len(raw) else raw
+        is_text = cells.map(lambda v: isinstance(v, str)).to_numpy(dtype=bool)
+        stamps = pd.Series(pd.NaT, index=raw.index, dtype="datetime64[ns, UTC]")
+        if is_text.any():
+            text = cells[is_text]
+            ok = text.str.fullmatch(_ISO_DATE).fillna(False).to_numpy(dtype=bool)
+            stamps[text.index[ok]] = pd.to_datetime(
+                text[ok], utc=True, format="ISO8601", errors="coerce"
+            )
+        other = present.to_numpy() & ~is_text  # a Parquet date: datetime.date
+        if other.any():
+            stamps[raw.index[other]] = pd.to_datetime(
+                raw[other].astype(str), utc=True, errors="coerce"
+            )
+    days = (stamps - _EPOCH) / pd.Timedelta(days=1)
+    return days.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def boolean_values(raw: pd.Series) -> np.ndarray:
+    """A yes/no column as 1.0 (yes, true) / 0.0 (no, false), any case; NaN
+    where missing or neither."""
+    out = np.full(len(raw), np.nan)
+    for i, value in enumerate(raw.tolist()):
+        if isinstance(value, bool | np.bool_):
+            out[i] = float(value)
+        elif not pd.isna(value):
+            word = text_key(value).lower()
+            if word in TRUE_WORDS:
+                out[i] = 1.0
+            elif word in FALSE_WORDS:
+                out[i] = 0.0
+    return out
+
+
 def _numeric(raw: pd.Series, *, key: str, path: Path) -> np.ndarray:
     """A column as float64, non-numeric values as NaN."""
     try:
@@ -532,7 +660,11 @@ class _Rows:
     features: list[str]
     roles: dict[str, str]
     kinds: dict[str, str] = field(default_factory=dict)
+    why: dict[str, str] = field(default_factory=dict)
     n_rows: int = field(default=0, init=False)
+    # per numeric column: its whole-number values while there are few (None:
+    # a fraction, or more than _CODE_LEVELS[1] of them)
+    _levels: dict[str, set[float] | None] = field(default_factory=dict, init=False)
     # per string column: value -> code, in order of first appearance
     _codes: dict[str, dict[str, int]] = field(default_factory=dict, init=False)
     sample_ids: list[str] = field(default_factory=list, init=False)
@@ -588,15 +720,23 @@ class _Rows:
         x = np.empty((len(chunk), len(self.features)), np.float32)
         for j, column in enumerate(self.features):
             raw = chunk[column]
-            if column in self.kinds:
+            kind = self.kinds.get(column, "numeric")
+            if kind in STRING_KINDS:
                 x[:, j] = self._encode(column, raw)
                 continue
-            values = _numeric(raw, key="data.feature_columns", path=self.path)
+            if kind == "date":
+                values, what = date_days(raw), "date"
+            elif kind == "boolean":
+                values, what = boolean_values(raw), "yes/no"
+            else:
+                values = _numeric(raw, key="data.feature_columns", path=self.path)
+                what = "numeric"
+                self._count_levels(column, values)
             x[:, j] = values
             bad = raw.notna().to_numpy() & np.isnan(values) & pd.isna(status)
             for i in np.flatnonzero(bad):
                 status[i] = (
-                    f"non-numeric value {_show(raw.iloc[i])} in column {column!r}"
+                    f"non-{what} value {_show(raw.iloc[i])} in column {column!r}"
                 )
         filled = (~np.isnan(x)).sum(axis=0)
         self._filled = filled if self._filled is None else self._filled + filled
@@ -631,15 +771,68 @@ class _Rows:
                 out[i] = codes.setdefault(key, len(codes))
         return out
 
-    def string_schema(self) -> dict[str, Any] | None:
-        """``column_types`` and ``strings`` for ``schema.json`` (None: no
-        string column)."""
-        if not self.kinds:
-            return None
+    def _count_levels(self, column: str, values: np.ndarray) -> None:
+        """Note ``column``'s whole-number levels while they are few."""
+        levels = self._levels.setdefault(column, set())
+        if levels is None:
+            return
+        finite = values[np.isfinite(values)]
+        if (finite != np.round(finite)).any():
+            self._levels[column] = None
+            return
+        levels.update(np.unique(finite).tolist())
+        if len(levels) > _CODE_LEVELS[1]:
+            self._levels[column] = None
+
+    def code_columns(self) -> dict[str, list[float]]:
+        """The numeric columns that may be codes of categories: a few
+        whole-number levels (:data:`_CODE_LEVELS`) in enough rows."""
+        if self.n_rows < _CODE_MIN_ROWS:
+            return {}
+        low, high = _CODE_LEVELS
         return {
-            "column_types": dict(self.kinds),
-            "strings": {c: list(self._codes.get(c, {})) for c in self.kinds},
+            c: sorted(levels)
+            for c, levels in self._levels.items()
+            if levels is not None and low <= len(levels) <= high
         }
+
+    def warnings(self) -> list[str]:
+        """What the ingest took one way and the user may mean another."""
+        out = []
+        for column, levels in self.code_columns().items():
+            shown = ", ".join(_key(v) for v in levels)
+            out.append(
+                f"column {column!r} holds only {len(levels)} whole-number levels "
+                f"({shown}): taken as a number; if they are codes of categories, "
+                "list it in preprocess.categorical"
+            )
+        return out
+
+    def string_schema(self) -> dict[str, Any] | None:
+        """``column_types``, ``strings`` and ``column_kinds`` for
+        ``schema.json`` (None: every column numeric, none that may be codes)."""
+        codes = self.code_columns()
+        if not self.kinds and not codes:
+            return None
+        kinds: dict[str, dict[str, str]] = {}
+        for column in self.features:
+            kind = self.kinds.get(column, "numeric")
+            why = self.why.get(column, "numbers")
+            if column in codes:
+                why = (
+                    f"numbers, only {len(codes[column])} whole-number levels: "
+                    "codes of categories? (preprocess.categorical)"
+                )
+            kinds[column] = {"kind": kind, "why": why}
+        out: dict[str, Any] = {"column_kinds": kinds}
+        if self.kinds:
+            out["column_types"] = dict(self.kinds)
+            out["strings"] = {
+                c: list(self._codes.get(c, {}))
+                for c, k in self.kinds.items()
+                if k in STRING_KINDS
+            }
+        return out
 
     def _labels(self, raw: pd.Series) -> None:
         """Record each label both as a class index and as a class name."""

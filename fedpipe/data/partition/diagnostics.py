@@ -280,19 +280,28 @@ def _chunks(x: Any, dtype: Any = np.float64) -> Any:
         yield rows.reshape(len(rows), -1)
 
 
-def feature_stats(clients: Sequence[tuple[int, Any]], *, image: bool) -> pd.DataFrame:
+def feature_stats(
+    clients: Sequence[tuple[int, Any]],
+    *,
+    image: bool,
+    columns: Sequence[int] | None = None,
+) -> pd.DataFrame:
     """How far each client's training inputs sit from the federation's.
 
     The federation is every client's training rows pooled. Images: each image's
     mean intensity ``m`` and contrast ``c`` (the standard deviation of its
     values); a client's ``location`` is its mean ``m`` minus the pooled mean, in
     pooled standard deviations of ``m``, its ``spread`` the same for ``c``.
-    Tables: per column, the client's mean minus the pooled mean in pooled
-    standard deviations, and the log of its standard deviation over the pooled
-    one (missing values left out, constant columns skipped); ``location`` and
-    ``spread`` are their root mean squares over the columns. ``distance`` is
-    ``sqrt(location ** 2 + spread ** 2)``: 0 for a client that looks like the
-    federation, about 1 for one a whole federation spread away.
+    Tables (see :func:`_table_stats`): per column, the client's mean minus the
+    pooled mean, and its mean absolute deviation (about its own mean) minus the
+    pooled one, both in pooled standard deviations (missing values left out,
+    constant columns skipped); ``location`` and ``spread`` are their root mean
+    squares over the columns, less what sampling alone gives a client of that
+    size drawn at random from the pool (so an IID client sits near 0 however
+    few rows it holds, and a near-constant column, zero on most clients, adds
+    next to nothing). ``distance`` is ``sqrt(location ** 2 + spread ** 2)``: 0
+    for a client that looks like the federation, about 1 for one a whole
+    federation spread away.
 
     Parameters
     ----------
@@ -301,6 +310,10 @@ def feature_stats(clients: Sequence[tuple[int, Any]], *, image: bool) -> pd.Data
         view is read :data:`_CHUNK_ROWS` rows at a time).
     image : bool
         Whether the inputs are images (else table rows).
+    columns : sequence of int, optional
+        Tables: the columns measured (the numeric ones feature skew changes,
+        :func:`fedpipe.data.partition.featureskew.skewable_columns`); default
+        every column.
 
     Returns
     -------
@@ -344,54 +357,97 @@ def feature_stats(clients: Sequence[tuple[int, Any]], *, image: bool) -> pd.Data
             }
         )
     else:
-        sums = []
-        for _, x in clients:
-            total = squares = count = None
-            for rows in _chunks(x):
-                seen = ~np.isnan(rows)
-                values = np.where(seen, rows, 0.0)
-                part = (values.sum(0), (values**2).sum(0), seen.sum(0))
-                if total is None:
-                    total, squares, count = part
-                else:
-                    total, squares, count = (
-                        total + part[0],
-                        squares + part[1],
-                        count + part[2],
-                    )
-            sums.append((total, squares, count, len(x)))
-        width = next((len(t) for t, *_ in sums if t is not None), 0)
-        zero = np.zeros(width)
-        filled = [(t if t is not None else zero, q if q is not None else zero,
-                   c if c is not None else zero, n) for t, q, c, n in sums]  # fmt: skip
-        all_n = sum(c for _, _, c, _ in filled) if filled else zero
-        all_mean = _safe_div(sum(t for t, _, _, _ in filled), all_n)
-        all_var = _safe_div(sum(q for _, q, _, _ in filled), all_n) - all_mean**2
-        all_std = np.sqrt(np.maximum(all_var, 0.0))
-        live = all_std > 1e-12
-        location, spread = [], []
-        for t, q, c, _ in filled:
-            mean = _safe_div(t, c)
-            std = np.sqrt(np.maximum(_safe_div(q, c) - mean**2, 0.0))
-            ok = live & (c > 0)
-            if not ok.any():
-                location.append(np.nan)
-                spread.append(np.nan)
-                continue
-            z = (mean[ok] - all_mean[ok]) / all_std[ok]
-            ratio = np.log(np.maximum(std[ok], 1e-12) / all_std[ok])
-            location.append(float(np.sqrt(np.mean(z**2))))
-            spread.append(float(np.sqrt(np.mean(ratio**2))))
-        table = pd.DataFrame(
-            {
-                "client": [int(c) for c, _ in clients],
-                "n_train": [n for *_, n in filled],
-                "location": location,
-                "spread": spread,
-            }
-        )
+        table = _table_stats(clients, columns)
     table["distance"] = np.sqrt(table["location"] ** 2 + table["spread"] ** 2)
     return table
+
+
+def _table_stats(
+    clients: Sequence[tuple[int, Any]], columns: Sequence[int] | None
+) -> pd.DataFrame:
+    """:func:`feature_stats` of table rows.
+
+    Two passes over each client's rows: counts, sums (the means), then the sums
+    of absolute deviations, about the client's own mean and about the pooled
+    one. Per live column ``j`` (pooled std ``s_j > 0``) and client ``k`` with
+    ``n`` values there, of ``N`` pooled:
+
+    - ``z = (mean_k - mean) / s_j``, whose square an IID client of ``n`` rows
+      has in expectation ``f / n`` (``f = (N - n) / (N - 1)``, drawing without
+      replacement);
+    - ``u = (mad_k - mad) / s_j`` (``mad``: mean absolute deviation), whose
+      square such a client has at most ``(1 - (mad / s_j) ** 2) f / n`` in
+      expectation (the variance of ``|x - mean|`` is ``s_j ** 2 - mad ** 2``).
+
+    ``location = sqrt(max(mean_j z ** 2 - mean_j f / n, 0))`` and ``spread``
+    the same of ``u``. A difference of means of ``x`` and of ``|x - mean|``,
+    unlike a ratio of standard deviations, stays within sampling noise on a
+    near-constant column (a 0/1 column with a handful of ones: a client
+    without any has std 0, whose log ratio to the pooled std is minus
+    infinity, but a mean absolute deviation off by a few hundredths).
+    """
+    import pandas as pd
+
+    chosen = None if columns is None else np.asarray(columns, dtype=np.int64)
+
+    def rows_of(x: Any) -> Any:
+        for rows in _chunks(x):
+            yield rows if chosen is None else rows[:, chosen]
+
+    sums = []
+    for _, x in clients:
+        total = count = None
+        for rows in rows_of(x):
+            seen = ~np.isnan(rows)
+            part = (np.where(seen, rows, 0.0).sum(0), seen.sum(0))
+            if total is None:
+                total, count = part
+            else:
+                total, count = total + part[0], count + part[1]
+        sums.append((total, count))
+    width = next((len(t) for t, _ in sums if t is not None), 0)
+    zero = np.zeros(width)
+    sums = [(zero, zero) if t is None else (t, c) for t, c in sums]
+    all_n = sum((c for _, c in sums), zero)
+    all_mean = _safe_div(sum((t for t, _ in sums), zero), all_n)
+    means = [_safe_div(t, c) for t, c in sums]
+    # second pass: absolute and squared deviations (about own and pooled mean)
+    own_abs, all_abs, all_sq = [], zero.copy(), zero.copy()
+    for (_, x), mean in zip(clients, means, strict=True):
+        mine = zero.copy()
+        for rows in rows_of(x):
+            seen = ~np.isnan(rows)
+            mine = mine + np.where(seen, np.abs(rows - mean), 0.0).sum(0)
+            pooled = np.where(seen, rows - all_mean, 0.0)
+            all_abs = all_abs + np.abs(pooled).sum(0)
+            all_sq = all_sq + (pooled**2).sum(0)
+        own_abs.append(mine)
+    all_std = np.sqrt(_safe_div(all_sq, all_n))
+    all_mad = _safe_div(all_abs, all_n)
+    live = all_std > 1e-12 * np.maximum(np.abs(all_mean), 1.0)
+    location, spread = [], []
+    for (_, c), mean, mine in zip(sums, means, own_abs, strict=True):
+        ok = live & (c > 0)
+        if not ok.any():
+            location.append(np.nan)
+            spread.append(np.nan)
+            continue
+        s, n, big = all_std[ok], c[ok], all_n[ok]
+        f = np.where(big > 1, (big - n) / np.maximum(big - 1, 1), 0.0)
+        z = (mean[ok] - all_mean[ok]) / s
+        u = (mine[ok] / n - all_mad[ok]) / s
+        sampled = np.mean(f / n)
+        sampled_u = np.mean((1 - np.minimum(all_mad[ok] / s, 1.0) ** 2) * f / n)
+        location.append(float(np.sqrt(max(np.mean(z**2) - sampled, 0.0))))
+        spread.append(float(np.sqrt(max(np.mean(u**2) - sampled_u, 0.0))))
+    return pd.DataFrame(
+        {
+            "client": [int(c) for c, _ in clients],
+            "n_train": [len(x) for _, x in clients],
+            "location": location,
+            "spread": spread,
+        }
+    )
 
 
 def _safe_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -441,7 +497,7 @@ def feature_skew_plot(
     parts = (
         ("mean intensity (z)", "contrast (z)")
         if image
-        else ("column means (rms z)", "column spreads (rms log ratio)")
+        else ("column means (rms z)", "column spreads (rms mean-abs-deviation z)")
     )
     ax.bar(where - 0.27, np.abs(table["location"]), 0.27, label="|" + parts[0] + "|")
     ax.bar(where, np.abs(table["spread"]), 0.27, label="|" + parts[1] + "|")

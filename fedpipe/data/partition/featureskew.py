@@ -15,6 +15,13 @@ FedBN (Li et al., ICLR 2021):
   tables ``affine`` (a per-client shift and rescale of the chosen columns,
   ``partition.domain_columns``) or ``identity``.
 
+On a table both change the measured columns only (numeric and date columns,
+:data:`fedpipe.data.kinds.MEASURED_KINDS`): a categorical or text column holds
+codes into its values and a boolean column 0/1, which noise or a rescale would
+turn into other values, or none; those are left as they are (the noise spec
+lists the columns it changes, ``columns``; :func:`skewed_columns` says which
+were changed and which left alone).
+
 The partition stage decides every client's transform and records it, numbers
 and all, in the manifest (``clients[k]["feature_transform"]``); reading a client's
 data (:func:`fedpipe.data.splits.federated_data`) applies it row by row. A row's
@@ -34,6 +41,7 @@ import numpy as np
 
 from fedpipe.config.skew import FEATURE_SKEWS, IMAGE_TRANSFORMS, TABLE_TRANSFORMS
 from fedpipe.core.seeds import derive_seed, rng_for
+from fedpipe.data.kinds import MEASURED_KINDS, column_kind, measured_columns
 from fedpipe.data.partition.base import PartitionError
 
 __all__ = [
@@ -43,6 +51,8 @@ __all__ = [
     "apply_feature_transform",
     "client_feature_transforms",
     "feature_transformer",
+    "skewed_columns",
+    "skewed_columns_text",
 ]
 
 DEFAULT_IMAGE_DOMAINS = ("rotation", "contrast", "inversion", "blur")
@@ -74,6 +84,7 @@ def client_feature_transforms(
     domain_columns: Sequence[str] | None = None,
     feature_names: Sequence[str] | None = None,
     pool: np.ndarray | None = None,
+    column_types: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]] | None:
     """Every client's feature transform, as the manifest records it.
 
@@ -103,6 +114,9 @@ def client_feature_transforms(
     pool : numpy.ndarray or None
         Tables, ``affine``: the training pool's scaled rows, ``(n, d)``, whose
         per-column mean and std the shift and rescale are measured in.
+    column_types : mapping, optional
+        Tables: the columns' kinds (``schema.json`` ``column_types``); only the
+        measured ones (numeric, date) are changed. Default: all numeric.
 
     Returns
     -------
@@ -114,8 +128,10 @@ def client_feature_transforms(
     ------
     PartitionError
         An unknown ``partition.feature_skew`` or transform, ``noise_sigma < 0``,
-        a transform of images on a table (or the reverse), or an unknown column;
-        each message names the key and what it accepts.
+        a transform of images on a table (or the reverse), an unknown column, a
+        ``domain_columns`` entry that is not measured (categorical, text,
+        boolean), or a table without a measured column; each message names the
+        key and what it accepts.
     """
     if kind not in FEATURE_SKEWS:
         raise PartitionError(
@@ -124,25 +140,94 @@ def client_feature_transforms(
         )
     if kind == "none":
         return None
+    image = is_image(input_shape)
+    measured = None
+    if not image:
+        measured = _measured(kind, feature_names, column_types)
     if kind == "noise":
         sigma = _checked_sigma(noise_sigma)
+        # a table with a column left alone lists the changed ones (else: all)
+        some = measured is not None and len(measured) < len(feature_names or ())
         return [
             {
                 "kind": "noise",
                 "std": sigma * (k + 1) / n_clients,
                 "seed": derive_seed(seed, "feature_skew", k),
+                **({"columns": measured} if some else {}),
             }
             for k in range(n_clients)
         ]
-    image = is_image(input_shape)
     names = _checked_domains(domain_transforms, image=image)
-    columns = _checked_columns(domain_columns, feature_names, image=image)
+    columns = _checked_columns(
+        domain_columns, feature_names, image=image, column_types=column_types
+    )
     out = []
     for k in range(n_clients):
         name = names[k % len(names)]
         rng = rng_for(seed, "feature_skew", k)
         out.append(_domain(name, rng, value_range, columns, pool))
     return out
+
+
+def skewed_columns(
+    feature_names: Sequence[str],
+    column_types: Mapping[str, str] | None,
+    domain_columns: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Which of a table's columns feature skew changes and which it leaves.
+
+    Returns
+    -------
+    dict
+        ``{"skewed": [names], "left_alone": {name: kind}}`` (plain JSON, for
+        the manifest and the partition report): the measured columns (those of
+        ``domain_columns`` when given), and every other column with its kind.
+    """
+    names = [str(n) for n in feature_names]
+    chosen = set(domain_columns) if domain_columns is not None else None
+    skewed = [
+        n
+        for n in names
+        if column_kind(n, column_types) in MEASURED_KINDS
+        and (chosen is None or n in chosen)
+    ]
+    return {
+        "skewed": skewed,
+        "left_alone": {
+            n: column_kind(n, column_types) for n in names if n not in skewed
+        },
+    }
+
+
+def skewed_columns_text(columns: Mapping[str, Any]) -> str:
+    """One line of :func:`skewed_columns`' record: ``feature skew changed 3
+    numeric/date column(s) (a, b, c); left alone: color (categorical)``."""
+    skewed = [str(c) for c in columns.get("skewed") or []]
+    left = dict(columns.get("left_alone") or {})
+    shown = ", ".join(skewed[:12]) + (f", ... ({len(skewed) - 12} more)"
+                                      if len(skewed) > 12 else "")  # fmt: skip
+    text = f"feature skew changed {len(skewed)} numeric/date column(s) ({shown})"
+    if left:
+        text += "; left alone: " + ", ".join(f"{n} ({k})" for n, k in left.items())
+    return text
+
+
+def _measured(
+    kind: str,
+    feature_names: Sequence[str] | None,
+    column_types: Mapping[str, str] | None,
+) -> list[int]:
+    """The table's measured columns; none at all is refused."""
+    names = [str(n) for n in (feature_names or [])]
+    measured = measured_columns(names, column_types)
+    if names and not measured:
+        kinds = sorted({column_kind(n, column_types) for n in names})
+        raise PartitionError(
+            f"partition.feature_skew: {kind} changes numeric and date columns "
+            f"only, and every feature column of this table is {' or '.join(kinds)}"
+            "; set partition.feature_skew: none"
+        )
+    return measured
 
 
 def _checked_sigma(sigma: object) -> float:
@@ -183,6 +268,7 @@ def _checked_columns(
     feature_names: Sequence[str] | None,
     *,
     image: bool,
+    column_types: Mapping[str, str] | None = None,
 ) -> list[int] | None:
     if image:
         if columns is not None:
@@ -191,14 +277,24 @@ def _checked_columns(
             )
         return None
     names = [str(n) for n in (feature_names or [])]
+    measured = measured_columns(names, column_types)
     if columns is None:
-        return list(range(len(names)))
+        return measured
+    allowed = [names[j] for j in measured]
+    shown = ", ".join(allowed[:12]) + (" ..." if len(allowed) > 12 else "")
     missing = [c for c in columns if c not in names]
     if missing:
-        shown = ", ".join(names[:12]) + (" ..." if len(names) > 12 else "")
         raise PartitionError(
             f"partition.domain_columns: {', '.join(map(repr, missing))} is not a "
             f"feature column; allowed: {shown}"
+        )
+    unmeasured = [c for c in columns if names.index(c) not in measured]
+    if unmeasured:
+        said = ", ".join(f"{c!r} ({column_kind(c, column_types)})" for c in unmeasured)
+        raise PartitionError(
+            f"partition.domain_columns: {said} is not a numeric or date column "
+            f"(affine would turn its codes or 0/1 into other values); allowed: "
+            f"{shown}"
         )
     return [names.index(c) for c in columns]
 
@@ -311,7 +407,13 @@ def _noise(spec: Mapping[str, Any], x: np.ndarray, pos: np.ndarray) -> np.ndarra
             for p in pos
         ]
     )
-    return x + std * noise
+    if "columns" not in spec:
+        return x + std * noise
+    # a table's listed columns only (the same draws, so the same bits there)
+    columns = np.asarray(spec["columns"], dtype=np.int64)
+    out = x.copy()
+    out[:, columns] = x[:, columns] + std * noise[:, columns]
+    return out
 
 
 def _identity(spec: Mapping[str, Any], x: np.ndarray, pos: np.ndarray) -> np.ndarray:

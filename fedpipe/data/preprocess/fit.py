@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from fedpipe.core.errors import FedpipeError
+from fedpipe.data.kinds import STRING_KINDS
 from fedpipe.data.preprocess.encode import (
     OTHER,
     Encoding,
@@ -242,10 +243,13 @@ def fit_transform(
     numeric, fit, missing, bins
         ``preprocess.numeric``, ``.fit``, ``.missing``, ``.bins``.
     column_types : mapping, optional
-        The string columns (``schema.json`` ``column_types``): name ->
-        ``"categorical"`` or ``"text"``; their stored values are codes into
-        ``strings`` (name -> values in code order). Each client counts its own
-        rows' values (tokens); the merged counts fix the vocabulary.
+        The columns that are not plain numbers (``schema.json``
+        ``column_types``, :mod:`fedpipe.data.kinds`): a ``"categorical"`` or
+        ``"text"`` column's stored values are codes into ``strings`` (name ->
+        values in code order), each client counts its own rows' values
+        (tokens) and the merged counts fix the vocabulary; a ``"boolean"``
+        column is left as stored (0/1, not scaled); a ``"date"`` column (days
+        since 1970-01-01) is scaled as a number.
     categorical_encoding, min_category_count, text_encoding, min_token_count, \
 max_tokens
         The ``preprocess.*`` keys of the same names.
@@ -296,6 +300,10 @@ max_tokens
         )
         federated = _codes_as_stored(federated, fills)
         local = tuple(_codes_as_stored(s, fills) for s in local)
+        flags = [j for j, c in enumerate(columns) if column_types.get(c) == "boolean"]
+        if flags:  # 0/1 as stored (a missing one imputed as any number)
+            federated = _unscaled(federated, flags)
+            local = tuple(_unscaled(s, flags) for s in local)
     return Transform(
         kind="table",
         columns=tuple(columns),
@@ -331,8 +339,8 @@ def _fit_encodings(
     fills: dict[int, float] = {}
     for j, name in enumerate(columns):
         kind = column_types.get(name)
-        if kind is None:
-            continue
+        if kind not in STRING_KINDS:
+            continue  # numbers: numeric, date, boolean
         values = list(strings.get(name, ()))
         entry = statistics["columns"][name]
         present = {"count": entry["count"], "missing": entry["missing"]}
@@ -377,6 +385,13 @@ def _fit_encodings(
                 "top": {t: int(occurrences[t]) for t in kept[:20]},
             }
     return tuple(encodings), fills
+
+
+def _unscaled(scaling: Scaling, columns: Sequence[int]) -> Scaling:
+    """``scaling`` with ``columns`` left as stored (centre 0, scale 1)."""
+    center, scale = scaling.center.copy(), scaling.scale.copy()
+    center[list(columns)], scale[list(columns)] = 0.0, 1.0
+    return Scaling(center=center, scale=scale, fill=scaling.fill)
 
 
 def _codes_as_stored(scaling: Scaling, fills: Mapping[int, float]) -> Scaling:

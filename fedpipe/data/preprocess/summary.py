@@ -141,8 +141,8 @@ def summarize(
     skew = _skew(per_client, merged, k)
     for j, name in enumerate(columns):
         kind_j = (column_types or {}).get(name)
-        if kind_j is None:
-            continue
+        if kind_j not in ("categorical", "text"):
+            continue  # numbers (numeric, date, boolean)
         values = list((strings or {}).get(name, ()))
         counts = [_value_counts(x[:, j], values, kind_j) for x in client_rows]
         _as_strings(glob[j], kind_j, merge_counts(counts), k)
@@ -403,6 +403,8 @@ def summarize_prepared(prepared: Any, manifest: Any, settings: Any) -> dict[str,
         column_types=column_types,
         strings=strings,
     )
+    if table and schema.get("column_kinds"):
+        stats["column_kinds"] = dict(schema["column_kinds"])
     if "categorical" in column_types.values():
         # counted from the fit's vocabulary rule, never an input of the fit
         stats["heldout_other"] = heldout_other(
