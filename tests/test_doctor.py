@@ -455,6 +455,23 @@ def test_every_finding_names_its_side_and_the_current_values(run_dir, name) -> N
         assert " = " in f.fix, (f.code, f.fix)  # a param with its current value
 
 
+def test_a_setting_left_unset_reads_null_not_a_question_mark(tmp_path: Path) -> None:
+    """The doctor rendered federation.round_deadline_steps (null) as '= ?', the
+    mark it keeps for params it could not read (issue 36, item 8)."""
+    from fedpipe.config.params import parse_params
+    from fedpipe.observe.doctor.base import knobs
+    from fedpipe.observe.runfiles import RunFiles
+
+    raw = {"federation": {"rounds": 1, "dropout": 0.2}, "round_chain": {"1": 0}}
+    config = parse_params(raw)
+    run = RunFiles(root=tmp_path, config=config)
+    assert knobs(run, "federation.dropout", "federation.round_deadline_steps") == (
+        "federation.dropout = 0.2, federation.round_deadline_steps = null"
+    )
+    assert knobs(run, "privacy.adaptive_clip") == "privacy.adaptive_clip = false"
+    assert knobs(RunFiles(root=tmp_path), "train.lr") == "train.lr = ?"
+
+
 # ---------------------------------------------------------------- the server's step
 
 

@@ -63,13 +63,28 @@ def norm_layers(health: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [layer for layer in health.get("layers", []) if layer.get("kind") == "norm"]
 
 
+_UNKNOWN = object()
+
+
 def knobs(run: RunFiles, *dotted: str) -> str:
     """``"train.lr = 0.05, train.epochs = 2"``: settings with their current values
-    (``?`` when the run's params are unknown)."""
-    return ", ".join(f"{key} = {_value(param(run, key, '?'))}" for key in dotted)
+    as ``params.yaml`` spells them (``null`` for a setting left unset, ``?`` when
+    the run's params are unknown)."""
+    return ", ".join(f"{key} = {_value(run, key)}" for key in dotted)
 
 
-def _value(value: Any) -> str:
+def _value(run: RunFiles, dotted: str) -> str:
+    if run.config is None:
+        return "?"
+    value: Any = run.config
+    for part in dotted.split("."):
+        value = getattr(value, part, _UNKNOWN)
+        if value is _UNKNOWN:
+            return "?"
+        if value is None:
+            return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)
