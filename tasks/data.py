@@ -94,6 +94,7 @@ def partition(
 ) -> Mapping[str, Any]:
     """Deal the training samples to clients; write the manifest and diagnostics."""
     from fedpipe.data.ingest import open_features, read_samples, read_schema
+    from fedpipe.data.partition.accounting import dropped_line
     from fedpipe.data.partition.diagnostics import (
         class_count_table,
         feature_skew,
@@ -112,6 +113,7 @@ def partition(
         features=open_features(prepared),
         spec=spec,
         feature_names=schema.get("feature_names"),
+        table=schema.get("source") == "table",
         **settings,
     )
     write_json(out, manifest)
@@ -138,7 +140,11 @@ def partition(
     )
     write_json(report_dir / "skew.json", skew)
     sizes = [len(c["train"]) for c in manifest["clients"]]
-    get_run_logger().info(
+    logger = get_run_logger()
+    dropped = dropped_line(manifest)
+    if dropped is not None:  # a warning: on the console, not only in logs/
+        logger.warning("partition: %s; data.dedupe: none keeps every row", dropped)
+    logger.info(
         "partitioned over %d clients (%s): local train sizes %d..%d, label skew %.3f, "
         "feature skew %.3f; %d held out; %d repeated samples dropped",
         len(sizes), manifest["method"], min(sizes), max(sizes), skew["label_skew"],
