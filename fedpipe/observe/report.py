@@ -937,7 +937,11 @@ def _labels_section(run: RunFiles) -> str:
             f"not recorded: no {CLASS_COUNTS_CSV} or {layout.MANIFEST} "
             "(run `fedpipe stage partition`)"
         )
+    from fedpipe.data.partition.accounting import placement_line
+
     parts = []
+    if run.manifest is not None:
+        parts.append(f"<p>{html.escape(placement_line(run.manifest))}</p>")
     run.require("skew")
     if run.skew is not None:
         shown = ", ".join(f"{k} {_fmt(v, 3)}" for k, v in sorted(run.skew.items()))

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from fedpipe.config.params import DataParams
 from fedpipe.core.jsonio import write_json
@@ -22,6 +23,7 @@ from fedpipe.data.partition.accounting import (
 from fedpipe.data.splits import partition_table
 
 SETTINGS = {"min_samples": 2, "min_classes": 1}
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _people(n_groups: int = 20) -> pd.DataFrame:
@@ -125,6 +127,13 @@ def test_the_earlier_booleans_are_read(value: bool, mode: str) -> None:
     assert DataParams(dedupe=value).dedupe == mode
 
 
+def _params(root: Path, dedupe: str) -> None:
+    """The project's params.yaml with ``data.dedupe`` set."""
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["data"]["dedupe"] = dedupe
+    (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+
+
 def _project(root: Path, dedupe: object) -> dict:
     prepared = _prepared(root, _people())
     manifest = _partition(prepared, dedupe)
@@ -153,3 +162,76 @@ def test_row_accounting_names_a_row_placed_nowhere(tmp_path: Path) -> None:
     problems = accounting_problems(acct)
     assert problems[0].startswith("60 rows ingested but 59 placed")
     assert f"1 rows placed nowhere (e.g. {lost})" in problems
+
+
+# ---------------------------------------------------------------- said everywhere
+
+
+def test_status_says_what_was_dropped(tmp_path: Path) -> None:
+    """``fedpipe status`` said only "validation passed: N rows"."""
+    from fedpipe.observe.status import collect, format_text
+
+    _params(tmp_path, "content")
+    _project(tmp_path, "content")
+    text = format_text(collect(tmp_path))
+    assert (
+        "40 of 60 rows (66.7 %) dropped before the held-out split: repeated "
+        "content (data.dedupe: content)" in text
+    )
+
+
+def test_status_is_quiet_when_nothing_was_dropped(tmp_path: Path) -> None:
+    from fedpipe.observe.status import collect, format_text
+
+    _params(tmp_path, "auto")
+    _project(tmp_path, "auto")
+    assert "dropped" not in format_text(collect(tmp_path))
+
+
+def test_report_counts_the_rows(tmp_path: Path) -> None:
+    from fedpipe.observe.report import _labels_section
+    from fedpipe.observe.runfiles import load_run
+
+    manifest = _project(tmp_path, "content")
+    html = _labels_section(load_run(tmp_path))
+    held = len(manifest["heldout"])
+    assert f"60 rows: {held} held out, " in html
+    assert "40 of 60 rows (66.7 %) dropped" in html
+
+
+@pytest.mark.parametrize(
+    ("dedupe", "found"), [("content", True), ("auto", False), ("row", True)]
+)
+def test_doctor_names_a_drop_above_one_percent(
+    tmp_path: Path, dedupe: str, found: bool
+) -> None:
+    from fedpipe.observe.doctor import check_rows_dropped, codes
+    from fedpipe.observe.runfiles import load_run
+
+    _params(tmp_path, dedupe)
+    _project(tmp_path, dedupe)
+    findings = check_rows_dropped(load_run(tmp_path))
+    assert bool(findings) is found
+    if found:
+        (finding,) = findings
+        assert finding.code == codes.ROWS_DROPPED
+        assert "data.dedupe" in finding.fix
+        assert f"data.dedupe = {dedupe}" in finding.fix
+
+
+def test_doctor_leaves_one_percent_alone() -> None:
+    """1 of 100 rows (an odd copied image) is not a finding; 2 of 100 is."""
+    from fedpipe.observe.doctor import check_rows_dropped
+    from fedpipe.observe.runfiles import RunFiles
+
+    def run(dropped: int) -> RunFiles:
+        ids = [f"s{i}" for i in range(100)]
+        manifest = {
+            "heldout": ids[dropped:20],
+            "clients": [{"client": 0, "train": ids[20:], "test": []}],
+            "dropped_duplicates": ids[:dropped],
+        }
+        return RunFiles(root=Path("."), manifest=manifest)
+
+    assert check_rows_dropped(run(1)) == []
+    assert len(check_rows_dropped(run(2))) == 1
