@@ -46,6 +46,8 @@ def ingest(
         result.n_samples, result.n_problems, data.source, data.path, out_dir,
         result.seconds, result.input_shape, list(result.class_names),
     )  # fmt: skip
+    for note in result.notes:  # a warning: on the console, not only in logs/
+        get_run_logger().warning("ingest: %s", note)
     if result.skipped:
         get_run_logger().info(
             "skipped %d operating-system files in %s: %s",

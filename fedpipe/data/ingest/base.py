@@ -42,6 +42,10 @@ class IngestResult:
         Files and folders left out because an operating system wrote them
         (``Thumbs.db``, ``.DS_Store``, ``__MACOSX/``, ...), relative to
         ``data.path``; empty for tables and arrays.
+    notes : tuple of str
+        Warnings for the person running the ingest, each naming the key to
+        set (a table column that looks like a row id left out of the
+        features); empty when there are none.
     """
 
     out_dir: Path
@@ -51,3 +55,4 @@ class IngestResult:
     class_names: tuple[str, ...]
     seconds: float
     skipped: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
