@@ -126,3 +126,14 @@ def test_only_id_columns_is_refused_naming_the_keys(tmp_path: Path) -> None:
     frame = pd.DataFrame({"id": range(30), "label": [0, 1] * 15})
     with pytest.raises(IngestError, match=r"data\.id_column.*data\.feature_columns"):
         _ingest(tmp_path, frame)
+
+
+def test_stats_names_the_kind(tmp_path: Path) -> None:
+    from fedpipe.app.commands.stats import id_like_lines
+
+    _, out = _ingest(tmp_path, _sorted_by_class(), index=True)
+    assert id_like_lines(read_schema(out)) == [
+        "column 'Unnamed: 0': kind id (the numbers 0..39, one a row), not a "
+        "feature; set data.id_column: 'Unnamed: 0' to name the rows by it, or "
+        "list it in data.feature_columns"
+    ]
