@@ -235,3 +235,57 @@ def test_doctor_leaves_one_percent_alone() -> None:
 
     assert check_rows_dropped(run(1)) == []
     assert len(check_rows_dropped(run(2))) == 1
+
+
+# ---------------------------------------------------------------- on the console
+
+
+@pytest.fixture
+def task_log(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
+    """The data tasks' run logger as a plain logger (their bodies run outside
+    a flow run), its records captured."""
+    import logging
+
+    import tasks.data as data_tasks
+
+    logger = logging.getLogger("test.data_tasks")
+    monkeypatch.setattr(data_tasks, "get_run_logger", lambda: logger)
+    caplog.set_level(logging.INFO, logger="test.data_tasks")
+    return data_tasks, caplog
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+
+@pytest.mark.parametrize(("dedupe", "warned"), [("content", True), ("auto", False)])
+def test_partition_warns_of_a_drop(task_log, tmp_path: Path, dedupe, warned) -> None:
+    """A warning (shown on the console at the default verbosity); the count was
+    in logs/ alone, at info level."""
+    data_tasks, caplog = task_log
+    prepared = _prepared(tmp_path, _people())
+    data_tasks.partition.fn(
+        prepared, tmp_path / "manifest.json", tmp_path / "reports",
+        classes=[0, 1], seed=3, test_fraction=0.2, method="iid", n_clients=3,
+        local_test_fraction=0.2, dedupe=dedupe, settings=SETTINGS,
+    )  # fmt: skip
+    warnings = _warnings(caplog)
+    if warned:
+        assert warnings == [
+            "partition: 40 of 60 rows (66.7 %) dropped before the held-out split: "
+            "repeated content (data.dedupe: content); data.dedupe: none keeps "
+            "every row"
+        ]
+    else:
+        assert warnings == []
+
+
+def test_ingest_warns_of_an_id_column(task_log, tmp_path: Path) -> None:
+    data_tasks, caplog = task_log
+    path = tmp_path / "people.csv"
+    _people().to_csv(path)  # with the index: 'Unnamed: 0'
+    data = DataParams(source="table", path=str(path), label_column="label")
+    data_tasks.ingest.fn(data, tmp_path / "prepared")
+    (warning,) = _warnings(caplog)
+    assert warning.startswith("ingest: data.feature_columns: column 'Unnamed: 0'")
+    assert "data.id_column: 'Unnamed: 0'" in warning
