@@ -95,8 +95,8 @@ def partition(
     prepared: Path, out: Path, report_dir: Path, **settings: Any
 ) -> Mapping[str, Any]:
     """Deal the training samples to clients; write the manifest and diagnostics."""
+    from fedpipe.data.accounting import dropped_line
     from fedpipe.data.ingest import open_features, read_samples, read_schema
-    from fedpipe.data.partition.accounting import dropped_line
     from fedpipe.data.partition.diagnostics import (
         class_count_table,
         feature_skew,

@@ -937,7 +937,7 @@ def _labels_section(run: RunFiles) -> str:
             f"not recorded: no {CLASS_COUNTS_CSV} or {layout.MANIFEST} "
             "(run `fedpipe stage partition`)"
         )
-    from fedpipe.data.partition.accounting import placement_line
+    from fedpipe.data.accounting import placement_line
 
     parts = []
     if run.manifest is not None:

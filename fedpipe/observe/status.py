@@ -168,7 +168,7 @@ def _validation(root: Path) -> dict[str, Any] | None:
 
 
 def _partition(root: Path) -> dict[str, Any] | None:
-    from fedpipe.data.partition.accounting import dropped_line
+    from fedpipe.data.accounting import dropped_line
 
     manifest = read_json_or_none(root / layout.MANIFEST)
     if not isinstance(manifest, dict):

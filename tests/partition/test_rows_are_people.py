@@ -12,14 +12,14 @@ import yaml
 
 from fedpipe.config.params import DataParams
 from fedpipe.core.jsonio import write_json
-from fedpipe.data.ingest import ingest_arrays, read_samples
-from fedpipe.data.ingest.table import ingest_table
-from fedpipe.data.partition import PartitionError
-from fedpipe.data.partition.accounting import (
+from fedpipe.data.accounting import (
     accounting_problems,
     dropped_line,
     row_accounting,
 )
+from fedpipe.data.ingest import ingest_arrays, read_samples
+from fedpipe.data.ingest.table import ingest_table
+from fedpipe.data.partition import PartitionError
 from fedpipe.data.splits import partition_table
 
 SETTINGS = {"min_samples": 2, "min_classes": 1}

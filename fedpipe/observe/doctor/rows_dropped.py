@@ -21,7 +21,7 @@ SHARE = 0.01
 
 def check_rows_dropped(run: RunFiles) -> list[Finding]:
     """More than :data:`SHARE` of the rows dropped before the held-out split."""
-    from fedpipe.data.partition.accounting import dropped_line, manifest_rows
+    from fedpipe.data.accounting import dropped_line, manifest_rows
 
     manifest = run.manifest
     if not manifest:
