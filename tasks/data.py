@@ -46,7 +46,7 @@ def ingest(
         result.n_samples, result.n_problems, data.source, data.path, out_dir,
         result.seconds, result.input_shape, list(result.class_names),
     )  # fmt: skip
-    for warning in result.warnings:
+    for warning in result.warnings:  # on the console, not only in logs/
         get_run_logger().warning("ingest: %s", warning)
     if result.skipped:
         get_run_logger().info(
@@ -102,6 +102,7 @@ def partition(
     """Deal the training samples to clients; write the manifest and diagnostics
     (the class-count table under the minimum-count rule,
     ``preprocess.min_count_shown``)."""
+    from fedpipe.data.accounting import dropped_line
     from fedpipe.data.ingest import open_features, read_samples, read_schema
     from fedpipe.data.kinds import measured_columns
     from fedpipe.data.partition.diagnostics import (
@@ -124,6 +125,7 @@ def partition(
         spec=spec,
         feature_names=schema.get("feature_names"),
         column_types=schema.get("column_types"),
+        table=schema.get("source") == "table",
         **settings,
     )
     write_json(out, manifest)
@@ -159,7 +161,11 @@ def partition(
     )
     write_json(report_dir / "skew.json", skew)
     sizes = [len(c["train"]) for c in manifest["clients"]]
-    get_run_logger().info(
+    logger = get_run_logger()
+    dropped = dropped_line(manifest)
+    if dropped is not None:  # a warning: on the console, not only in logs/
+        logger.warning("partition: %s; data.dedupe: none keeps every row", dropped)
+    logger.info(
         "partitioned over %d clients (%s): local train sizes %d..%d, label skew %.3f, "
         "feature skew %.3f; %d held out; %d repeated samples dropped",
         len(sizes), manifest["method"], min(sizes), max(sizes), skew["label_skew"],

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from fedpipe.config.dedupe import DEDUPE_MODES
 from fedpipe.config.sections import ComponentSection, Section
 from fedpipe.config.skew import DOMAIN_TRANSFORMS, FEATURE_SKEWS
 from fedpipe.core import atomic, registry
@@ -74,7 +75,15 @@ class DataParams(Section):
     client_column: str | None = None
     num_classes: int | None = Field(None, ge=2)
     classes: list[str] | None = None
-    dedupe: bool = True
+    dedupe: Literal[DEDUPE_MODES] = "auto"  # type: ignore[valid-type]
+
+    @field_validator("dedupe", mode="before")
+    @classmethod
+    def _dedupe_booleans(cls, value: Any) -> Any:
+        # the earlier true / false: true dropped repeated contents, false none
+        if isinstance(value, bool):
+            return "content" if value else "none"
+        return value
 
     @field_validator("classes", mode="before")
     @classmethod

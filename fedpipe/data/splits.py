@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedpipe.config.dedupe import dedupe_mode
 from fedpipe.core.errors import FedpipeError
 from fedpipe.core.jsonio import read_json
 from fedpipe.core.seeds import rng_for
@@ -342,12 +343,13 @@ def partition_table(
     method: str,
     n_clients: int,
     local_test_fraction: float,
-    dedupe: bool,
+    dedupe: str | bool,
     settings: Mapping[str, Any],
     features: np.ndarray | None = None,
     spec: DatasetSpec | None = None,
     feature_names: Sequence[str] | None = None,
     column_types: Mapping[str, str] | None = None,
+    table: bool = False,
 ) -> dict[str, Any]:
     """Hold out a global test split, deal the rest to clients, split each locally.
 
@@ -356,9 +358,15 @@ def partition_table(
     samples : DataFrame
         ``samples.parquet`` of the prepared data (``sample_id``, ``label``,
         ``content_hash``, optional ``client_key``).
-    dedupe : bool
-        Drop samples whose content repeats an earlier sample's (``data.dedupe``);
-        otherwise a duplicate on both sides of the held-out split is an error.
+    dedupe : str or bool
+        ``data.dedupe`` (:func:`fedpipe.config.dedupe.dedupe_mode`): ``content``
+        drops samples whose content repeats an earlier sample's, ``row`` those
+        whose content and label do, ``none`` none; ``auto`` is ``content`` for
+        images and ``none`` for a table (``table``). What is kept is then
+        checked for held-out leakage by what makes a sample itself: an image's
+        content (the same picture on both sides of the split is an error), a
+        table row's id (rows are people: two who share every feature value are
+        two people).
     settings : mapping
         The ``partition.*`` values (alpha, min_samples, min_classes,
         feature_skew, ...).
@@ -372,12 +380,16 @@ def partition_table(
     column_types : mapping, optional
         A table's column kinds (``schema.json`` ``column_types``): feature skew
         changes its numeric and date columns only.
+    table : bool, optional
+        The prepared data is a table (``schema.json`` ``source`` ``table``).
 
     Returns
     -------
     dict
         The manifest of :func:`fedpipe.data.partition.manifest.build_manifest`, plus
-        ``dropped_duplicates`` (ids) and, for natural partitions, ``client_keys``.
+        ``dropped_duplicates`` (ids; with ``dedupe`` other than ``content``,
+        ``dedupe`` records the mode that was applied) and, for natural
+        partitions, ``client_keys``.
         With feature skew, ``params`` records its keys and each client entry its
         ``feature_transform`` (:mod:`fedpipe.data.partition.featureskew`); a
         table's ``feature_skew_columns`` says which columns it changed
@@ -395,8 +407,12 @@ def partition_table(
     # natural client keys (a table's client column, an image mapping or folder
     # level), of every sample the prepared data holds; None for other methods
     all_groups = partitioner.sample_groups(samples)
-    if dedupe and "content_hash" in samples:
-        repeated = samples["content_hash"].duplicated(keep="first")
+    mode = dedupe_mode(dedupe, table=table)
+    if mode != "none" and "content_hash" in samples:
+        key = samples["content_hash"].astype(str)
+        if mode == "row":
+            key = key + ":" + samples["label"].astype(str)
+        repeated = key.duplicated(keep="first")
         dropped = samples.loc[repeated, "sample_id"].astype(str).tolist()
         rows = rows[~repeated.to_numpy()]
         samples = samples.loc[~repeated].reset_index(drop=True)
@@ -408,8 +424,8 @@ def partition_table(
         rng=rng_for(seed, "heldout"),
         labels=labels,
     )
-    if not dedupe and "content_hash" in samples:
-        _check_no_leakage(samples, train_pos, test_pos)
+    if mode != "content":
+        _check_no_leakage(samples, train_pos, test_pos, table=table)
     if n_clients > len(train_pos):
         raise PartitionError(
             f"federation.clients={n_clients} exceeds the {len(train_pos)} training "
@@ -475,6 +491,8 @@ def partition_table(
         params=recorded,
     )
     manifest["dropped_duplicates"] = sorted(dropped)
+    if mode != "content":  # content: what every manifest did before the modes
+        manifest["dedupe"] = mode
     if groups is not None:
         manifest["client_keys"] = sorted({str(g) for g in groups})
     if skew_kind != "none":
@@ -554,19 +572,29 @@ def _row_chunks(
 
 
 def _check_no_leakage(
-    samples: pd.DataFrame, train_pos: np.ndarray, test_pos: np.ndarray
+    samples: pd.DataFrame,
+    train_pos: np.ndarray,
+    test_pos: np.ndarray,
+    *,
+    table: bool,
 ) -> None:
-    """Refuse a split with the same content on both sides (held-out leakage)."""
-    hashes = samples["content_hash"].to_numpy(dtype=str)
-    shared = set(hashes[train_pos]) & set(hashes[test_pos])
-    if shared:
-        leaked = samples.loc[samples["content_hash"].isin(shared), "sample_id"]
-        examples = ", ".join(leaked.astype(str).head(6))
-        raise PartitionError(
-            f"{len(shared)} sample contents appear in both the held-out test split and "
-            f"the training data (e.g. {examples}): the test would measure memory, not "
-            "generalisation; set data.dedupe: true to drop repeated contents"
-        )
+    """Refuse a split with the same sample on both sides (held-out leakage):
+    the same content for images, the same id for a table's rows."""
+    column = "sample_id" if table else "content_hash"
+    if column not in samples:
+        return
+    keys = samples[column].to_numpy(dtype=str)
+    shared = set(keys[train_pos]) & set(keys[test_pos])
+    if not shared:
+        return
+    leaked = samples.loc[samples[column].astype(str).isin(shared), "sample_id"]
+    examples = ", ".join(leaked.astype(str).head(6))
+    what = "sample ids (data.id_column)" if table else "sample contents"
+    raise PartitionError(
+        f"{len(shared)} {what} appear in both the held-out test split and "
+        f"the training data (e.g. {examples}): the test would measure memory, not "
+        "generalisation; set data.dedupe: content to drop repeated contents"
+    )
 
 
 def transformed_spec(spec: DatasetSpec, transform: Transform) -> DatasetSpec:

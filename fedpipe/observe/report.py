@@ -947,7 +947,11 @@ def _labels_section(run: RunFiles) -> str:
             f"not recorded: no {CLASS_COUNTS_CSV} or {layout.MANIFEST} "
             "(run `fedpipe stage partition`)"
         )
+    from fedpipe.data.accounting import placement_line
+
     parts = []
+    if run.manifest is not None:
+        parts.append(f"<p>{html.escape(placement_line(run.manifest))}</p>")
     run.require("skew")
     if run.skew is not None:
         figures = {k: v for k, v in run.skew.items() if not isinstance(v, dict)}

@@ -168,10 +168,16 @@ def _validation(root: Path) -> dict[str, Any] | None:
 
 
 def _partition(root: Path) -> dict[str, Any] | None:
+    from fedpipe.data.accounting import dropped_line
+
     manifest = read_json_or_none(root / layout.MANIFEST)
     if not isinstance(manifest, dict):
         return None
     out = {"method": manifest.get("method"), "clients": manifest.get("n_clients")}
+    dropped = dropped_line(manifest)
+    if dropped is not None:
+        out["dropped"] = len(manifest.get("dropped_duplicates") or [])
+        out["dropped_text"] = dropped
     skew = read_json_or_none(root / layout.PARTITION_REPORT_DIR / "skew.json")
     if isinstance(skew, dict):
         out["skew"] = {k: v for k, v in skew.items() if isinstance(v, (int, float))}
@@ -508,7 +514,9 @@ def format_text(status: Status) -> str:
     rows.append(
         (
             "partition",
-            f"{part['method']}, {part['clients']} clients" + _skew_text(part)
+            f"{part['method']}, {part['clients']} clients"
+            + _skew_text(part)
+            + (f"; {part['dropped_text']}" if part.get("dropped_text") else "")
             if part
             else "not partitioned yet (data/partition/manifest.json missing)",
         )

@@ -83,4 +83,18 @@ def cmd_stats(args: argparse.Namespace) -> int:
             skew_png=str(png) if png.is_file() else None,
         )
     )
+    schema = Path(layout.PREPARED_SCHEMA)
+    for line in id_like_lines(read_json(schema) if schema.is_file() else {}):
+        print(line)
     return 0
+
+
+def id_like_lines(schema: dict) -> list[str]:
+    """The columns the ingest left out of the features as row ids (kind ``id``),
+    each with why and the key to set (``schema.json`` ``id_like_columns``)."""
+    left_out = schema.get("id_like_columns") or {}
+    return [
+        f"column {column!r}: kind id ({why}), not a feature; set data.id_column: "
+        f"{column!r} to name the rows by it, or list it in data.feature_columns"
+        for column, why in left_out.items()
+    ]

@@ -43,9 +43,10 @@ class IngestResult:
         (``Thumbs.db``, ``.DS_Store``, ``__MACOSX/``, ...), relative to
         ``data.path``; empty for tables and arrays.
     warnings : tuple of str
-        What the ingest took one way and the user may mean another (a table's
-        numeric column of a few whole-number levels: codes of categories?),
-        each naming the key to set.
+        What the ingest took one way and the user may mean another, each naming
+        the key to set: a table's numeric column of a few whole-number levels
+        (codes of categories?), a column that looks like a row id left out of
+        the features; empty when there are none.
     """
 
     out_dir: Path

@@ -120,7 +120,11 @@ def ingest_table(
     feature_columns : sequence of str, optional
         ``data.feature_columns``, in the order to store them. Default: every
         column except the label, id and client columns (and a Parquet file's
-        stored pandas index), in file order.
+        stored pandas index), in file order; with ``id_column`` unset too, a
+        column that looks like a row id is left out (named ``id``,
+        ``rownames``, ``Unnamed: 0``, ``*_id``, ... and distinct increasing
+        integers or distinct text in every row): ``notes`` of the result and
+        ``id_like_columns`` of ``schema.json`` name it.
     id_column : str, optional
         ``data.id_column``: values become ``sample_id`` and must be present and
         unique. Default: ``"row-<n>"`` with ``n`` the 1-based data row number.
@@ -179,6 +183,17 @@ def ingest_table(
         )
 
     chunk_rows = max(1, _CHUNK_CELLS // len(columns))
+    left_out: dict[str, str] = {}
+    if feature_columns is None and id_column is None:
+        left_out = _id_like_columns(reader, features, declared, chunk_rows, n_rows)
+        features = [c for c in features if c not in left_out]
+        if not features:
+            raise IngestError(
+                f"data.feature_columns: {path} has no feature columns besides "
+                f"{_shown(list(left_out))}, which look like row ids; set "
+                "data.id_column to one of them, or list the columns to use as "
+                "features in data.feature_columns"
+            )
     inferred = _inferred_kinds(reader, features, declared, chunk_rows)
     why = {c: f"declared in preprocess.{k}" for c, k in declared.items()}
     why.update({c: w for c, (_, w) in inferred.items() if c not in declared})
@@ -202,6 +217,9 @@ def ingest_table(
         }
         if client_column is not None:
             samples["client_key"] = rows.client_keys
+        extra = rows.string_schema()
+        if left_out:
+            extra = {**(extra or {}), "id_like_columns": left_out}
         result = writer.commit(
             samples=samples,
             source="table",
@@ -210,9 +228,10 @@ def ingest_table(
             scale=1.0,
             started=started,
             feature_names=features,
-            extra=rows.string_schema(),
+            extra=extra,
         )
-    return dataclasses.replace(result, warnings=tuple(rows.warnings()))
+    notes = tuple(_id_like_note(c, why) for c, why in left_out.items())
+    return dataclasses.replace(result, warnings=(*notes, *rows.warnings()))
 
 
 # ---------------------------------------------------------------- parameters
@@ -396,6 +415,117 @@ def _drop_numbers(
 
 
 _BOOL_WORDS = (*TRUE_WORDS, *FALSE_WORDS)
+
+
+# ---------------------------------------------------------------- id-like columns
+
+_ID_NAMES = {"id", "index", "row", "rownames", "rowid", "row_id", "row_number"}
+_UNNAMED = re.compile(r"Unnamed: \d+")  # pandas' name for a written index
+_ID_SUFFIX = re.compile(r"(?:[_ .\-][iI][dD]|[a-z]I[dD])")  # user_id, PassengerId
+
+
+def _id_like_name(column: str) -> bool:
+    """``id``, ``rownames``, ``Unnamed: 0``, ``index``, ``*_id``, ``PassengerId``."""
+    name = column.strip()
+    return (
+        name.lower() in _ID_NAMES
+        or _UNNAMED.fullmatch(name) is not None
+        or _ID_SUFFIX.fullmatch(name[-3:]) is not None
+    )
+
+
+def _id_like_note(column: str, why: str) -> str:
+    """The warning for a column left out of the features as an id."""
+    return (
+        f"data.feature_columns: column {column!r} looks like a row id ({why}) and "
+        f"is not used as a feature; set data.id_column: {column!r} to name the "
+        "rows by it, or list the columns to use in data.feature_columns to keep "
+        "it as a feature"
+    )
+
+
+@dataclass
+class _IdScan:
+    """One candidate column read in order: still id-like, and why."""
+
+    ints: bool = True  # every value so far an integer, each one more than the last
+    text: bool = True  # every value so far a non-numeric string
+    by_one: bool = False  # ... and they count the rows: 0.. or 1.., by one
+    start: int | None = None
+    last: int | None = None
+    seen: set[str] = field(default_factory=set)
+
+    def read(self, raw: pd.Series, path: Path) -> bool:
+        """Take the next values; whether the column may still be an id."""
+        if raw.isna().any():
+            return False
+        values = _numeric(raw, key="data.feature_columns", path=path)
+        if self.ints:
+            integral = np.isfinite(values).all() and (np.floor(values) == values).all()
+            if not integral or len(values) == 0:
+                self.ints = False
+            else:
+                ints = values.astype(np.int64)
+                previous = ints[0] - 1 if self.last is None else self.last
+                steps = np.diff(np.concatenate([[previous], ints]))
+                if self.start is None:
+                    self.start = int(ints[0])
+                    self.by_one = self.start in (0, 1)
+                self.by_one = self.by_one and bool((steps == 1).all())
+                self.ints = bool((steps > 0).all())
+                self.last = int(ints[-1])
+        if self.text:
+            keys = [text_key(v) for v in raw.tolist()]
+            numeric = ~np.isnan(values)
+            if numeric.any() or len(set(keys)) < len(keys):
+                self.text = False
+            else:
+                before = len(self.seen)
+                self.seen.update(keys)
+                self.text = len(self.seen) == before + len(keys)
+            if not self.text:
+                self.seen = set()
+        return self.ints or self.text
+
+    def why(self, n_rows: int) -> str:
+        if self.ints and self.by_one:
+            return f"the numbers {self.start}..{self.start + n_rows - 1}, one a row"
+        if self.ints:
+            return "increasing integers, a different one in every row"
+        return "a different text in every row"
+
+
+def _id_like_columns(
+    reader: _CsvTable | _ParquetTable,
+    features: list[str],
+    declared: dict[str, str],
+    chunk_rows: int,
+    n_rows: int,
+) -> dict[str, str]:
+    """The feature columns (none declared categorical or text) that look like
+    row ids, with why: a name such as ``id``, ``rownames``, ``Unnamed: 0`` or
+    ``*_id`` and a value in every row, distinct, either increasing integers or
+    text. Only columns so named are read; the first rows rule most out, the
+    file is read on only for the rest."""
+    if n_rows < 2:
+        return {}
+    scans = {c: _IdScan() for c in features if c not in declared and _id_like_name(c)}
+    if not scans:
+        return {}
+    head = reader.head(list(scans), _PROBE_ROWS)
+    for column in list(scans):
+        if not scans[column].read(head[column], reader.path):
+            del scans[column]
+    if scans and len(head) < n_rows:
+        open_ = {c: _IdScan() for c in scans}
+        for chunk in reader.chunks(list(open_), chunk_rows):
+            for column in list(open_):
+                if not open_[column].read(chunk[column], reader.path):
+                    del open_[column]
+            if not open_:
+                break
+        scans = open_
+    return {c: scan.why(n_rows) for c, scan in scans.items()}
 
 
 def _check_num_classes(num_classes: object) -> None:

@@ -311,7 +311,8 @@ def _duplicate_check(gxe: Any) -> Check:
         lambda r: (
             f"samples should not repeat another sample's content; "
             f"{have(r, 'repeated content')} (validation.duplicates; data.dedupe "
-            "drops repeats before the held-out split)"
+            "decides what is dropped before the held-out split: by default "
+            "repeated images, no table rows)"
         ),
     )
 

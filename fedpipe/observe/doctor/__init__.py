@@ -23,7 +23,8 @@ One check per module (:mod:`~fedpipe.observe.doctor.labels`,
 :mod:`~fedpipe.observe.doctor.health_present`, :mod:`~fedpipe.observe.doctor.failures`,
 :mod:`~fedpipe.observe.doctor.privacy`, :mod:`~fedpipe.observe.doctor.server_step`,
 :mod:`~fedpipe.observe.doctor.collapse`, :mod:`~fedpipe.observe.doctor.predictions`,
-:mod:`~fedpipe.observe.doctor.dead_units`), each with its thresholds as named constants
+:mod:`~fedpipe.observe.doctor.dead_units`, :mod:`~fedpipe.observe.doctor.rows_dropped`),
+each with its thresholds as named constants
 and the reason for their values. They are set so that a healthy run (the default:
 small_cnn, IID, 10 clients, lr 0.05, 10 rounds) has no findings, and each symptom
 produced on purpose in ``tests/test_doctor.py`` is found. The finding codes are in
@@ -66,6 +67,7 @@ from fedpipe.observe.doctor.outliers import check_outliers, outlier_rounds
 from fedpipe.observe.doctor.predictions import check_predictions
 from fedpipe.observe.doctor.privacy import check_privacy
 from fedpipe.observe.doctor.reading import readable_run, records_finding, why
+from fedpipe.observe.doctor.rows_dropped import check_rows_dropped
 from fedpipe.observe.doctor.server_step import check_server_step
 from fedpipe.observe.runfiles import RunFiles, load_run
 
@@ -93,6 +95,7 @@ __all__ = [
     "check_outliers",
     "check_predictions",
     "check_privacy",
+    "check_rows_dropped",
     "check_server_step",
     "codes",
     "diagnose",
@@ -108,6 +111,7 @@ __all__ = [
 
 CHECKS: tuple[Check, ...] = (
     check_labels,
+    check_rows_dropped,
     check_inputs,
     check_server_step,
     check_learning_rate,

@@ -7,6 +7,9 @@ write them through these names, never as string literals.
 from __future__ import annotations
 
 LABELS_OUTSIDE_LOSS_RANGE = "labels-outside-loss-range"
+# rows dropped as repeats before the held-out split
+# (fedpipe.observe.doctor.rows_dropped)
+ROWS_DROPPED = "rows-dropped"
 # table columns on scales far apart, fed to the model raw
 # (fedpipe.observe.doctor.inputs)
 INPUTS_UNSCALED = "inputs-unscaled"
@@ -38,6 +41,7 @@ RECORDS_UNREADABLE = "records-unreadable"
 #: every code, root causes before the symptoms they cause
 ALL = (
     LABELS_OUTSIDE_LOSS_RANGE,
+    ROWS_DROPPED,
     INPUTS_UNSCALED,
     SERVER_STEP_TOO_LARGE,
     ACCURACY_COLLAPSED,
