@@ -82,10 +82,41 @@ def test_the_fit_record_keeps_no_small_count(tmp_path: Path) -> None:
 
 
 def test_an_unknown_invariant_is_refused_naming_the_known_ones(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown invariant.*known: cells"):
+    with pytest.raises(ValueError, match="unknown invariant.*known: rows, cells"):
         audit(tmp_path, only=("cell",))
     assert "cells" in INVARIANTS
 
 
 def test_a_project_that_has_not_run_breaks_no_promise(tmp_path: Path) -> None:
     assert all(r.ok for r in audit(tmp_path))
+
+
+def _rows_project(tmp_path: Path, *, dealt: dict) -> Path:
+    (tmp_path / "data/prepared").mkdir(parents=True)
+    pd.DataFrame(
+        {"sample_id": [f"row-{i}" for i in range(1, 9)], "status": ["ok"] * 8}
+    ).to_parquet(tmp_path / "data/prepared/samples.parquet")
+    write_json(tmp_path / "data/partition/manifest.json", dealt)
+    return tmp_path
+
+
+def test_rows_hold_when_every_row_has_one_place(tmp_path: Path) -> None:
+    root = _rows_project(tmp_path, dealt={
+        "heldout": ["row-1", "row-2"], "dropped_duplicates": ["row-8"],
+        "clients": [{"client": 0, "train": ["row-3", "row-4"], "test": ["row-5"]},
+                    {"client": 1, "train": ["row-6"], "test": ["row-7"]}],
+    })  # fmt: skip
+    [result] = audit(root, only=("rows",))
+    assert result.ok, result.violations
+
+
+def test_rows_name_a_row_placed_nowhere_and_one_placed_twice(tmp_path: Path) -> None:
+    root = _rows_project(tmp_path, dealt={
+        "heldout": ["row-1", "row-2"],
+        "clients": [{"client": 0, "train": ["row-3", "row-4"], "test": ["row-5"]},
+                    {"client": 1, "train": ["row-6", "row-3"], "test": ["row-7"]}],
+    })  # fmt: skip
+    [result] = audit(root, only=("rows",))
+    text = "\n".join(result.violations)
+    assert "1 rows placed nowhere (e.g. row-8)" in text
+    assert "1 rows placed more than once (e.g. row-3)" in text

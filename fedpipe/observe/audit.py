@@ -34,7 +34,7 @@ from fedpipe.core.jsonio import read_json_or_none
 from fedpipe.core.smallcells import Relation, disclosures
 from fedpipe.observe.runfiles import PARAMS_YAML
 
-__all__ = ["INVARIANTS", "AuditResult", "audit", "small_cells"]
+__all__ = ["INVARIANTS", "AuditResult", "audit", "rows_accounted", "small_cells"]
 
 Check = Callable[[Path], list[str]]
 
@@ -152,8 +152,27 @@ def _transform_cells(transform: Mapping[str, Any], k: int) -> list[str]:
     return found
 
 
+def rows_accounted(root: Path) -> list[str]:
+    """Every prepared row (one per row of the user's file, or per image) held
+    out, in a client's train or local-test split, or dropped with a reason,
+    each exactly once (:func:`fedpipe.data.accounting.row_accounting`)."""
+    from fedpipe.data.accounting import accounting_problems, row_accounting
+
+    if not (root / layout.MANIFEST).is_file():
+        return []
+    if not (root / layout.PREPARED_DIR / "samples.parquet").is_file():
+        return []
+    where = f"{layout.MANIFEST.as_posix()} against {layout.PREPARED_DIR.as_posix()}"
+    return [f"{where}: {m}" for m in accounting_problems(row_accounting(root))]
+
+
 #: name -> (promise, check); more join as their checks are written
 INVARIANTS: dict[str, tuple[str, Check]] = {
+    "rows": (
+        "every row is held out, in a client's split, or dropped with a reason, "
+        "exactly once",
+        rows_accounted,
+    ),
     "cells": (
         "no published count below preprocess.min_count_shown, directly or by "
         "difference",
