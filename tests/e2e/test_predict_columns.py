@@ -101,6 +101,30 @@ def test_predict_scores_raw_categories_and_text_as_the_model_file_does(
     assert np.isfinite(direct).all()
 
 
+def test_predict_on_the_heldout_rows_scores_what_the_round_recorded(
+    project: Path, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """An oracle outside the exported file: the held-out rows, raw from the
+    user's CSV, scored by `fedpipe predict`, reach the accuracy the pipeline
+    recorded for round 2's global model on its own prepared held-out set (the
+    test above compares the file with itself, which a wrong export passes)."""
+    import json
+
+    held = json.loads((project / "data/partition/manifest.json").read_text())["heldout"]
+    raw = pd.read_csv(project / "data/table.csv", dtype={"pid": str})
+    rows = raw[raw["pid"].isin(held)]
+    assert len(rows) == len(held) > 20
+    rows.drop(columns=["label"]).to_csv(tmp_path / "held.csv", index=False)
+    out = tmp_path / "pred.csv"
+    run_cli([FEDPIPE, "predict", str(tmp_path / "held.csv"), "--out", str(out)],
+            project, cli_env)  # fmt: skip
+    pred = pd.read_csv(out, dtype={"pid": str}).set_index("pid")
+    truth = rows.set_index("pid")["label"]
+    accuracy = float((pred.loc[truth.index, "prediction"] == truth).mean())
+    record = json.loads((project / "metrics/rounds/round-2.json").read_text())
+    assert accuracy == pytest.approx(record["global"]["accuracy"], abs=1e-6)
+
+
 def test_a_numeric_column_with_text_is_named_and_categories_are_not(
     project: Path, cli_env: dict[str, str]
 ) -> None:

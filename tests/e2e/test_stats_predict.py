@@ -145,3 +145,26 @@ def test_predict_names_a_missing_column_and_a_non_numeric_value(
         errors = [line for line in proc.stderr.splitlines() if line.strip()]
         assert len(errors) == 1 and expected in errors[0], proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("round_", [1, 2])
+def test_predict_on_the_heldout_rows_scores_what_the_round_recorded(
+    project: Path, cli_env: dict[str, str], tmp_path: Path, round_: int
+) -> None:
+    """An oracle outside the exported file (the test above compares the file
+    with itself): the held-out rows, raw from the user's CSV with their blank
+    cells, scored by `fedpipe predict`, reach the accuracy the pipeline recorded
+    for that round's global model on its own prepared held-out set."""
+    held = json.loads((project / "data/partition/manifest.json").read_text())["heldout"]
+    raw = pd.read_csv(project / "data/table.csv", dtype={"pid": str})
+    rows = raw[raw["pid"].isin(held)]
+    assert len(rows) == len(held) > 20 and rows[COLUMNS].isna().any().any()
+    rows.drop(columns=["label"]).to_csv(tmp_path / "held.csv", index=False)
+    out = tmp_path / "pred.csv"
+    run_cli([FEDPIPE, "predict", str(tmp_path / "held.csv"), "--out", str(out),
+             "--round", str(round_)], project, cli_env)  # fmt: skip
+    pred = pd.read_csv(out, dtype={"pid": str}).set_index("pid")
+    truth = rows.set_index("pid")["label"]
+    accuracy = float((pred.loc[truth.index, "prediction"] == truth).mean())
+    record = json.loads((project / f"metrics/rounds/round-{round_}.json").read_text())
+    assert accuracy == pytest.approx(record["global"]["accuracy"], abs=1e-6)
