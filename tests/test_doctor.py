@@ -851,12 +851,27 @@ def test_the_input_finding_reads_preprocess_numeric(
 def test_a_model_that_normalizes_its_inputs_gets_no_input_finding(
     run_dir, tmp_path: Path
 ) -> None:
-    # the record of a model whose first layer is a Normalization (or batch norm)
+    # what a real model whose first layer is a Keras Normalization records as
+    # its first weight-bearing layer (the test wrote "norm" into the record and
+    # read it back, which passed whatever a model records)
+    import keras
+
+    from fedpipe.model.zoo import layer_info
+
+    # (adapted on data: its mean and variance are weights; one built with fixed
+    # mean= and variance= holds none, is no weight-bearing layer, and the doctor
+    # cannot see it: a known gap, the record lists weight-bearing layers only)
+    inputs = keras.Input((3,))
+    layer = keras.layers.Normalization()
+    layer.adapt(np.array([[0.0, 1.0, 2.0], [2.0, 3.0, 4.0]], np.float32))
+    model = keras.Model(inputs, keras.layers.Dense(2)(layer(inputs)))
+    first = layer_info(model)[0]
+    assert first.kind == "norm" and first.trainable == []
     root = tmp_path / "run"
     shutil.copytree(run_dir("table-unscaled"), root)
     for path in (root / layout.HEALTH_METRICS_DIR).glob("round-*.json"):
         health = json.loads(path.read_text())
-        health["layers"][0]["kind"] = "norm"
+        health["layers"][0]["kind"] = first.kind
         path.write_text(json.dumps(health))
     assert codes.INPUTS_UNSCALED not in [f.code for f in diagnose(root)]
 
