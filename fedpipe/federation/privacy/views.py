@@ -67,7 +67,11 @@ SERVER_HEALTH_KEYS = ("round", "global", "dead_units", "stopped")
 #: ``global`` entries of the health record that compare the clients' updates
 ORACLE_HEALTH_GLOBAL_KEYS = ("divergence",)
 
-#: the per-client table's columns in the server view
+#: the per-client table's columns in the server view: its header only. The
+#: server view holds no per-client rows: which rows a round has (the sampled,
+#: trained or scored clients) is itself what amplification by sampling assumes
+#: secret (issue 36, item 1), so ``metrics/clients/round-K.csv`` is the header
+#: alone whatever ``evaluation.clients`` says; the rows are the oracle's
 SERVER_TABLE_COLUMNS = ("client",)
 
 #: every key the oracle view adds (what a published file must not contain)
@@ -96,7 +100,8 @@ class RoundViews:
     summary, health : dict
         ``metrics/rounds/round-K.json`` and ``metrics/health/round-K.json``.
     clients : list of dict
-        ``metrics/clients/round-K.csv``'s rows.
+        ``metrics/clients/round-K.csv``'s rows (none in the server view: the
+        rows alone would say which clients were sampled).
     oracle : dict or None
         ``.fedpipe/oracle/round-K.json``: ``round``, ``view``, and the full
         ``summary``, ``health`` and ``clients``.
@@ -146,7 +151,7 @@ def split_round(
     return RoundViews(
         server_summary(summary),
         server_health(health),
-        [{k: row[k] for k in SERVER_TABLE_COLUMNS if k in row} for row in clients],
+        [],  # no row: which clients have one is who was sampled
         oracle,
     )
 
