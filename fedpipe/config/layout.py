@@ -37,6 +37,12 @@ DP_KEY = Path(".fedpipe/dp.key")
 #: under DP, the simulation's oracle diagnostics of each round (per-client norms,
 #: losses, the sampled set): beside the key, git- and dvc-ignored, no stage's out
 ORACLE_DIR = Path(".fedpipe/oracle")
+#: under DP, what the clients keep between rounds (personal models, control
+#: variates: trained on their records without clip or noise) when any client
+#: keeps anything: beside the key, git- and dvc-ignored, no stage's out; the
+#: public ``models/round-K/clients`` then holds an index naming no client
+#: (:func:`fedpipe.federation.clientstate.save_round_client_states`)
+PRIVATE_CLIENT_STATE_DIR = Path(".fedpipe/clients")
 
 ROUND_STAGE = "round"
 
@@ -60,6 +66,12 @@ def client_state(round_: int) -> Path:
     """Folder of what each client keeps across rounds
     (:mod:`fedpipe.federation.clientstate`)."""
     return model_dir(round_) / "clients"
+
+
+def private_client_state(round_: int) -> Path:
+    """Under DP, the folder of what each client keeps after ``round_``
+    (:data:`PRIVATE_CLIENT_STATE_DIR`)."""
+    return PRIVATE_CLIENT_STATE_DIR / f"round-{round_}"
 
 
 def round_metrics(round_: int) -> Path:

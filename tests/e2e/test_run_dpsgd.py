@@ -16,7 +16,7 @@ from e2e_helpers import BIN, file_hashes, run_cli
 
 from fedpipe.config import layout
 from fedpipe.core.secretkey import load_or_create_key
-from fedpipe.federation.clientstate import load_client_states
+from fedpipe.federation.clientstate import load_round_client_states
 from fedpipe.federation.privacy.accountant import dpsgd_epsilon
 
 pytestmark = pytest.mark.e2e
@@ -56,7 +56,10 @@ def test_dpsgd_run_and_dvc_repro_same_bits_with_the_same_key(
 
     manifest = json.loads((by_run / layout.MANIFEST).read_text())
     n_train = {int(c["client"]): len(c["train"]) for c in manifest["clients"]}
-    states = load_client_states(by_run / layout.client_state(2))
+    # the clients' books are theirs: kept under .fedpipe/, not in the DVC output
+    assert not list((by_run / layout.client_state(2)).glob("client-*.npz"))
+    states = load_round_client_states(by_run, 2)
+    assert len(states) > 0
     for k in (1, 2):
         record = json.loads((by_run / f"metrics/rounds/round-{k}.json").read_text())
         privacy = record["privacy"]
