@@ -176,3 +176,26 @@ def test_the_published_client_table_has_no_rows_under_dp(tmp_path: Path) -> None
         private=False,
     )  # fmt: skip
     assert len(pd.read_csv(tmp_path / layout.client_metrics(2))) == 3
+
+
+def test_dpsgd_per_client_books_are_the_oracles() -> None:
+    """DP-SGD's epsilon_clients / steps_clients / stopped are keyed by client: a
+    client's steps grow in each round it trains, so published they say who
+    trained when."""
+    books = {
+        "epsilon": 2.0,
+        "level": "record",
+        "epsilon_clients": {"0": 2.0, "2": 1.5},
+        "steps_clients": {"0": 8, "2": 4},
+        "stopped": [0],
+    }
+    views = split_round(
+        {"round": 2, "privacy": books}, {"round": 2, "stopped": "why"}, [],
+        private=True,
+    )  # fmt: skip
+    assert views.summary["privacy"] == {
+        "epsilon": 2.0, "level": "record", "view": "server"
+    }  # fmt: skip
+    assert views.health["stopped"] == "why"  # the health record's own key stays
+    assert views.oracle is not None
+    assert views.oracle["summary"]["privacy"]["steps_clients"] == {"0": 8, "2": 4}

@@ -55,8 +55,17 @@ ORACLE_SUMMARY_KEYS = (
     "personalized_std",
 )
 
-#: privacy-block keys computed from the clients' noise-free updates
-ORACLE_PRIVACY_KEYS = ("clipped_fraction", "update_norm_median", "signal_norm")
+#: privacy-block keys computed from the clients' noise-free updates, and DP-SGD's
+#: per-client books (each client's epsilon and steps, the clients out of budget:
+#: keyed by client, they say who trained in which round)
+ORACLE_PRIVACY_KEYS = (
+    "clipped_fraction",
+    "update_norm_median",
+    "signal_norm",
+    "epsilon_clients",
+    "steps_clients",
+    "stopped",
+)
 
 #: health-record keys the server view keeps (the published model on the server's
 #: own held-out set, and its units); the rest (per-client norms, cosines, losses,
@@ -77,7 +86,8 @@ SERVER_TABLE_COLUMNS = ("client",)
 #: every key the oracle view adds (what a published file must not contain)
 ORACLE_KEYS = (
     *ORACLE_SUMMARY_KEYS,
-    *ORACLE_PRIVACY_KEYS,
+    # the health record's own "stopped" (why a round stopped) is the server's
+    *(k for k in ORACLE_PRIVACY_KEYS if k not in SERVER_HEALTH_KEYS),
     "clients",
     "aggregation",
     "excluded",
