@@ -119,3 +119,15 @@ def test_the_inventory_classes_the_files_and_is_in_the_docs() -> None:
     assert not layout.is_public(layout.DP_KEY)
     assert layout.classify("somewhere/else.txt") is None
     assert layout.inventory_markdown() in DOCS.read_text()
+
+
+def test_round_files_past_the_run_are_not_its_own(dp_run: Path, tmp_path: Path) -> None:
+    """An earlier, longer run without DP left round 3's table: not this run's."""
+    copy = _copy(dp_run, tmp_path)
+    sampled = pd.DataFrame({"client": [1, 3], "local_accuracy": [0.5, 0.6]})
+    sampled.to_csv(copy / layout.client_metrics(3), index=False)
+    params = load_params(copy / "params.yaml")
+    assert params.federation.rounds == 2
+    assert public_leaks(copy, params) == []
+    sampled.to_csv(copy / layout.client_metrics(2), index=False)
+    assert len(public_leaks(copy, params)) == 2  # rows, and an unnoised column

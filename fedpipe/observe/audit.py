@@ -12,6 +12,7 @@ Pure library: no Prefect, no DVC; pandas is imported when a table is read.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -116,7 +117,8 @@ def public_leaks(project_root: Path, params: Params) -> list[str]:
     ``privacy.mechanism``: nothing is promised then).
 
     A file that cannot be read is a line too (it cannot be shown to keep the
-    promise).
+    promise). Round files past ``federation.rounds`` are not this run's (an
+    earlier, longer run left them) and are not looked at.
     """
     if params.privacy.mechanism is None:
         return []
@@ -126,11 +128,14 @@ def public_leaks(project_root: Path, params: Params) -> list[str]:
         if params.privacy.publish_oracle
         else ""
     )
+    rounds = params.federation.rounds
     leaks: list[str] = []
     for pattern, check in _CHECKS:
         for path in sorted(root.glob(pattern), key=_natural):
             relative = path.relative_to(root).as_posix()
             if not path.is_file() or not layout.is_public(relative):
+                continue
+            if (k := _round_of(relative)) is not None and k > rounds:
                 continue
             try:
                 found = list(check(path))
@@ -138,6 +143,15 @@ def public_leaks(project_root: Path, params: Params) -> list[str]:
                 found = [f"cannot be read to check it ({exc})"]
             leaks += [f"{relative}: {what}{deliberate}" for what in found]
     return leaks
+
+
+def _round_of(relative: str) -> int | None:
+    """K of a round's file (``.../round-K...``), None for a run-wide file."""
+    found = _ROUND.search(relative)
+    return None if found is None else int(found.group(1))
+
+
+_ROUND = re.compile(r"round-(\d+)")
 
 
 def _natural(path: Path) -> tuple:

@@ -15,9 +15,11 @@ import yaml
 from e2e_helpers import BIN, file_hashes, run_cli
 
 from fedpipe.config import layout
+from fedpipe.config.params import load_params
 from fedpipe.core.secretkey import load_or_create_key
 from fedpipe.federation.clientstate import load_round_client_states
 from fedpipe.federation.privacy.accountant import dpsgd_epsilon
+from fedpipe.observe.audit import public_leaks
 
 pytestmark = pytest.mark.e2e
 FEDPIPE, DVC = str(BIN / "fedpipe"), str(BIN / "dvc")
@@ -60,6 +62,7 @@ def test_dpsgd_run_and_dvc_repro_same_bits_with_the_same_key(
     assert not list((by_run / layout.client_state(2)).glob("client-*.npz"))
     states = load_round_client_states(by_run, 2)
     assert len(states) > 0
+    assert public_leaks(by_run, load_params(by_run / "params.yaml")) == []
     for k in (1, 2):
         record = json.loads((by_run / f"metrics/rounds/round-{k}.json").read_text())
         published = record["privacy"]
