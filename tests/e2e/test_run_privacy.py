@@ -188,6 +188,17 @@ def test_a_dp_run_publishes_no_oracle_statistic(
     # the private state is no stage's output: DVC calls the run up to date
     status = run_cli([str(BIN / "dvc"), "status"], project, cli_env).stdout
     assert "up to date" in status, status
+    # a clone without .fedpipe/ cannot continue the clients' models: one more
+    # round is refused in one line naming the folder and the way out
+    shutil.rmtree(project / layout.PRIVATE_CLIENT_STATE_DIR)
+    more = [FEDPIPE, "run", "--no-server-start", "--no-report"]
+    more += ["-S", f"federation.rounds={rounds + 1}"]
+    proc = run_cli(more, project, cli_env, check=False)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    assert f".fedpipe/clients/round-{rounds}/" in errors[0], errors
+    assert "fedpipe run --force" in errors[0] and "Traceback" not in proc.stderr
 
 
 def test_privacy_table_script_at_one_epsilon(
