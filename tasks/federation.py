@@ -37,7 +37,11 @@ from fedpipe.federation.build import (
     round_steps_for,
     strategy_for,
 )
-from fedpipe.federation.clientstate import load_client_states, save_client_states
+from fedpipe.federation.clientstate import (
+    load_round_client_states,
+    save_client_states,
+    save_round_client_states,
+)
 from fedpipe.federation.privacy.views import write_round_records
 from fedpipe.federation.round import RoundFailed, RoundInputs, RoundOutputs, run_round
 from fedpipe.model.cohort import cohort_map
@@ -121,7 +125,7 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         data=data_for(layout.PREPARED_DIR, layout.MANIFEST, layout.TRANSFORM),
         global_weights=load_weights(layout.model_weights(round_ - 1)),
         server_state=load_state(layout.server_state(round_ - 1)),
-        client_states=load_client_states(layout.client_state(round_ - 1)),
+        client_states=load_round_client_states(Path("."), round_ - 1),
         strategy=private_strategy(
             strategy, privacy_for(params), seed=params.seed, key=key
         ),
@@ -299,15 +303,22 @@ def write_round(outputs: RoundOutputs, round_: int, params: Params) -> pd.DataFr
     """Write round K's versioned outputs: model, server and client state, metrics,
     per-client table and health record; under DP the published records keep
     the server's view and the oracle's go to ``.fedpipe/oracle/round-K.json``
-    (:mod:`fedpipe.federation.privacy.views`). Returns the published per-client
-    table."""
+    (:mod:`fedpipe.federation.privacy.views`), and the clients' state to
+    ``.fedpipe/clients/round-K`` (:mod:`fedpipe.federation.clientstate`).
+    Returns the published per-client table."""
     record = outputs.record
     # what the health record cost is logged, not versioned: the record must be
     # the same bits whenever the round is recomputed (dvc repro, another runner)
     get_run_logger().debug("health record: %.3f s", outputs.health_seconds)
     save_weights(layout.model_weights(round_), outputs.weights)
     save_state(layout.server_state(round_), outputs.server_state)
-    save_client_states(layout.client_state(round_), outputs.client_states)
+    # under DP the clients' state is theirs: kept in .fedpipe/, not published
+    save_round_client_states(
+        Path("."),
+        round_,
+        outputs.client_states,
+        private=params.privacy.mechanism is not None,
+    )
     table = write_round_records(
         Path("."),
         round_,

@@ -135,3 +135,67 @@ def test_without_dp_nothing_is_split(tmp_path: Path) -> None:
     assert run.view == "full" and run.view_text is None
     views = split_round(summaries[0], {"round": 1}, [], private=False)
     assert views.oracle is None and views.summary == summaries[0]
+
+
+def _sampled_rows(clients: list[int]) -> list[dict[str, Any]]:
+    """A round's per-client rows: the clients that were sampled (and scored)."""
+    return [
+        {"client": c, "selected": True, "local_accuracy": 0.5 + c / 100}
+        for c in clients
+    ]
+
+
+def test_the_server_view_does_not_say_who_was_sampled() -> None:
+    """Issue 36, item 1: the published table's rows were the sampled clients
+    (only the columns were cut); two rounds that sampled different clients must
+    publish the same table."""
+    summary = {"round": 3, "privacy": {"epsilon": 1.0}}
+    a = split_round(summary, {"round": 3}, _sampled_rows([1, 4]), private=True)
+    b = split_round(summary, {"round": 3}, _sampled_rows([0, 2, 7]), private=True)
+    assert a.clients == b.clients == []
+    # the oracle keeps the rows
+    assert a.oracle is not None and [r["client"] for r in a.oracle["clients"]] == [1, 4]
+
+
+def test_the_published_client_table_has_no_rows_under_dp(tmp_path: Path) -> None:
+    from fedpipe.federation.privacy.views import write_round_records
+
+    table = pd.DataFrame(_sampled_rows([2, 5, 9]))
+    published = write_round_records(
+        tmp_path, 1, summary={"round": 1}, health={"round": 1}, table=table,
+        private=True,
+    )  # fmt: skip
+    written = (tmp_path / layout.client_metrics(1)).read_text()
+    assert written == "client\n"
+    assert published is not None and published.empty
+    oracle = json.loads((tmp_path / layout.oracle_record(1)).read_text())
+    assert [r["client"] for r in oracle["clients"]] == [2, 5, 9]
+    # without DP the table is written as it was
+    write_round_records(
+        tmp_path, 2, summary={"round": 2}, health={"round": 2}, table=table,
+        private=False,
+    )  # fmt: skip
+    assert len(pd.read_csv(tmp_path / layout.client_metrics(2))) == 3
+
+
+def test_dpsgd_per_client_books_are_the_oracles() -> None:
+    """DP-SGD's epsilon_clients / steps_clients / stopped are keyed by client: a
+    client's steps grow in each round it trains, so published they say who
+    trained when."""
+    books = {
+        "epsilon": 2.0,
+        "level": "record",
+        "epsilon_clients": {"0": 2.0, "2": 1.5},
+        "steps_clients": {"0": 8, "2": 4},
+        "stopped": [0],
+    }
+    views = split_round(
+        {"round": 2, "privacy": books}, {"round": 2, "stopped": "why"}, [],
+        private=True,
+    )  # fmt: skip
+    assert views.summary["privacy"] == {
+        "epsilon": 2.0, "level": "record", "view": "server"
+    }  # fmt: skip
+    assert views.health["stopped"] == "why"  # the health record's own key stays
+    assert views.oracle is not None
+    assert views.oracle["summary"]["privacy"]["steps_clients"] == {"0": 8, "2": 4}

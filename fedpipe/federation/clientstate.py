@@ -13,10 +13,26 @@ file when that client is looked up (:class:`StoredStates`), :func:`merged` lays 
 round's updates over it without copying (:class:`MergedStates`), and
 :func:`save_client_states` links the files of clients that did not change from the
 previous round's folder instead of rewriting them.
+
+Under differential privacy (any ``privacy.mechanism``) a client's state is the
+client's: trained on its records with no clip and no noise (a Ditto or FedPer
+personal model, a SCAFFOLD control variate), it would give away what the noised
+global model hides. :func:`save_round_client_states` then keeps the folder under
+``.fedpipe/clients/round-K`` (:func:`fedpipe.config.layout.private_client_state`:
+git- and dvc-ignored, no stage's output, never pushed) and the public
+``models/round-K/clients`` (the DVC output) holds only ``index.json`` naming no
+client and the private folder. The private index records the SHA-256 of the
+round's published global weights, which :func:`load_round_client_states` checks:
+a private folder of another run (params changed back, ``dvc checkout``) is
+refused, not trained on, and so is a missing one (a fresh clone, ``fedpipe run
+--exp``'s temporary copy), with the command that recomputes it. A round after
+which no client keeps anything (FedAvg, round 0) has nothing to hide: its
+public folder is the empty index, as without DP.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -27,9 +43,15 @@ from pathlib import Path
 import numpy as np
 
 from fedpipe.client.base import ClientState
+from fedpipe.config import layout
+from fedpipe.core.errors import FedpipeError
 from fedpipe.core.weights import load_state, save_state
 
 INDEX = "index.json"
+#: the public index's key naming the private folder (under DP)
+PRIVATE = "private"
+#: the private index's key: SHA-256 of the round's published global weights
+BOUND_TO = "weights_sha256"
 _FILE = re.compile(r"client-(\d+)\.npz$")
 
 ClientStates = Mapping[int, ClientState]
@@ -141,7 +163,9 @@ def _link_or_copy(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def save_client_states(folder: Path, states: ClientStates) -> None:
+def save_client_states(
+    folder: Path, states: ClientStates, *, note: Mapping[str, str] | None = None
+) -> list[int]:
     """Write a round's client state folder, replacing whatever was there.
 
     Clients the round did not change keep the previous round's file (a hard link,
@@ -154,6 +178,9 @@ def save_client_states(folder: Path, states: ClientStates) -> None:
     not flushed to disk one by one (a round writes them by the hundred): a power
     loss may lose some, which DVC's hashes in ``dvc.lock`` catch (the round
     reruns).
+
+    ``note``: further entries of ``index.json``. Returns the clients that keep
+    something (those with a file).
     """
     tmp = folder.with_name(folder.name + ".tmp")
     old = folder.with_name(folder.name + ".old")
@@ -162,7 +189,7 @@ def save_client_states(folder: Path, states: ClientStates) -> None:
             shutil.rmtree(leftover)
     tmp.mkdir(parents=True)
     try:
-        _write_folder(tmp, states)
+        kept = _write_folder(tmp, states, note or {})
     except BaseException:  # a full disk, Ctrl-C: the half-written copy goes
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -171,10 +198,14 @@ def save_client_states(folder: Path, states: ClientStates) -> None:
     tmp.replace(folder)
     if old.exists():
         shutil.rmtree(old)
+    return kept
 
 
-def _write_folder(tmp: Path, states: ClientStates) -> None:
-    """Write the client state folder's files and index into ``tmp``."""
+def _write_folder(
+    tmp: Path, states: ClientStates, note: Mapping[str, str]
+) -> list[int]:
+    """Write the client state folder's files and index into ``tmp``; the clients
+    that keep something."""
     namespaces: set[str] = set()
     kept: list[int] = []
     for client in sorted(states):
@@ -189,8 +220,9 @@ def _write_folder(tmp: Path, states: ClientStates) -> None:
             namespaces.update(states[client])
             kept.append(client)
     namespaces.update(_namespaces_of(states))
-    index = {"clients": kept, "namespaces": sorted(namespaces)}
+    index = {**note, "clients": kept, "namespaces": sorted(namespaces)}
     (tmp / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    return kept
 
 
 def _namespaces_of(states: ClientStates) -> set[str]:
@@ -202,3 +234,79 @@ def _namespaces_of(states: ClientStates) -> set[str]:
         if index.is_file():
             return set(json.loads(index.read_text())["namespaces"])
     return set()
+
+
+class PrivateStateError(FedpipeError, RuntimeError):
+    """Under DP, a round's private client state is missing or of another run."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save_round_client_states(
+    root: Path, round_: int, states: ClientStates, *, private: bool
+) -> None:
+    """Write what the clients keep after ``round_`` under project ``root``.
+
+    Without DP (``private`` False) it is ``models/round-K/clients``, the round
+    stage's DVC output. Under DP, when any client keeps anything, it goes to
+    ``.fedpipe/clients/round-K`` (mode 0700, bound to the round's global
+    weights, written first: ``models/round-K/weights.npz`` must exist) and the
+    public folder holds an index naming no client and that folder.
+    """
+    public = root / layout.client_state(round_)
+    hidden = root / layout.private_client_state(round_)
+    if private:
+        hidden.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        bound = {BOUND_TO: _sha256(root / layout.model_weights(round_))}
+        if save_client_states(hidden, states, note=bound):
+            note = {PRIVATE: layout.private_client_state(round_).as_posix()}
+            save_client_states(public, {}, note=note)
+            return
+    if hidden.exists():  # nothing to hide, or no DP: no stale copy stays beside
+        shutil.rmtree(hidden)
+    save_client_states(public, states)
+
+
+def load_round_client_states(root: Path, round_: int) -> StoredStates:
+    """What the clients keep after ``round_`` (:func:`save_round_client_states`):
+    the public folder, or the private one its index names.
+
+    Raises
+    ------
+    FileNotFoundError
+        The public folder is missing.
+    PrivateStateError
+        The private folder is missing, or was written beside other global
+        weights than ``models/round-K/weights.npz`` holds now.
+    """
+    public = root / layout.client_state(round_)
+    index = public / INDEX
+    named = json.loads(index.read_text()).get(PRIVATE) if index.is_file() else None
+    if named is None:
+        return StoredStates(public)
+    hidden = root / named
+    rerun = (
+        "rerun every round from round 1 to recompute it (fedpipe run --force); "
+        "under privacy.mechanism the clients' state is never in a DVC output, "
+        "so neither DVC nor git brings it"
+    )
+    if not (hidden / INDEX).is_file():
+        raise PrivateStateError(
+            f"{public}: the clients' state after round {round_} is kept private in "
+            f"{named}/, which is not here (a fresh clone, a temporary copy, or "
+            f".fedpipe/ removed); {rerun}"
+        )
+    recorded = json.loads((hidden / INDEX).read_text()).get(BOUND_TO)
+    if recorded != _sha256(root / layout.model_weights(round_)):
+        raise PrivateStateError(
+            f"{named}/: the clients' private state after round {round_} was written "
+            f"by another run than {layout.model_weights(round_)} (params changed, "
+            f"or dvc checkout); {rerun}"
+        )
+    return StoredStates(hidden)

@@ -34,7 +34,14 @@ from fedpipe.core.jsonio import read_json_or_none
 from fedpipe.core.smallcells import Relation, disclosures
 from fedpipe.observe.runfiles import PARAMS_YAML
 
-__all__ = ["INVARIANTS", "AuditResult", "audit", "rows_accounted", "small_cells"]
+__all__ = [
+    "INVARIANTS",
+    "AuditResult",
+    "audit",
+    "public_means_public",
+    "rows_accounted",
+    "small_cells",
+]
 
 Check = Callable[[Path], list[str]]
 
@@ -166,12 +173,33 @@ def rows_accounted(root: Path) -> list[str]:
     return [f"{where}: {m}" for m in accounting_problems(row_accounting(root))]
 
 
+def public_means_public(root: Path) -> list[str]:
+    """Under any DP mechanism, no public file holds a client's model or state,
+    a per-client unnoised quantity, or which clients were sampled
+    (:func:`fedpipe.observe.leaks.public_leaks`, on the params the run used)."""
+    from fedpipe.config.params import ParamsError, load_params
+    from fedpipe.observe.leaks import public_leaks
+
+    if not (root / PARAMS_YAML).is_file():
+        return []
+    try:
+        params = load_params(root / PARAMS_YAML)
+    except ParamsError as exc:
+        return [f"{PARAMS_YAML}: cannot be read to check the public files ({exc})"]
+    return public_leaks(root, params)
+
+
 #: name -> (promise, check); more join as their checks are written
 INVARIANTS: dict[str, tuple[str, Check]] = {
     "rows": (
         "every row is held out, in a client's split, or dropped with a reason, "
         "exactly once",
         rows_accounted,
+    ),
+    "public": (
+        "under DP no public file holds a client's model or state, a per-client "
+        "unnoised quantity, or which clients were sampled",
+        public_means_public,
     ),
     "cells": (
         "no published count below preprocess.min_count_shown, directly or by "

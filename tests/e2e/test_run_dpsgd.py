@@ -15,9 +15,11 @@ import yaml
 from e2e_helpers import BIN, file_hashes, run_cli
 
 from fedpipe.config import layout
+from fedpipe.config.params import load_params
 from fedpipe.core.secretkey import load_or_create_key
-from fedpipe.federation.clientstate import load_client_states
+from fedpipe.federation.clientstate import load_round_client_states
 from fedpipe.federation.privacy.accountant import dpsgd_epsilon
+from fedpipe.observe.leaks import public_leaks
 
 pytestmark = pytest.mark.e2e
 FEDPIPE, DVC = str(BIN / "fedpipe"), str(BIN / "dvc")
@@ -56,18 +58,26 @@ def test_dpsgd_run_and_dvc_repro_same_bits_with_the_same_key(
 
     manifest = json.loads((by_run / layout.MANIFEST).read_text())
     n_train = {int(c["client"]): len(c["train"]) for c in manifest["clients"]}
-    states = load_client_states(by_run / layout.client_state(2))
+    # the clients' books are theirs: kept under .fedpipe/, not in the DVC output
+    assert not list((by_run / layout.client_state(2)).glob("client-*.npz"))
+    states = load_round_client_states(by_run, 2)
+    assert len(states) > 0
+    assert public_leaks(by_run, load_params(by_run / "params.yaml")) == []
     for k in (1, 2):
         record = json.loads((by_run / f"metrics/rounds/round-{k}.json").read_text())
-        privacy = record["privacy"]
-        assert privacy["level"] == "record" and privacy["view"] == "server"
+        published = record["privacy"]
+        assert published["level"] == "record" and published["view"] == "server"
+        # the per-client books say who trained when: the oracle's, not published
+        assert not {"epsilon_clients", "steps_clients", "stopped"} & set(published)
+        oracle = json.loads((by_run / layout.oracle_record(k)).read_text())
+        privacy = oracle["summary"]["privacy"]
         steps = {int(c): s for c, s in privacy["steps_clients"].items()}
         for c, eps in privacy["epsilon_clients"].items():
             expected = dpsgd_epsilon(
                 min(1.0, 32 / n_train[int(c)]), 1.1, steps[int(c)], 1e-5
             )
             assert eps == pytest.approx(expected, abs=1e-6)
-        assert privacy["epsilon"] == max(privacy["epsilon_clients"].values())
+        assert published["epsilon"] == max(privacy["epsilon_clients"].values())
     # each client's books are in its own state file, as a repro reads them
     for c, state in states.items():
         books = int(state["dpsgd"]["steps"])

@@ -22,6 +22,7 @@ from fedpipe.core.seeds import rng_for
 from fedpipe.core.weights import load_weights
 from fedpipe.federation.privacy.accountant import central_epsilon
 from fedpipe.federation.privacy.mechanism import gaussian_like, global_norm, privacy_rng
+from fedpipe.observe.leaks import public_leaks
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -134,6 +135,9 @@ def test_a_dp_run_publishes_no_oracle_statistic(
     shutil.copytree(tiny_run["project"], project)
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["privacy"] = {"mechanism": "central", "noise_multiplier": 1.0, "delta": 1e-3}
+    # Ditto: each client keeps a personal model, trained without clip or noise,
+    # which must not be published either (issue 36, item 2)
+    params["personalization"] = {"method": "ditto"}
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env)
 
@@ -141,7 +145,16 @@ def test_a_dp_run_publishes_no_oracle_statistic(
 
     published = _published_files(project, cli_env)
     names = {str(f.relative_to(project)) for f in published}
+    client_files = sorted(n for n in names if "/clients/client-" in n)
+    assert not client_files, client_files
+    assert public_leaks(project, load_params(project / "params.yaml")) == []
     rounds = TINY["federation"]["rounds"]
+    kept = project / layout.private_client_state(rounds)
+    assert list(kept.glob("client-*.npz"))  # the personal models: kept, privately
+    assert (
+        "personalized"
+        in json.loads((project / layout.oracle_record(rounds)).read_text())["summary"]
+    )
     assert {f"metrics/rounds/round-{k}.json" for k in range(1, rounds + 1)} <= names
     assert f"metrics/health/round-{rounds}.json" in names
     # "clients" and the like name other things outside the round records (the
@@ -172,6 +185,20 @@ def test_a_dp_run_publishes_no_oracle_statistic(
     assert not any(str(f).startswith(str(project / ".fedpipe")) for f in published)
     doctor = run_cli([FEDPIPE, "doctor", "--fail-on", "never"], project, cli_env)
     assert doctor.stdout.startswith("View: oracle"), doctor.stdout[:500]
+    # the private state is no stage's output: DVC calls the run up to date
+    status = run_cli([str(BIN / "dvc"), "status"], project, cli_env).stdout
+    assert "up to date" in status, status
+    # a clone without .fedpipe/ cannot continue the clients' models: one more
+    # round is refused in one line naming the folder and the way out
+    shutil.rmtree(project / layout.PRIVATE_CLIENT_STATE_DIR)
+    more = [FEDPIPE, "run", "--no-server-start", "--no-report"]
+    more += ["-S", f"federation.rounds={rounds + 1}"]
+    proc = run_cli(more, project, cli_env, check=False)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    assert f".fedpipe/clients/round-{rounds}/" in errors[0], errors
+    assert "fedpipe run --force" in errors[0] and "Traceback" not in proc.stderr
 
 
 def test_privacy_table_script_at_one_epsilon(

@@ -55,8 +55,17 @@ ORACLE_SUMMARY_KEYS = (
     "personalized_std",
 )
 
-#: privacy-block keys computed from the clients' noise-free updates
-ORACLE_PRIVACY_KEYS = ("clipped_fraction", "update_norm_median", "signal_norm")
+#: privacy-block keys computed from the clients' noise-free updates, and DP-SGD's
+#: per-client books (each client's epsilon and steps, the clients out of budget:
+#: keyed by client, they say who trained in which round)
+ORACLE_PRIVACY_KEYS = (
+    "clipped_fraction",
+    "update_norm_median",
+    "signal_norm",
+    "epsilon_clients",
+    "steps_clients",
+    "stopped",
+)
 
 #: health-record keys the server view keeps (the published model on the server's
 #: own held-out set, and its units); the rest (per-client norms, cosines, losses,
@@ -67,13 +76,18 @@ SERVER_HEALTH_KEYS = ("round", "global", "dead_units", "stopped")
 #: ``global`` entries of the health record that compare the clients' updates
 ORACLE_HEALTH_GLOBAL_KEYS = ("divergence",)
 
-#: the per-client table's columns in the server view
+#: the per-client table's columns in the server view: its header only. The
+#: server view holds no per-client rows: which rows a round has (the sampled,
+#: trained or scored clients) is itself what amplification by sampling assumes
+#: secret (issue 36, item 1), so ``metrics/clients/round-K.csv`` is the header
+#: alone whatever ``evaluation.clients`` says; the rows are the oracle's
 SERVER_TABLE_COLUMNS = ("client",)
 
 #: every key the oracle view adds (what a published file must not contain)
 ORACLE_KEYS = (
     *ORACLE_SUMMARY_KEYS,
-    *ORACLE_PRIVACY_KEYS,
+    # the health record's own "stopped" (why a round stopped) is the server's
+    *(k for k in ORACLE_PRIVACY_KEYS if k not in SERVER_HEALTH_KEYS),
     "clients",
     "aggregation",
     "excluded",
@@ -96,7 +110,8 @@ class RoundViews:
     summary, health : dict
         ``metrics/rounds/round-K.json`` and ``metrics/health/round-K.json``.
     clients : list of dict
-        ``metrics/clients/round-K.csv``'s rows.
+        ``metrics/clients/round-K.csv``'s rows (none in the server view: the
+        rows alone would say which clients were sampled).
     oracle : dict or None
         ``.fedpipe/oracle/round-K.json``: ``round``, ``view``, and the full
         ``summary``, ``health`` and ``clients``.
@@ -146,7 +161,7 @@ def split_round(
     return RoundViews(
         server_summary(summary),
         server_health(health),
-        [{k: row[k] for k in SERVER_TABLE_COLUMNS if k in row} for row in clients],
+        [],  # no row: which clients have one is who was sampled
         oracle,
     )
 
