@@ -261,3 +261,22 @@ def test_stale_views_names_each_file_not_of_the_recorded_run(
         str(layout.round_metrics(3)),
         str(layout.health_metrics(2)),
     ]
+
+
+def test_stale_views_names_rounds_beyond_federation_rounds(
+    plain_after_dp, tmp_path: Path
+) -> None:
+    """A longer run before left rounds the params no longer plan (DVC removes
+    neither their files nor their dvc.lock records)."""
+    from fedpipe.observe.runfiles import stale_views
+
+    root = shutil.copytree(plain_after_dp, tmp_path / "p")
+    shutil.rmtree(root / layout.ORACLE_DIR)
+    assert stale_views(root) == []  # params.yaml plans the 2 rounds written
+    (root / "params.yaml").write_text("federation:\n  rounds: 1\n")
+    assert [m.split(":")[0] for m in stale_views(root)] == [
+        str(layout.round_metrics(2)),
+        str(layout.health_metrics(2)),
+        str(layout.client_metrics(2)),
+    ]
+    assert "beyond federation.rounds (1)" in stale_views(root)[0]

@@ -516,34 +516,59 @@ def stale_views(project_root: Path) -> list[str]:
       it, or that no stage of ``dvc.lock`` records: a run stopped before
       recording it, or a file changed or left by another run (``dvc status``
       names the recorded ones as modified).
+    - Any of those files of a round K beyond ``federation.rounds`` in
+      ``params.yaml``: left by an earlier, longer run (DVC removes neither the
+      files nor their ``dvc.lock`` records when the rounds are fewer). The views
+      still read these (not yet left out).
 
     Pure: reads the project's files, writes nothing.
     """
     from fedpipe.federation.privacy.views import file_md5
 
     root = Path(project_root)
+    planned = _planned_rounds(root)
     out = stale_oracle_records(root)
+    flagged = {line.split(": ", 1)[0] for line in out}
     try:
         outs = read_lock_outs(root / DVC_LOCK)
     except Exception as exc:  # noqa: BLE001 - an unreadable lock is a finding
-        return [*out, f"{DVC_LOCK}: not readable ({type(exc).__name__})"]
-    if outs is None:
-        return out
-    recorded = {o["path"]: o["md5"] for o in outs if o["md5"]}
+        outs = None
+        out.append(f"{DVC_LOCK}: not readable ({type(exc).__name__})")
+    recorded = {o["path"]: o["md5"] for o in outs or [] if o["md5"]}
     for folder, suffix in (
+        (layout.ORACLE_DIR, ".json"),
         (layout.ROUND_METRICS_DIR, ".json"),
         (layout.HEALTH_METRICS_DIR, ".json"),
         (layout.CLIENT_METRICS_DIR, ".csv"),
     ):
-        for path in numbered_files(root / folder, suffix).values():
+        for k, path in numbered_files(root / folder, suffix).items():
             name = path.relative_to(root).as_posix()
-            if name not in recorded:
+            if name in flagged:
+                continue
+            if planned is not None and k > planned:
+                out.append(
+                    f"{name}: round {k} is beyond federation.rounds ({planned}) "
+                    "in params.yaml (an earlier, longer run's)"
+                )
+            elif folder == layout.ORACLE_DIR or outs is None:
+                continue  # an oracle record is checked against its round's files
+            elif name not in recorded:
                 out.append(f"{name}: not recorded in {DVC_LOCK}")
             elif file_md5(path) != recorded[name]:
                 out.append(
                     f"{name}: not the file {DVC_LOCK} records (md5 {recorded[name]})"
                 )
     return out
+
+
+def _planned_rounds(root: Path) -> int | None:
+    """``federation.rounds`` in ``root``'s ``params.yaml`` (None: not readable)."""
+    try:
+        params = _read_yaml(root / PARAMS_YAML) or {}
+        rounds = (params.get("federation") or {}).get("rounds")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
+    return rounds if isinstance(rounds, int) and not isinstance(rounds, bool) else None
 
 
 def stale_oracle_records(root: Path) -> list[str]:
