@@ -18,7 +18,10 @@ everything in the published records, deliberately. Without privacy nothing is
 split: the records are the same bits as before.
 
 The doctor and the report read the oracle file when it is there and say which
-view they read (:mod:`fedpipe.observe.runfiles`).
+view they read (:mod:`fedpipe.observe.runfiles`). The oracle file carries what
+ties it to its round (:data:`BELONGS_TO`: the md5 of each record published beside
+it); they read it only while those records are the round's, and a round rewritten
+removes its old oracle file first (issue 36, defect 5).
 """
 
 from __future__ import annotations
