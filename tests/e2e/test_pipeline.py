@@ -203,3 +203,6 @@ def test_run_report_lineage_is_dvc_lock(tiny_run: dict) -> None:
     final = _report_hashes(page, "<h4>Final model</h4>")
     assert final and {stage for stage, _, _ in final} == {"round@4"}
     assert set(final) <= set(recorded)
+    from fedpipe.observe.runfiles import stale_views
+
+    assert stale_views(project) == []  # every round record is dvc.lock's

@@ -172,6 +172,12 @@ def test_a_dp_run_publishes_no_oracle_statistic(
     assert not any(str(f).startswith(str(project / ".fedpipe")) for f in published)
     doctor = run_cli([FEDPIPE, "doctor", "--fail-on", "never"], project, cli_env)
     assert doctor.stdout.startswith("View: oracle"), doctor.stdout[:500]
+    assert "Not read" not in doctor.stdout
+    # every record the views read is of the run dvc.lock records, the oracle
+    # records tied to them (issue 36, defect 5)
+    from fedpipe.observe.runfiles import stale_views
+
+    assert stale_views(project) == []
 
 
 def test_privacy_table_script_at_one_epsilon(
