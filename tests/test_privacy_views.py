@@ -244,7 +244,7 @@ def test_stale_views_names_each_file_not_of_the_recorded_run(
         layout.round_metrics(k) for k in (1, 2)
     ] + [layout.health_metrics(k) for k in (1, 2)] + [
         layout.client_metrics(k) for k in (1, 2)
-    ]  # fmt: skip
+    ] + [layout.MANIFEST]  # fmt: skip
     outs = [
         {"path": str(p), "md5": hashlib.md5((root / p).read_bytes()).hexdigest()}
         for p in published
@@ -255,12 +255,20 @@ def test_stale_views_names_each_file_not_of_the_recorded_run(
     shutil.rmtree(root / layout.ORACLE_DIR)
     assert stale_views(root) == []
     # a published record changed since dvc.lock recorded it, one never recorded
+    # (a run stopped before recording it), a partition another run wrote
     (root / layout.health_metrics(2)).write_text("{}\n")
+    (root / "params.yaml").write_text("federation:\n  rounds: 3\n")
     shutil.copy(root / layout.round_metrics(2), root / layout.round_metrics(3))
-    assert [m.split(":")[0] for m in stale_views(root)] == [
+    manifest = root / layout.MANIFEST
+    manifest.write_text(manifest.read_text() + "\n")
+    stale = stale_views(root)
+    assert [m.split(":")[0] for m in stale] == [
         str(layout.round_metrics(3)),
         str(layout.health_metrics(2)),
+        str(layout.MANIFEST),
     ]
+    assert "not recorded in dvc.lock" in stale[0]
+    assert "not the file dvc.lock records" in stale[1]
 
 
 def test_stale_views_names_rounds_beyond_federation_rounds(

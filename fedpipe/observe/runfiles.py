@@ -76,6 +76,10 @@ _COLUMN_CHUNK_ROWS = 2**14
 #: several times faster on a long ``dvc.lock``), else its pure-Python one
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+#: files the views read that are a stage's output of their own (a file, not a
+#: folder, in ``dvc.lock``), besides the per-round records (:func:`stale_views`)
+VIEW_OUTS = (layout.MANIFEST, layout.CLIENT_STATS, layout.HISTORY_CSV)
+
 #: the parts :func:`load_run` reads, each kept or failed on its own (the keys of
 #: :attr:`RunFiles.errors`)
 PARTS = (
@@ -520,6 +524,11 @@ def stale_views(project_root: Path) -> list[str]:
       ``params.yaml``: left by an earlier, longer run (DVC removes neither the
       files nor their ``dvc.lock`` records when the rounds are fewer). The views
       still read these (not yet left out).
+    - The other files the views read that are a stage's output of their own
+      (:data:`VIEW_OUTS`: the partition manifest, the clients' statistics, the
+      history), checked as the round records are. Files inside a folder output
+      (``data/prepared``, ``reports/partition``, ``reports/validation``) are
+      not checked here (their folder's hash is DVC's; ``dvc status`` checks it).
 
     Pure: reads the project's files, writes nothing.
     """
@@ -558,6 +567,16 @@ def stale_views(project_root: Path) -> list[str]:
                 out.append(
                     f"{name}: not the file {DVC_LOCK} records (md5 {recorded[name]})"
                 )
+    for path in VIEW_OUTS if outs is not None else ():
+        name = path.as_posix()
+        if not (root / path).is_file():
+            continue
+        if name not in recorded:
+            out.append(f"{name}: not recorded in {DVC_LOCK}")
+        elif file_md5(root / path) != recorded[name]:
+            out.append(
+                f"{name}: not the file {DVC_LOCK} records (md5 {recorded[name]})"
+            )
     return out
 
 
