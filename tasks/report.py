@@ -9,6 +9,7 @@ stamps every row with the wall-clock time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from prefect import get_run_logger, task
@@ -44,11 +45,17 @@ def summarize(
 
 
 @task(name="doctor-and-report", cache_policy=NO_CACHE)
-def doctor_and_report(root: Path) -> tuple[str, Path]:
+def doctor_and_report(
+    root: Path, records_landed: Callable[[], None] | None = None
+) -> tuple[str, Path]:
     """The doctor's findings (markdown) and the run's HTML report (its path).
 
     What ``fedpipe doctor`` and ``fedpipe report`` print and write, done at the
     end of every run so the UI shows both; the findings are also logged.
+    ``records_landed`` waits for the run's last ``dvc.lock`` records: the doctor
+    and every section of the report but the lineage are done beside them, the
+    lineage after (:func:`fedpipe.observe.report.build_report`), so the report's
+    hashes are the ones ``dvc.lock`` holds after the run.
     """
     from fedpipe.observe.doctor import diagnose, format_markdown, format_text
     from fedpipe.observe.report import write_report
@@ -61,7 +68,12 @@ def doctor_and_report(root: Path) -> tuple[str, Path]:
         logger.warning("fedpipe doctor:\n%s", format_text(findings))
     else:
         logger.info("fedpipe doctor: no findings")
-    path = write_report(root, findings=[f.to_dict() for f in findings], run=run)
+    path = write_report(
+        root,
+        findings=[f.to_dict() for f in findings],
+        run=run,
+        lock_ready=records_landed,
+    )
     logger.info("run report: %s", path.resolve())
     view = f"{run.view_text}\n\n" if run.view_text else ""  # a DP run's view
     return view + format_markdown(findings), path.resolve()

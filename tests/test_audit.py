@@ -82,7 +82,7 @@ def test_the_fit_record_keeps_no_small_count(tmp_path: Path) -> None:
 
 
 def test_an_unknown_invariant_is_refused_naming_the_known_ones(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="known: rows, public, cells"):
+    with pytest.raises(ValueError, match="known: rows, public, views, cells"):
         audit(tmp_path, only=("cell",))
     assert "cells" in INVARIANTS
 

@@ -199,3 +199,156 @@ def test_dpsgd_per_client_books_are_the_oracles() -> None:
     assert views.health["stopped"] == "why"  # the health record's own key stays
     assert views.oracle is not None
     assert views.oracle["summary"]["privacy"]["steps_clients"] == {"0": 8, "2": 4}
+
+
+# ------------------------------------------ another run's oracle (issue 36, 5)
+
+
+@pytest.fixture(scope="module")
+def plain_after_dp(dp_run, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run without DP in a project where a DP run (``dp_run``) wrote its
+    oracle records before: the same rounds rewritten, with DP's oracle records
+    left in place (as a fedpipe that never cleared them left them)."""
+    dp_root, _ = dp_run
+    root = tmp_path_factory.mktemp("plain")
+    run_federation(root, n_samples=300, clients=5, rounds=2, fraction_fit=0.6)
+    shutil.copytree(dp_root / layout.ORACLE_DIR, root / layout.ORACLE_DIR)
+    return root
+
+
+def _published(root: Path, k: int) -> dict:
+    return json.loads((root / layout.round_metrics(k)).read_text())
+
+
+def test_a_round_rewritten_without_dp_drops_its_oracle_record(
+    dp_run, tmp_path: Path
+) -> None:
+    dp_root, _ = dp_run
+    shutil.copytree(dp_root, tmp_path, dirs_exist_ok=True)
+    assert (tmp_path / layout.oracle_record(1)).is_file()
+    run_federation(tmp_path, n_samples=300, clients=5, rounds=1, fraction_fit=0.6)
+    assert not (tmp_path / layout.oracle_record(1)).exists()
+    assert (tmp_path / layout.oracle_record(2)).is_file()  # round 2 not rewritten
+
+
+def test_another_runs_oracle_records_are_not_read(plain_after_dp, tmp_path) -> None:
+    """The doctor, the report and the status read the published records of the
+    run and say, once, that the oracle records of the DP run before were left
+    unread (they said "View: oracle" and showed the DP run's accuracy)."""
+    from fedpipe.observe.doctor import codes
+    from fedpipe.observe.status import collect, format_text
+
+    root = plain_after_dp
+    run = load_run(root)
+    assert run.view == "full"
+    assert run.rounds == {1: _published(root, 1), 2: _published(root, 2)}
+    assert [line.split(":")[0] for line in run.ignored] == [
+        str(layout.oracle_record(1)),
+        str(layout.oracle_record(2)),
+    ]
+    text = run.view_text or ""
+    assert "View: oracle" not in text and text.count("Not read: 2 file(s)") == 1
+    found = {f.code for f in diagnose(run)}
+    assert codes.PRIVACY_NOISE_DOMINATES not in found
+    page = write_report(root, tmp_path / "report.html", findings=None, run=run)
+    html = page.read_text()
+    assert "View: oracle" not in html and html.count("Not read: 2 file(s)") == 1
+    status = collect(root)
+    assert status.doctor is None or status.doctor.get("code") != (
+        codes.PRIVACY_NOISE_DOMINATES
+    )
+    assert format_text(status).count("Not read: 2 file(s)") == 1
+
+
+def test_an_oracle_record_is_read_only_beside_its_own_records(
+    dp_run, tmp_path: Path
+) -> None:
+    from fedpipe.federation.privacy.views import BELONGS_TO
+
+    dp_root, summaries = dp_run
+    root = shutil.copytree(dp_root, tmp_path / "dp")
+    tie = json.loads((root / layout.oracle_record(2)).read_text())[BELONGS_TO]
+    assert set(tie) == {
+        str(layout.health_metrics(2)),
+        str(layout.round_metrics(2)),
+        str(layout.client_metrics(2)),
+    }
+    # round 1's health record changed: its oracle record is not of it any more
+    health = root / layout.health_metrics(1)
+    health.write_text(health.read_text().replace('"round": 1', '"round":  1'))
+    run = load_run(root)
+    assert run.view == "oracle"  # round 2's is still read
+    assert run.rounds[2]["clients_selected"] == summaries[1]["clients_selected"]
+    assert "clients_selected" not in run.rounds[1]
+    assert [line.split(":")[0] for line in run.ignored] == [
+        str(layout.oracle_record(1))
+    ]
+    # an oracle record that names no records (an older fedpipe's): not read
+    path = root / layout.oracle_record(2)
+    record = json.loads(path.read_text())
+    del record[BELONGS_TO]
+    path.write_text(json.dumps(record))
+    run = load_run(root)
+    assert run.view == "server" and len(run.ignored) == 2
+
+
+def test_stale_views_names_each_file_not_of_the_recorded_run(
+    plain_after_dp, tmp_path: Path
+) -> None:
+    import hashlib
+
+    import yaml
+
+    from fedpipe.observe.runfiles import stale_views
+
+    root = shutil.copytree(plain_after_dp, tmp_path / "p")
+    oracle = [str(layout.oracle_record(k)) for k in (1, 2)]
+    assert [m.split(":")[0] for m in stale_views(root)] == oracle  # no dvc.lock
+    published = [
+        layout.round_metrics(k) for k in (1, 2)
+    ] + [layout.health_metrics(k) for k in (1, 2)] + [
+        layout.client_metrics(k) for k in (1, 2)
+    ] + [layout.MANIFEST]  # fmt: skip
+    outs = [
+        {"path": str(p), "md5": hashlib.md5((root / p).read_bytes()).hexdigest()}
+        for p in published
+    ]
+    lock = {"schema": "2.0", "stages": {"round@1": {"outs": outs}}}
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock))
+    assert [m.split(":")[0] for m in stale_views(root)] == oracle
+    shutil.rmtree(root / layout.ORACLE_DIR)
+    assert stale_views(root) == []
+    # a published record changed since dvc.lock recorded it, one never recorded
+    # (a run stopped before recording it), a partition another run wrote
+    (root / layout.health_metrics(2)).write_text("{}\n")
+    (root / "params.yaml").write_text("federation:\n  rounds: 3\n")
+    shutil.copy(root / layout.round_metrics(2), root / layout.round_metrics(3))
+    manifest = root / layout.MANIFEST
+    manifest.write_text(manifest.read_text() + "\n")
+    stale = stale_views(root)
+    assert [m.split(":")[0] for m in stale] == [
+        str(layout.round_metrics(3)),
+        str(layout.health_metrics(2)),
+        str(layout.MANIFEST),
+    ]
+    assert "not recorded in dvc.lock" in stale[0]
+    assert "not the file dvc.lock records" in stale[1]
+
+
+def test_stale_views_names_rounds_beyond_federation_rounds(
+    plain_after_dp, tmp_path: Path
+) -> None:
+    """A longer run before left rounds the params no longer plan (DVC removes
+    neither their files nor their dvc.lock records)."""
+    from fedpipe.observe.runfiles import stale_views
+
+    root = shutil.copytree(plain_after_dp, tmp_path / "p")
+    shutil.rmtree(root / layout.ORACLE_DIR)
+    assert stale_views(root) == []  # params.yaml plans the 2 rounds written
+    (root / "params.yaml").write_text("federation:\n  rounds: 1\n")
+    assert [m.split(":")[0] for m in stale_views(root)] == [
+        str(layout.round_metrics(2)),
+        str(layout.health_metrics(2)),
+        str(layout.client_metrics(2)),
+    ]
+    assert "beyond federation.rounds (1)" in stale_views(root)[0]

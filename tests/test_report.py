@@ -482,3 +482,37 @@ def test_cli_report_prints_the_path(tmp_path: Path) -> None:
     assert (
         "<code>seed</code></td><td><code>3</code>" in (tmp_path / "r.html").read_text()
     )
+
+
+def test_lineage_waits_for_lock_ready_and_reads_dvc_lock_after_it(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    """``fedpipe run`` builds the page while its last dvc.lock records are being
+    written; the lineage reads dvc.lock only after ``lock_ready`` (issue 36,
+    defect 6), and a record that failed fails the report."""
+    from fedpipe.observe.runfiles import load_run
+
+    project = shutil.copytree(run_dir, tmp_path / "p")
+    run = load_run(project)  # read before the last record lands
+    lock = project / "dvc.lock"
+    recorded = lock.read_text()
+    landed = recorded.replace(f"{104:032x}", f"{999:032x}")  # round 4, rewritten
+    assert landed != recorded
+    order: list[str] = []
+
+    def lock_ready() -> None:
+        order.append("lock_ready")
+        lock.write_text(landed)
+
+    page = build_report(project, findings=[], run=run, lock_ready=lock_ready)
+    final = re.search(
+        r"<h4>Final model</h4>(.*?)</table>", _section(page, "lineage"), re.S
+    ).group(1)
+    assert order == ["lock_ready"]
+    assert f"{999:032x}" in final and f"{104:032x}" not in final
+
+    def failed() -> None:
+        raise RuntimeError("recording round@4 in dvc.lock failed")
+
+    with pytest.raises(RuntimeError, match="round@4"):
+        build_report(project, findings=[], run=run, lock_ready=failed)

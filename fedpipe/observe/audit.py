@@ -41,6 +41,7 @@ __all__ = [
     "public_means_public",
     "rows_accounted",
     "small_cells",
+    "views_of_this_run",
 ]
 
 Check = Callable[[Path], list[str]]
@@ -189,7 +190,17 @@ def public_means_public(root: Path) -> list[str]:
     return public_leaks(root, params)
 
 
-#: name -> (promise, check); more join as their checks are written
+def views_of_this_run(root: Path) -> list[str]:
+    """What ``fedpipe status``, ``doctor`` and ``report`` read belongs to the
+    run ``dvc.lock`` records (:func:`fedpipe.observe.runfiles.stale_views`)."""
+    from fedpipe.observe.runfiles import stale_views
+
+    if not (root / "dvc.lock").is_file():
+        return []
+    return stale_views(root)
+
+
+#: name -> (promise, check), in the order ``fedpipe audit`` shows them
 INVARIANTS: dict[str, tuple[str, Check]] = {
     "rows": (
         "every row is held out, in a client's split, or dropped with a reason, "
@@ -200,6 +211,10 @@ INVARIANTS: dict[str, tuple[str, Check]] = {
         "under DP no public file holds a client's model or state, a per-client "
         "unnoised quantity, or which clients were sampled",
         public_means_public,
+    ),
+    "views": (
+        "status, doctor and report read only the files of the run dvc.lock records",
+        views_of_this_run,
     ),
     "cells": (
         "no published count below preprocess.min_count_shown, directly or by "

@@ -49,10 +49,13 @@ from fedpipe.config import layout
 from fedpipe.core import atomic
 from fedpipe.observe.runfiles import (
     CLASS_COUNTS_CSV,
+    DVC_LOCK,
     RunFiles,
     flat_params,
     fmt,
     load_run,
+    read_commit,
+    read_lock_outs,
     rounds_text,
 )
 
@@ -1076,6 +1079,7 @@ def build_report(
     doctor_note: str = "",
     generated: str | None = None,
     run: RunFiles | None = None,
+    lock_ready: Callable[[], None] | None = None,
 ) -> str:
     """The report of the run in ``root`` as one HTML document.
 
@@ -1093,6 +1097,13 @@ def build_report(
     run : RunFiles or None, optional
         The run's files, already read from ``root``; default: read them
         (:func:`fedpipe.observe.runfiles.load_run`).
+    lock_ready : callable or None, optional
+        Called (and whatever it raises raised) after every other section is
+        built and before the lineage is read: ``fedpipe run`` waits there for
+        its last ``dvc.lock`` records to land, so that the lineage names the
+        hashes ``dvc.lock`` holds after the run while the rest of the page was
+        built beside the record (``dvc.lock`` and the git state are read again
+        after it).
     """
     root = Path(root)
     run = load_run(root) if run is None else run
@@ -1112,15 +1123,29 @@ def build_report(
             "params.yaml / dvc.lock",
         ),
     }
+    sections = []
     with _collector_paused():
-        sections = [
-            Section(key, SECTION_TITLES[key], _guarded(build, what))
-            for key, (build, what) in builders.items()
-        ]
+        for key, (build, what) in builders.items():
+            if key == "lineage" and lock_ready is not None:
+                lock_ready()  # not guarded: a record that failed fails the run
+                run = _relocked(run)
+            sections.append(Section(key, SECTION_TITLES[key], _guarded(build, what)))
     return render_page(
         sections,
         title=f"fedpipe run report: {root.resolve().name}",
         generated=generated,
+    )
+
+
+def _relocked(run: RunFiles) -> RunFiles:
+    """``run`` with ``dvc.lock``'s outs and the git state read again."""
+    try:
+        outs = read_lock_outs(run.root / DVC_LOCK)
+    except Exception as exc:  # noqa: BLE001 - kept for the lineage to report
+        return dataclasses.replace(run, errors={**run.errors, "lock": exc})
+    errors = {k: v for k, v in run.errors.items() if k != "lock"}
+    return dataclasses.replace(
+        run, lock_outs=outs, commit=read_commit(run.root), errors=errors
     )
 
 
@@ -1182,6 +1207,7 @@ def write_report(
     *,
     findings: Sequence[Mapping[str, Any]] | None | object = _DOCTOR,
     run: RunFiles | None = None,
+    lock_ready: Callable[[], None] | None = None,
 ) -> Path:
     """Write the run's report; return its path.
 
@@ -1196,10 +1222,14 @@ def write_report(
         As in :func:`build_report`; default: call the doctor.
     run : RunFiles or None, optional
         As in :func:`build_report`; default: read the run's files.
+    lock_ready : callable or None, optional
+        As in :func:`build_report`.
     """
     root = Path(root)
     target = root / (layout.REPORT_HTML if out is None else Path(out))
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    page = build_report(root, findings=findings, generated=stamp, run=run)
+    page = build_report(
+        root, findings=findings, generated=stamp, run=run, lock_ready=lock_ready
+    )
     atomic.write_text(target, page, durable=False)
     return target

@@ -61,6 +61,7 @@ __all__ = [
     "read_commit",
     "read_lock_outs",
     "rounds_text",
+    "stale_views",
 ]
 
 PARAMS_YAML = Path("params.yaml")
@@ -74,6 +75,10 @@ _COLUMN_CHUNK_ROWS = 2**14
 #: PyYAML's safe loader on libyaml when PyYAML was built with it (the same data,
 #: several times faster on a long ``dvc.lock``), else its pure-Python one
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+#: files the views read that are a stage's output of their own (a file, not a
+#: folder, in ``dvc.lock``), besides the per-round records (:func:`stale_views`)
+VIEW_OUTS = (layout.MANIFEST, layout.CLIENT_STATS, layout.HISTORY_CSV)
 
 #: the parts :func:`load_run` reads, each kept or failed on its own (the keys of
 #: :attr:`RunFiles.errors`)
@@ -160,6 +165,10 @@ class RunFiles:
         of ``.fedpipe/oracle/`` replaced the published ones), ``server`` (DP, no
         oracle records: the published server view only) or ``full`` (no DP, or
         ``privacy.publish_oracle``: the records hold everything).
+    ignored : tuple of str
+        One line per file a view would have read that is not of this run
+        (:func:`stale_views`: an oracle record written beside other published
+        records than the ones read), left unread.
     errors : dict of str to Exception
         A part (one of :data:`PARTS`) that exists but could not be read, with
         the exception reading it raised.
@@ -182,12 +191,15 @@ class RunFiles:
     lock_outs: list[dict[str, Any]] | None = None
     commit: Commit = Commit()
     view: str = "full"
+    ignored: tuple[str, ...] = ()
     errors: dict[str, Exception] = field(default_factory=dict)
 
     @property
     def view_text(self) -> str | None:
-        """One line saying which view of a DP run was read (None: ``full``)."""
-        return VIEW_TEXT.get(self.view)
+        """One line saying which view of a DP run was read (None: ``full``), and
+        one more naming the files left unread as not of this run, if any."""
+        lines = [VIEW_TEXT.get(self.view), ignored_text(self.ignored)]
+        return "\n".join(line for line in lines if line) or None
 
     @property
     def n_classes(self) -> int | None:
@@ -413,7 +425,8 @@ def load_run(root: Path) -> RunFiles:
         names = schema.get("feature_names")
         read("columns", root / FEATURES_NPY, lambda p: column_statistics(p, names))
     read("lock", root / DVC_LOCK, read_lock_outs)
-    view = _with_oracle(root, parts)
+    ignored: list[str] = []
+    view = _with_oracle(root, parts, ignored)
     labels, sample_ids = parts.pop("samples", (None, None))
     return RunFiles(
         root=root,
@@ -422,24 +435,33 @@ def load_run(root: Path) -> RunFiles:
         lock_outs=parts.pop("lock", None),
         commit=read_commit(root),
         view=view,
+        ignored=tuple(ignored),
         errors=errors,
         **parts,
     )
 
 
-def _with_oracle(root: Path, parts: dict[str, Any]) -> str:
+def _with_oracle(root: Path, parts: dict[str, Any], ignored: list[str]) -> str:
     """Put the oracle records of ``.fedpipe/oracle/`` in place of the published
-    rounds, health records and client tables; the view read."""
+    rounds, health records and client tables; the view read. An oracle record
+    that is not of the published records it would replace is left unread, with
+    a line in ``ignored`` (:func:`oracle_problem`)."""
     import pandas as pd
 
     from fedpipe.federation.privacy.views import full_records
 
-    oracle = numbered_files(root / layout.ORACLE_DIR, ".json")
-    for k, path in oracle.items():
+    oracle = {}
+    for k, path in numbered_files(root / layout.ORACLE_DIR, ".json").items():
         try:
-            summary, health, clients = full_records(_read_json(path))
-        except (OSError, ValueError, KeyError):
+            record = _read_json(path)
+            problem = oracle_problem(root, record)
+            if problem is not None:
+                ignored.append(f"{layout.oracle_record(k)}: {problem}")
+                continue
+            oracle[k] = full_records(record)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
+    for k, (summary, health, clients) in oracle.items():
         if summary:
             parts.setdefault("rounds", {})[k] = summary
         parts.setdefault("health", {})[k] = health
@@ -454,6 +476,145 @@ def _with_oracle(root: Path, parts: dict[str, Any]) -> str:
     if any(_server_view(record) for record in published):
         return "server"
     return "full"
+
+
+def oracle_problem(root: Path, record: Any) -> str | None:
+    """Why the oracle record ``record`` is not of the round whose published
+    records are under ``root`` (None: it is).
+
+    The oracle record carries the md5 of each record its round published
+    beside it (:data:`fedpipe.federation.privacy.views.BELONGS_TO`); it belongs
+    while those files are still the ones there, the files the views read (after
+    a finished run, the hashes ``dvc.lock`` records). A round rewritten by a
+    later run (one without DP, another DP run), a round's records removed, or an
+    oracle record of a fedpipe that wrote no tie: not this run's.
+    """
+    from fedpipe.federation.privacy.views import BELONGS_TO, file_md5
+
+    tie = record.get(BELONGS_TO) if isinstance(record, dict) else None
+    if not isinstance(tie, dict) or not tie:
+        return (
+            "names no published record it belongs to (written by an older "
+            "fedpipe); not read"
+        )
+    for path, md5 in tie.items():
+        published = root / path
+        if not published.is_file():
+            return f"its round's {path} is gone; not read"
+        if file_md5(published) != md5:
+            return (
+                f"written beside another {path} than this run's (md5 {md5}); not read"
+            )
+    return None
+
+
+def stale_views(project_root: Path) -> list[str]:
+    """One line per file ``fedpipe status``, ``doctor`` or ``report`` would read
+    that is not of the run ``dvc.lock`` records ([]: every file is).
+
+    - An oracle record (``.fedpipe/oracle/round-K.json``) not of the round's
+      published records (:func:`oracle_problem`): the views leave it unread and
+      say so (:attr:`RunFiles.ignored`).
+    - A round's published record (``metrics/rounds``, ``metrics/health``,
+      ``metrics/clients``) whose bytes are not the ones ``dvc.lock`` records for
+      it, or that no stage of ``dvc.lock`` records: a run stopped before
+      recording it, or a file changed or left by another run (``dvc status``
+      names the recorded ones as modified).
+    - Any of those files of a round K beyond ``federation.rounds`` in
+      ``params.yaml``: left by an earlier, longer run (DVC removes neither the
+      files nor their ``dvc.lock`` records when the rounds are fewer). The views
+      still read these (not yet left out).
+    - The other files the views read that are a stage's output of their own
+      (:data:`VIEW_OUTS`: the partition manifest, the clients' statistics, the
+      history), checked as the round records are. Files inside a folder output
+      (``data/prepared``, ``reports/partition``, ``reports/validation``) are
+      not checked here (their folder's hash is DVC's; ``dvc status`` checks it).
+
+    Pure: reads the project's files, writes nothing.
+    """
+    from fedpipe.federation.privacy.views import file_md5
+
+    root = Path(project_root)
+    planned = _planned_rounds(root)
+    out = stale_oracle_records(root)
+    flagged = {line.split(": ", 1)[0] for line in out}
+    try:
+        outs = read_lock_outs(root / DVC_LOCK)
+    except Exception as exc:  # noqa: BLE001 - an unreadable lock is a finding
+        outs = None
+        out.append(f"{DVC_LOCK}: not readable ({type(exc).__name__})")
+    recorded = {o["path"]: o["md5"] for o in outs or [] if o["md5"]}
+    for folder, suffix in (
+        (layout.ORACLE_DIR, ".json"),
+        (layout.ROUND_METRICS_DIR, ".json"),
+        (layout.HEALTH_METRICS_DIR, ".json"),
+        (layout.CLIENT_METRICS_DIR, ".csv"),
+    ):
+        for k, path in numbered_files(root / folder, suffix).items():
+            name = path.relative_to(root).as_posix()
+            if name in flagged:
+                continue
+            if planned is not None and k > planned:
+                out.append(
+                    f"{name}: round {k} is beyond federation.rounds ({planned}) "
+                    "in params.yaml (an earlier, longer run's)"
+                )
+            elif folder == layout.ORACLE_DIR or outs is None:
+                continue  # an oracle record is checked against its round's files
+            elif name not in recorded:
+                out.append(f"{name}: not recorded in {DVC_LOCK}")
+            elif file_md5(path) != recorded[name]:
+                out.append(
+                    f"{name}: not the file {DVC_LOCK} records (md5 {recorded[name]})"
+                )
+    for path in VIEW_OUTS if outs is not None else ():
+        name = path.as_posix()
+        if not (root / path).is_file():
+            continue
+        if name not in recorded:
+            out.append(f"{name}: not recorded in {DVC_LOCK}")
+        elif file_md5(root / path) != recorded[name]:
+            out.append(
+                f"{name}: not the file {DVC_LOCK} records (md5 {recorded[name]})"
+            )
+    return out
+
+
+def _planned_rounds(root: Path) -> int | None:
+    """``federation.rounds`` in ``root``'s ``params.yaml`` (None: not readable)."""
+    try:
+        params = _read_yaml(root / PARAMS_YAML) or {}
+        rounds = (params.get("federation") or {}).get("rounds")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
+    return rounds if isinstance(rounds, int) and not isinstance(rounds, bool) else None
+
+
+def stale_oracle_records(root: Path) -> list[str]:
+    """One line per oracle record under ``root`` that is not of its round's
+    published records (:func:`oracle_problem`; an unreadable one too)."""
+    out = []
+    for k, path in numbered_files(Path(root) / layout.ORACLE_DIR, ".json").items():
+        try:
+            problem = oracle_problem(root, _read_json(path))
+        except (OSError, ValueError) as exc:
+            problem = f"not readable ({type(exc).__name__}); not read"
+        if problem is not None:
+            out.append(f"{layout.oracle_record(k)}: {problem}")
+    return out
+
+
+def ignored_text(ignored: Sequence[str]) -> str | None:
+    """One line naming the files the views left unread as not of this run
+    (None if none)."""
+    if not ignored:
+        return None
+    names = [line.split(": ", 1)[0] for line in ignored]
+    return (
+        f"Not read: {len(names)} file(s) of another run than the one recorded "
+        f"({', '.join(names)}): not written beside the round records read here "
+        "(an earlier run's); delete them, or rerun those rounds."
+    )
 
 
 def _server_view(record: Any) -> bool:

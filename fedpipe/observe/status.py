@@ -29,7 +29,14 @@ from fedpipe.config import layout
 from fedpipe.core.dotted import lookup
 from fedpipe.core.jsonio import read_json_or_none
 from fedpipe.observe.cachecheck import damaged_objects
-from fedpipe.observe.runfiles import flat_params, fmt, numbered_files, read_commit
+from fedpipe.observe.runfiles import (
+    flat_params,
+    fmt,
+    ignored_text,
+    numbered_files,
+    read_commit,
+    stale_oracle_records,
+)
 
 PARAMS_FILE = "params.yaml"
 ROUND_PREFIX = f"{layout.ROUND_STAGE}@"
@@ -445,6 +452,11 @@ def collect(root: Path) -> Status:
     doctor_problems: list[str] = []
     found = doctor(doctor_problems)
     problems += doctor_problems
+    # the doctor (and the report) leave another run's oracle records unread:
+    # said once, here too
+    not_read = ignored_text(stale_oracle_records(root))
+    if not_read:
+        problems.append(not_read)
     return Status(
         root=str(root.resolve()),
         git={"commit": commit.sha, "uncommitted": commit.dirty},

@@ -169,3 +169,40 @@ def test_resume_after_kill_ends_with_the_same_model(
     )
     status = run_cli([DVC, "status"], project, cli_env)
     assert "Data and pipelines are up to date" in status.stdout
+
+
+def _report_hashes(page: str, heading: str) -> list[tuple[str, str, str]]:
+    """(stage, path, md5) of the hashes table after ``heading`` in the report."""
+    import re
+
+    start = page.index(heading)
+    table = page[start : page.index("</table>", start)]
+    cells = re.findall(
+        r"<tr><td>([^<]*)</td><td><code>([^<]*)</code></td><td><code>([^<]*)</code>",
+        table,
+    )
+    return [(stage, path, md5) for stage, path, md5 in cells]
+
+
+def test_run_report_lineage_is_dvc_lock(tiny_run: dict) -> None:
+    """The report `fedpipe run` writes names the hashes dvc.lock holds after the
+    run (issue 36, defect 6: it was written while the last records were still
+    being written, naming an earlier round as the final model)."""
+    import yaml
+
+    project = tiny_run["project"]
+    lock = yaml.safe_load((project / "dvc.lock").read_text())
+    recorded = [
+        (stage, out["path"], out["md5"])
+        for stage, entry in lock["stages"].items()
+        for out in entry.get("outs") or []
+    ]
+    page = (project / "reports/report.html").read_text()
+    assert f"All {len(recorded)} stage outputs" in page
+    assert _report_hashes(page, "stage outputs</summary>") == recorded
+    final = _report_hashes(page, "<h4>Final model</h4>")
+    assert final and {stage for stage, _, _ in final} == {"round@4"}
+    assert set(final) <= set(recorded)
+    from fedpipe.observe.runfiles import stale_views
+
+    assert stale_views(project) == []  # every round record is dvc.lock's

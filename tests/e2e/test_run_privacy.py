@@ -185,6 +185,12 @@ def test_a_dp_run_publishes_no_oracle_statistic(
     assert not any(str(f).startswith(str(project / ".fedpipe")) for f in published)
     doctor = run_cli([FEDPIPE, "doctor", "--fail-on", "never"], project, cli_env)
     assert doctor.stdout.startswith("View: oracle"), doctor.stdout[:500]
+    assert "Not read" not in doctor.stdout
+    # every record the views read is of the run dvc.lock records, the oracle
+    # records tied to them (issue 36, defect 5)
+    from fedpipe.observe.runfiles import stale_views
+
+    assert stale_views(project) == []
     # the private state is no stage's output: DVC calls the run up to date
     status = run_cli([str(BIN / "dvc"), "status"], project, cli_env).stdout
     assert "up to date" in status, status

@@ -18,11 +18,15 @@ everything in the published records, deliberately. Without privacy nothing is
 split: the records are the same bits as before.
 
 The doctor and the report read the oracle file when it is there and say which
-view they read (:mod:`fedpipe.observe.runfiles`).
+view they read (:mod:`fedpipe.observe.runfiles`). The oracle file carries what
+ties it to its round (:data:`BELONGS_TO`: the md5 of each record published beside
+it); they read it only while those records are the round's, and a round rewritten
+removes its old oracle file first (issue 36, defect 5).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +39,12 @@ from fedpipe.core.jsonio import write_json
 
 if TYPE_CHECKING:
     import pandas as pd
+
+#: the oracle record's key holding what ties it to its round: the md5 of each
+#: record the round published beside it (``{path: md5}``, the hashes ``dvc.lock``
+#: records for those outputs); a reader uses the oracle record only while the
+#: round's published records are these (:mod:`fedpipe.observe.runfiles`)
+BELONGS_TO = "belongs_to"
 
 #: round-summary keys that only the oracle knows (who was sampled, who was left
 #: out and why, the clients' own unnoised evaluations, their sample weights)
@@ -220,19 +230,31 @@ def write_round_records(
     views = split_round(
         summary or {}, health, rows, private=private, publish_oracle=publish_oracle
     )
+    oracle = root / layout.oracle_record(round_)
+    # an earlier run's oracle record of this round is not this round's: gone
+    # before the round's records are rewritten (issue 36, defect 5)
+    oracle.unlink(missing_ok=True)
+    written = [layout.health_metrics(round_)]
+    write_json(root / written[0], views.health)
+    published = None
+    if summary is not None and table is not None:
+        written += [layout.round_metrics(round_), layout.client_metrics(round_)]
+        write_json(root / written[1], views.summary)
+        published = (
+            table
+            if views.oracle is None
+            else pd.DataFrame(views.clients, columns=list(SERVER_TABLE_COLUMNS))
+        )
+        with atomic.writing(root / written[2]) as tmp:
+            published.to_csv(tmp, index=False, float_format="%.6g")
     if views.oracle is not None:
-        oracle = root / layout.oracle_record(round_)
         oracle.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        write_json(oracle, views.oracle)
-    write_json(root / layout.health_metrics(round_), views.health)
-    if summary is None or table is None:
-        return None
-    write_json(root / layout.round_metrics(round_), views.summary)
-    published = (
-        table
-        if views.oracle is None
-        else pd.DataFrame(views.clients, columns=list(SERVER_TABLE_COLUMNS))
-    )
-    with atomic.writing(root / layout.client_metrics(round_)) as tmp:
-        published.to_csv(tmp, index=False, float_format="%.6g")
+        tie = {path.as_posix(): file_md5(root / path) for path in written}
+        write_json(oracle, {**views.oracle, BELONGS_TO: tie})
     return published
+
+
+def file_md5(path: Path) -> str:
+    """The md5 of the file's bytes: the hash ``dvc.lock`` records for an output
+    file (DVC 3's ``md5``)."""
+    return hashlib.md5(path.read_bytes()).hexdigest()  # noqa: S324 - DVC's hash
