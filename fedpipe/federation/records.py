@@ -67,6 +67,7 @@ class RoundRecord:
     partial: Mapping[int, int] = field(default_factory=dict)
     privacy: dict[str, Any] | None = None
     malicious: list[int] | None = None
+    global_classes: dict[str, list] | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_test", "global_clients", "personalized"):
@@ -161,6 +162,8 @@ class RoundRecord:
             out["personalized_std"] = _rounded(self.personalized_std())
         if self.privacy is not None:
             out["privacy"] = dict(self.privacy)
+        if self.global_classes is not None:
+            out["global_classes"] = copy.deepcopy(self.global_classes)
         return out
 
     def client_table(self) -> pd.DataFrame:
