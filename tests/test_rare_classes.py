@@ -147,3 +147,153 @@ def test_balanced_weights_raise_the_rare_class_recall() -> None:
         recalls[name] = class_report(y, probs, 2)["recall"][1]
     assert recalls["plain"] < 0.3
     assert recalls["balanced"] > 0.6
+
+
+# ---------------------------------------------------------------- the doctor
+
+
+def _round(k: int, accuracy: float, loss: float, recall: list[float]) -> dict:
+    return {
+        "round": k,
+        "global": {"accuracy": accuracy, "loss": loss, "balanced_accuracy": 0.5},
+        "global_classes": {
+            "recall": recall,
+            "precision": [accuracy, None],
+            "support": [93, 7],
+            "confusion": [[93, 0], [7, 0]],
+        },
+    }
+
+
+def _health(k: int, n_train: int = 400) -> dict:
+    return {
+        "round": k,
+        "global": {"top_class": 0, "top_class_share": 1.0, "majority_share": 0.93},
+        "clients": [{"client": c, "n_train": n_train} for c in range(3)],
+    }
+
+
+def _run(tmp_path, losses, *, n_train: int = 400, **train: object):
+    from fedpipe.observe.runfiles import RunFiles
+
+    rounds = {k: _round(k, 0.93, loss, [1.0, 0.0]) for k, loss in enumerate(losses, 1)}
+    return RunFiles(
+        root=tmp_path,
+        rounds=rounds,
+        health={k: _health(k, n_train) for k in rounds},
+        config=_params(**train),
+        schema={"classes": [0, 1], "class_names": ["ham", "spam"]},
+    )
+
+
+def test_a_model_answering_the_majority_is_told_to_weigh_classes_not_lower_lr(
+    tmp_path,
+) -> None:
+    from fedpipe.observe.doctor import codes, diagnose
+
+    findings = diagnose(_run(tmp_path, [0.40, 0.31, 0.27]))
+    found = {f.code: f for f in findings}
+    assert codes.PREDICTIONS_CONSTANT not in found  # it did not diverge
+    f = found[codes.PREDICTS_MAJORITY_CLASS]
+    assert "majority class (ham)" in f.title
+    assert any("spam 0" in line for line in f.evidence)  # by name, not "class 1"
+    assert "train.class_weight: balanced" in f.fix and "train.epochs" in f.fix
+    assert "lower train.lr" not in f.fix
+
+
+def test_a_diverged_model_predicting_one_class_is_still_the_learning_rate(
+    tmp_path,
+) -> None:
+    from fedpipe.observe.doctor import check_majority_class, check_predictions, codes
+
+    run = _run(tmp_path, [0.40, 0.9, float("nan")])
+    (f,) = check_predictions(run)
+    assert f.code == codes.PREDICTIONS_CONSTANT and "lower train.lr" in f.fix
+    assert "predicts ham for" in f.evidence[0]
+    assert check_majority_class(run) == []
+
+
+def test_a_weighted_run_is_told_only_to_train_more(tmp_path) -> None:
+    from fedpipe.observe.doctor import check_majority_class
+
+    run = _run(tmp_path, [0.40, 0.31, 0.27], class_weight="balanced")
+    (f,) = check_majority_class(run)
+    assert "class_weight" not in f.fix and "train.epochs = 1" in f.fix
+
+
+def _learning_run(tmp_path, n_train: int):
+    from fedpipe.observe.runfiles import RunFiles
+
+    accuracy = [0.40, 0.48, 0.55, 0.61]
+    loss = [1.6, 1.4, 1.25, 1.1]
+    rounds = {
+        k: {"round": k, "global": {"accuracy": a, "loss": v}}
+        for k, (a, v) in enumerate(zip(accuracy, loss, strict=True), 1)
+    }
+    return RunFiles(
+        root=tmp_path,
+        rounds=rounds,
+        health={k: _health(k, n_train) for k in rounds},
+        config=_params(),
+    )
+
+
+def test_one_step_a_round_while_still_learning_is_under_training(tmp_path) -> None:
+    from fedpipe.observe.doctor import check_under_training, codes
+
+    # 27 rows a client, batch 32: one step a round (the glass table)
+    (f,) = check_under_training(_learning_run(tmp_path, 27))
+    assert f.code == codes.UNDER_TRAINED
+    assert "about 1 local step" in f.title
+    assert "train.epochs = 1" in f.fix and "train.batch_size = 32" in f.fix
+
+
+def test_enough_steps_a_round_is_not_under_training(tmp_path) -> None:
+    from fedpipe.observe.doctor import check_under_training
+
+    assert check_under_training(_learning_run(tmp_path, 400)) == []  # 13 steps
+
+
+# ---------------------------------------------------------------- the report
+
+
+def test_the_report_shows_recall_per_named_class_and_the_validation_warnings(
+    tmp_path,
+) -> None:
+    import json
+
+    from fedpipe.observe.report import build_report
+    from fedpipe.observe.runfiles import load_run
+
+    (tmp_path / "metrics/rounds").mkdir(parents=True)
+    (tmp_path / "metrics/rounds/round-1.json").write_text(json.dumps(_summary()))
+    (tmp_path / "data/prepared").mkdir(parents=True)
+    (tmp_path / "data/prepared/schema.json").write_text(
+        json.dumps({"classes": [0, 1], "class_names": ["ham", "spam"]})
+    )
+    (tmp_path / "reports/validation").mkdir(parents=True)
+    imbalance = "class ham has 290 samples, 29.0x class spam (10)"
+    (tmp_path / "reports/validation/summary.json").write_text(
+        json.dumps(
+            {
+                "success": True,
+                "n_rows": 300,
+                "n_expectations": 12,
+                "failures": [],
+                "warnings": [
+                    {
+                        "expectation": "fedpipe_class_imbalance",
+                        "column": "label",
+                        "unexpected_count": 0,
+                        "examples": [],
+                        "detail": imbalance,
+                    }
+                ],
+            }
+        )
+    )
+    page = build_report(tmp_path, findings=[], run=load_run(tmp_path))
+    assert "Data validation warnings" in page
+    assert "fedpipe_class_imbalance" in page and "29.0x class spam" in page
+    assert "<td>spam</td><td>0.0000</td><td>n/a</td><td>7</td>" in page
+    assert "positive class" in page

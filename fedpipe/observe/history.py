@@ -155,9 +155,11 @@ def final_table(
 
 
 def class_label(label: int, class_names: Sequence[str] | None) -> str:
-    """A class as a person knows it: its name (``spam``), else its label."""
+    """A class as a person knows it: its name (``spam``); ``class 3`` for a
+    label without a name or named by its own number (the digits)."""
     if class_names is not None and 0 <= label < len(class_names):
-        return str(class_names[label])
+        name = str(class_names[label])
+        return f"class {name}" if name == str(label) else name
     return f"class {label}"
 
 
