@@ -35,9 +35,12 @@ from fedpipe.observe.runfiles import RunFiles, fmt, rounds_text
 #: most common class (as ``predictions-constant``'s margin): it adds next to
 #: nothing to the majority
 ABOVE_MAJORITY = 0.05
-#: ... and a rarer class's recall is at most this: the model (almost) never
-#: finds it (spam 0.027, credit default 0.119 on the tables of issue 37)
-RARE_RECALL = 0.2
+#: ... and a rarer class's recall is at most this: the model misses most of it
+#: (spam 0.027, credit default 0.119 on the tables of issue 37; digits "nine"
+#: against the rest at 8 %, unweighted: 0.214 while it predicted "other" for
+#: 98 % of the samples, which ``predictions-constant`` blamed on the learning
+#: rate)
+RARE_RECALL = 0.5
 #: the model answers the majority: its recall of the majority class is at least
 #: this (a model that learned nothing on ten classes answers many classes, and is
 #: ``not-learning``'s)
