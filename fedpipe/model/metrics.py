@@ -163,11 +163,13 @@ def class_report(
 def weighted_mean(
     rows: Sequence[Mapping[str, float]], weights: Sequence[float]
 ) -> dict[str, float]:
-    """Per-metric mean weighted by ``weights``, skipping NaN entries."""
+    """Per-metric mean weighted by ``weights``, skipping NaN entries (and rows
+    without the metric: a client algorithm's own evaluation may not compute
+    balanced accuracy)."""
     out: dict[str, float] = {}
     w = np.asarray(weights, dtype=np.float64)
     for name in METRIC_NAMES:
-        values = np.array([row[name] for row in rows], dtype=np.float64)
+        values = np.array([row.get(name, np.nan) for row in rows], dtype=np.float64)
         ok = ~np.isnan(values) & (w > 0)
         out[name] = (
             float(np.sum(values[ok] * w[ok]) / np.sum(w[ok]))
