@@ -35,7 +35,7 @@ from prefect.artifacts import (
 from prefect.context import FlowRunContext, TaskRunContext
 
 from fedpipe.federation.records import RoundRecord
-from fedpipe.observe.history import final_table, privacy_text
+from fedpipe.observe.history import class_names, final_table, privacy_text
 
 RUN_SUMMARY_KEY = "fedpipe-run-summary"
 DOCTOR_KEY = "fedpipe-doctor"
@@ -129,7 +129,7 @@ def run_summary_markdown(
     return (
         f"# {title}\n\n"
         f"Stages run: {stages}\n\n"
-        f"## Final round {summary['round']}\n\n{final_table(summary)}\n"
+        f"## Final round {summary['round']}\n\n{final_table(summary, class_names())}\n"
     )
 
 

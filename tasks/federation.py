@@ -20,6 +20,7 @@ from prefect.cache_policies import NO_CACHE
 
 from fedpipe.config import layout
 from fedpipe.config.params import Params
+from fedpipe.core.jsonio import read_json
 from fedpipe.core.secretkey import load_or_create_key
 from fedpipe.core.weights import load_state, load_weights, save_state, save_weights
 from fedpipe.data.splits import input_spec
@@ -115,7 +116,11 @@ def federation_round(
 def load_round(params: Params, round_: int) -> RoundInputs:
     """Round K's inputs: the data, round K-1's model, server and client state, and
     the round's settings from ``params``."""
-    spec = model_spec(params, input_spec(layout.PREPARED_DIR, layout.TRANSFORM))
+    spec = model_spec(
+        params,
+        input_spec(layout.PREPARED_DIR, layout.TRANSFORM),
+        read_json(layout.MANIFEST),  # the label counts, for train.class_weight
+    )
     strategy = strategy_for(params)
     key = noise_key(params)
     return RoundInputs(

@@ -19,7 +19,7 @@ from prefect.cache_policies import NO_CACHE
 from fedpipe.config import layout
 from fedpipe.core import atomic
 from fedpipe.core.jsonio import read_json, write_json
-from fedpipe.observe.history import final_table, load_history
+from fedpipe.observe.history import class_names, final_table, load_history
 
 
 @task(name="summarize", cache_policy=NO_CACHE)
@@ -34,7 +34,7 @@ def summarize(
     # client lists are not metrics (the counts, e.g. excluded_counts, are)
     lists = ("clients_selected", "clients_excluded", "clients_partial")
     write_json(metrics_out, {k: v for k, v in last.items() if k not in lists})
-    table = final_table(last)
+    table = final_table(last, class_names())
     text = f"# fedpipe run: final round {rounds}\n\n{table}\n"
     atomic.write_text(table_out, text)
     get_run_logger().info("final metrics after round %d:\n%s", rounds, table)

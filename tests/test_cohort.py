@@ -158,6 +158,17 @@ CASES = {
         {"task": _ditto_task},
     ),
     "fedper-adam": (_spec("adam"), lambda: FedPer(LocalSGD(), positions=[2, 3]), {}),
+    # train.class_weight: balanced, the cohort's loss weighted as the runner's
+    "class-weights": (
+        replace(_spec(), class_weights=(0.5, 1.0, 4.0)),
+        lambda: LocalSGD(),
+        {},
+    ),
+    "class-weights-binary": (
+        replace(_spec(n_classes=2), class_weights=(0.6, 3.0)),
+        lambda: LocalSGD(),
+        {},
+    ),
 }
 
 

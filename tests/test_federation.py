@@ -19,9 +19,9 @@ NAN = float("nan")
 
 
 def _row(loss: float, accuracy: float, precision: float, recall: float, auc: float):
-    return dict(
-        zip(METRIC_NAMES, (loss, accuracy, precision, recall, auc), strict=True)
-    )
+    # balanced accuracy: the macro recall's value here (the mean class recall)
+    values = (loss, accuracy, precision, recall, auc, recall)
+    return dict(zip(METRIC_NAMES, values, strict=True))
 
 
 def _record() -> RoundRecord:
@@ -126,6 +126,7 @@ def test_summary_contents() -> None:
         "precision": 0.85,
         "recall": 0.8,
         "auc": 0.95,
+        "balanced_accuracy": 0.8,
     }
     assert summary["local"]["accuracy"] == round(5.3 / 7, 6)
     assert summary["global_on_clients"]["loss"] == 2.5

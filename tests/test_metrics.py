@@ -10,6 +10,7 @@ import pytest
 from fedpipe.model.metrics import (
     METRIC_NAMES,
     binary_auc,
+    class_report,
     classification_metrics,
     weighted_mean,
 )
@@ -204,3 +205,65 @@ def test_average_ranks_are_scipys_to_the_bit(n: int, kind: str) -> None:
     expected, got = rankdata(x), average_ranks(x)
     assert got.dtype == expected.dtype
     np.testing.assert_array_equal(got, expected)  # NaN where NaN
+
+
+# ---------------------------------------------------------------- rare classes
+
+
+def _imbalanced(seed: int, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Labels with a rare class (about 6 %) and noisy probabilities for them."""
+    rng = np.random.default_rng(seed)
+    share = np.r_[0.06, np.full(n_classes - 1, 0.94 / (n_classes - 1))]
+    y = rng.choice(n_classes, size=400, p=share)
+    logits = rng.normal(size=(400, n_classes)) + 1.5 * np.eye(n_classes)[y]
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    if n_classes == 2:
+        probs = probs[:, 1:]
+    return y, probs
+
+
+@pytest.mark.parametrize("n_classes", [2, 3, 5])
+def test_balanced_accuracy_and_class_report_match_scikit_learn(n_classes: int) -> None:
+    from sklearn.metrics import (
+        balanced_accuracy_score,
+        confusion_matrix,
+        precision_score,
+        recall_score,
+    )
+
+    y, probs = _imbalanced(n_classes, n_classes)
+    pred = (probs[:, 0] >= 0.5).astype(int) if n_classes == 2 else probs.argmax(axis=1)
+    metrics = classification_metrics(y, probs, np.zeros(len(y)))
+    assert metrics["balanced_accuracy"] == pytest.approx(
+        balanced_accuracy_score(y, pred)
+    )
+    report = class_report(y, probs, n_classes)
+    labels = list(range(n_classes))
+    expected = recall_score(y, pred, labels=labels, average=None)
+    assert report["recall"] == pytest.approx(list(expected), abs=1e-6)
+    expected = precision_score(y, pred, labels=labels, average=None, zero_division=0)
+    assert report["precision"] == pytest.approx(list(expected), abs=1e-6)
+    assert report["support"] == list(np.bincount(y, minlength=n_classes))
+    assert report["confusion"] == confusion_matrix(y, pred, labels=labels).tolist()
+
+
+def test_balanced_accuracy_of_always_the_majority_is_one_half() -> None:
+    # 95 of 100 samples are class 0, and the model always says class 0:
+    # accuracy 0.95 but balanced accuracy 0.5 and the rare class's recall 0
+    y = np.r_[np.zeros(95, int), np.ones(5, int)]
+    probs = np.full((100, 1), 0.1)
+    metrics = classification_metrics(y, probs, np.zeros(100))
+    assert metrics["accuracy"] == pytest.approx(0.95)
+    assert metrics["balanced_accuracy"] == pytest.approx(0.5)
+    report = class_report(y, probs, 2)
+    assert report["recall"] == [1.0, 0.0]
+    assert report["precision"] == [0.95, None]  # class 1 never predicted
+    assert report["confusion"] == [[95, 0], [5, 0]]
+
+
+def test_class_report_of_an_absent_class_has_no_recall() -> None:
+    y = np.array([0, 0, 2, 2])
+    probs = np.eye(3)[[0, 1, 2, 2]]
+    report = class_report(y, probs, 3)
+    assert report["recall"] == [0.5, None, 1.0]
+    assert report["support"] == [2, 0, 2]

@@ -224,6 +224,10 @@ class TrainParams(Section):
     cohort_size: int | None = Field(None, ge=1)
     """Clients trained at once as one vectorized computation (fedpipe.model.cohort);
     null or 1: one after another."""
+    class_weight: Literal["balanced"] | None = None
+    """``balanced``: each sample's loss weighted by ``n / (C * n_c)`` of its class
+    (scikit-learn's ``class_weight="balanced"``), from the federated training label
+    counts (a sum over clients); null: every sample weighs 1."""
 
 
 class ModelParams(Section):
@@ -790,6 +794,18 @@ class Params(Section):
     @model_validator(mode="after")
     def _attack_fits(self) -> Params:
         _check_attack(self)
+        return self
+
+    @model_validator(mode="after")
+    def _class_weight_fits(self) -> Params:
+        mechanism = self.privacy.mechanism
+        if self.train.class_weight is not None and mechanism is not None:
+            raise ValueError(
+                f"train.class_weight={self.train.class_weight} weighs the loss by "
+                "the exact federated label counts, which "
+                f"privacy.mechanism={mechanism} does not cover; set "
+                "train.class_weight: null, or privacy.mechanism: null"
+            )
         return self
 
     @model_validator(mode="after")

@@ -5,6 +5,10 @@ algorithm and local training. Everything below receives these as arguments."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
 
 from fedpipe.client import ClientAlgorithm, client_class, make_client
 from fedpipe.client.base import LocalDP, LocalTraining, RecordDP
@@ -35,9 +39,24 @@ from fedpipe.model.zoo import layer_groups, normalization_layers
 from fedpipe.strategy import Strategy, make_strategy, strategy_class
 
 
-def model_spec(params: Params, dataset: DatasetSpec) -> ModelSpec:
-    """The model the experiment trains, from ``model.*``, ``train.*`` and the data."""
-    return model_spec_for(params, dataset)
+def model_spec(
+    params: Params, dataset: DatasetSpec, manifest: Mapping[str, Any] | None = None
+) -> ModelSpec:
+    """The model the experiment trains, from ``model.*``, ``train.*`` and the data;
+    with the partition ``manifest`` (the clients' label counts) the loss's class
+    weights under ``train.class_weight`` (:func:`federated_class_counts`)."""
+    counts = None if manifest is None else federated_class_counts(manifest)
+    return model_spec_for(params, dataset, counts)
+
+
+def federated_class_counts(manifest: Mapping[str, Any]) -> list[int]:
+    """Training samples per class summed over the clients (the partition
+    manifest's ``train_class_counts``): what the server may learn of the labels
+    for ``train.class_weight: balanced``, a sum over clients."""
+    total = np.zeros(len(manifest["classes"]), dtype=np.int64)
+    for client in manifest["clients"]:
+        total += np.asarray(client["train_class_counts"], dtype=np.int64)
+    return [int(v) for v in total]
 
 
 def strategy_for(params: Params) -> Strategy:

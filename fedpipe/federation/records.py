@@ -14,6 +14,8 @@ import pandas as pd
 from fedpipe.federation.failures import excluded_counts
 from fedpipe.model.metrics import METRIC_NAMES, weighted_mean
 
+NAN = float("nan")  # a metric a row does not carry (older code, own trainers)
+
 
 @dataclass(frozen=True)
 class RoundRecord:
@@ -67,6 +69,7 @@ class RoundRecord:
     partial: Mapping[int, int] = field(default_factory=dict)
     privacy: dict[str, Any] | None = None
     malicious: list[int] | None = None
+    global_classes: dict[str, list] | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_test", "global_clients", "personalized"):
@@ -161,6 +164,8 @@ class RoundRecord:
             out["personalized_std"] = _rounded(self.personalized_std())
         if self.privacy is not None:
             out["privacy"] = dict(self.privacy)
+        if self.global_classes is not None:
+            out["global_classes"] = copy.deepcopy(self.global_classes)
         return out
 
     def client_table(self) -> pd.DataFrame:
@@ -177,11 +182,11 @@ class RoundRecord:
             }
             if self.excluded:
                 row["excluded"] = self.excluded.get(c, "")
-            row.update({f"local_{m}": local[m] for m in METRIC_NAMES})
-            row.update({f"global_{m}": global_row[m] for m in METRIC_NAMES})
+            row.update({f"local_{m}": local.get(m, NAN) for m in METRIC_NAMES})
+            row.update({f"global_{m}": global_row.get(m, NAN) for m in METRIC_NAMES})
             if self.personalized is not None:
                 own = self.personalized.get(c, missing)
-                row.update({f"personalized_{m}": own[m] for m in METRIC_NAMES})
+                row.update({f"personalized_{m}": own.get(m, NAN) for m in METRIC_NAMES})
             rows.append(row)
         return pd.DataFrame(rows)
 
@@ -190,7 +195,7 @@ def _std(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """Per-metric standard deviation across rows (NaN values ignored)."""
     out = {}
     for m in METRIC_NAMES:
-        values = np.asarray([r[m] for r in rows], dtype=float)
+        values = np.asarray([r.get(m, NAN) for r in rows], dtype=float)
         # all NaN (or none): NaN, without numpy's "Degrees of freedom" warning
         known = values.size and not np.isnan(values).all()
         out[m] = float(np.nanstd(values)) if known else float("nan")

@@ -46,7 +46,7 @@ from fedpipe.federation.faults import PlantedFaults
 from fedpipe.federation.health import round_health
 from fedpipe.federation.records import RoundRecord
 from fedpipe.federation.steps import RoundStep, wrapped
-from fedpipe.model.metrics import classification_metrics
+from fedpipe.model.metrics import class_report, classification_metrics
 from fedpipe.model.probe import PROBE_SAMPLES, dead_unit_shares
 from fedpipe.model.trainer import (
     ClientFailure,
@@ -388,6 +388,9 @@ def run_round(
     fields = _record_fields(inputs, selected, scored, usable, results)
     fields.update(global_test=held_out, global_clients=on_clients, excluded=excluded)
     fields.update(partial=dict(plan.partial), personalized=personalized)
+    fields.update(
+        global_classes=class_report(inputs.data.y_test, probs, inputs.spec.n_classes)
+    )
     for step in [*steps, strategy]:
         fields = step.record(fields)
     record = RoundRecord(**fields)

@@ -676,15 +676,18 @@ class CohortEngine:
 
     def _make_step(self, *, prox: bool, offset: bool) -> Callable[..., Any]:
         model, per_sample = self.model, self.runner._loss
+        label_weights = self.runner.label_weights
 
         def grads_one(elems: tuple[Any, ...]) -> tuple[list[tf.Tensor], tf.Tensor]:
             tv, ntv, x, y, m, *rest = elems
             with tf.GradientTape() as tape:
                 tape.watch(tv)
                 probs, _ = model.stateless_call(tv, ntv, x, training=True)
-                loss = tf.reduce_sum(per_sample(y, probs) * m) / tf.maximum(
-                    tf.reduce_sum(m), 1.0
-                )
+                values = per_sample(y, probs) * m
+                weights = label_weights(y)  # train.class_weight
+                if weights is not None:
+                    values = values * tf.reshape(weights, tf.shape(values))
+                loss = tf.reduce_sum(values) / tf.maximum(tf.reduce_sum(m), 1.0)
                 total = loss
                 if prox:
                     mu, anchor = rest[0], rest[1]

@@ -1,8 +1,14 @@
 """Classification metrics from predicted probabilities, in pure NumPy.
 
-The same five numbers the seed question reports: loss, accuracy, precision, recall
-and ROC AUC. Multi-class precision, recall and AUC are macro averages (AUC one
-class against the rest, over classes that have both positives and negatives).
+The five numbers the seed question reports: loss, accuracy, precision, recall and
+ROC AUC, and balanced accuracy (scikit-learn's ``balanced_accuracy_score``: the
+mean of the per-class recalls, over the classes present). For two classes
+(one sigmoid output) precision and recall are those of the positive class (label
+1); for more, macro averages over the classes present (AUC one class against the
+rest, over classes that have both positives and negatives).
+:func:`class_report` gives the per-class recall, precision, support and the
+confusion matrix (scikit-learn's ``classification_report`` and
+``confusion_matrix``).
 """
 
 from __future__ import annotations
@@ -11,7 +17,14 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-METRIC_NAMES = ("loss", "accuracy", "precision", "recall", "auc")
+METRIC_NAMES = ("loss", "accuracy", "precision", "recall", "auc", "balanced_accuracy")
+
+#: what precision and recall mean, said wherever they are shown
+PRECISION_RECALL_MEANING = (
+    "precision and recall: of the positive class (the second, label 1) for two "
+    "classes, macro averages over the classes otherwise; balanced accuracy: the "
+    "mean of the per-class recalls"
+)
 
 
 def average_ranks(values: np.ndarray) -> np.ndarray:
@@ -49,7 +62,8 @@ def binary_auc(positive: np.ndarray, scores: np.ndarray) -> float:
 def classification_metrics(
     y_true: np.ndarray, probs: np.ndarray, losses: np.ndarray
 ) -> dict[str, float]:
-    """Loss, accuracy, precision, recall and AUC of one model on one data set.
+    """Loss, accuracy, precision, recall, AUC and balanced accuracy of one model on
+    one data set.
 
     Parameters
     ----------
@@ -89,17 +103,73 @@ def classification_metrics(
         "precision": float(precision),
         "recall": float(recall),
         "auc": float(auc),
+        "balanced_accuracy": _balanced_accuracy(y_true, pred),
+    }
+
+
+def predicted_classes(probs: np.ndarray) -> np.ndarray:
+    """The predicted class per sample (one sigmoid output: p >= 0.5 is class 1)."""
+    probs = np.asarray(probs)
+    if probs.ndim == 1 or probs.shape[1] == 1:
+        return (probs.reshape(-1) >= 0.5).astype(np.int64)
+    return np.argmax(probs, axis=1).astype(np.int64)
+
+
+def confusion(y_true: np.ndarray, pred: np.ndarray, n_classes: int) -> np.ndarray:
+    """``(C, C)`` counts: row = true class, column = predicted class."""
+    y_true = np.asarray(y_true).astype(np.int64).ravel()
+    pred = np.asarray(pred).astype(np.int64).ravel()
+    n = max(n_classes, int(y_true.max(initial=-1)) + 1, int(pred.max(initial=-1)) + 1)
+    return np.bincount(y_true * n + pred, minlength=n * n).reshape(n, n)
+
+
+def _balanced_accuracy(y_true: np.ndarray, pred: np.ndarray) -> float:
+    n = max(int(y_true.max(initial=-1)), int(pred.max(initial=-1))) + 1
+    matrix = confusion(y_true, pred, n)
+    support = matrix.sum(axis=1)
+    present = support > 0
+    if not present.any():
+        return float("nan")
+    return float(np.mean(np.diag(matrix)[present] / support[present]))
+
+
+def class_report(
+    y_true: np.ndarray, probs: np.ndarray, n_classes: int
+) -> dict[str, list]:
+    """Per class (by label, 0..C-1): recall, precision and support (held-out
+    samples of the class), and the confusion matrix (row: true, column:
+    predicted). A class with no samples has recall None; one never predicted,
+    precision None (scikit-learn reports 0 and warns)."""
+    y_true = np.asarray(y_true).astype(np.int64).ravel()
+    matrix = confusion(y_true, predicted_classes(probs), n_classes)
+    hits = np.diag(matrix)
+    support = matrix.sum(axis=1)
+    predicted = matrix.sum(axis=0)
+
+    def share(num: np.ndarray, den: np.ndarray) -> list[float | None]:
+        return [
+            None if d == 0 else round(float(a) / float(d), 6)
+            for a, d in zip(num, den, strict=True)
+        ]
+
+    return {
+        "recall": share(hits, support),
+        "precision": share(hits, predicted),
+        "support": [int(v) for v in support],
+        "confusion": [[int(v) for v in row] for row in matrix],
     }
 
 
 def weighted_mean(
     rows: Sequence[Mapping[str, float]], weights: Sequence[float]
 ) -> dict[str, float]:
-    """Per-metric mean weighted by ``weights``, skipping NaN entries."""
+    """Per-metric mean weighted by ``weights``, skipping NaN entries (and rows
+    without the metric: a client algorithm's own evaluation may not compute
+    balanced accuracy)."""
     out: dict[str, float] = {}
     w = np.asarray(weights, dtype=np.float64)
     for name in METRIC_NAMES:
-        values = np.array([row[name] for row in rows], dtype=np.float64)
+        values = np.array([row.get(name, np.nan) for row in rows], dtype=np.float64)
         ok = ~np.isnan(values) & (w > 0)
         out[name] = (
             float(np.sum(values[ok] * w[ok]) / np.sum(w[ok]))

@@ -99,6 +99,9 @@ class ModelSpec:
         ``train.optimizer``: ``sgd`` or ``adam``.
     lr : float
         ``train.lr``.
+    class_weights : tuple of float, optional
+        Each class's weight in the training loss (``train.class_weight``,
+        :func:`balanced_class_weights`); None: every sample weighs 1.
     """
 
     name: str
@@ -107,6 +110,7 @@ class ModelSpec:
     optimizer: str
     lr: float
     settings: tuple[tuple[str, Any], ...] = ()
+    class_weights: tuple[float, ...] | None = None
 
     def build(self) -> keras.Model:
         """The uncompiled model (``model.name`` with its ``model.*`` dials)."""
@@ -115,10 +119,43 @@ class ModelSpec:
         )
 
 
-def model_spec_for(params: Any, dataset: Any) -> ModelSpec:
+def balanced_class_weights(counts: Sequence[int]) -> tuple[float, ...]:
+    """scikit-learn's ``class_weight="balanced"``: ``n / (C * n_c)`` for each class
+    c with ``n_c`` training samples, ``n`` samples in all and ``C`` classes present
+    (a class with no samples gets 1.0: it has no loss to weigh)."""
+    n = np.asarray(counts, dtype=np.float64)
+    present = n > 0
+    if not present.any():
+        return tuple(1.0 for _ in n)
+    scale = n.sum() / present.sum()
+    return tuple(float(scale / c) if c > 0 else 1.0 for c in n)
+
+
+def model_spec_for(
+    params: Any, dataset: Any, class_counts: Sequence[int] | None = None
+) -> ModelSpec:
     """The model an experiment trains: ``model.*`` and ``train.*`` of ``params``
     (a :class:`fedpipe.config.params.Params`) on data described by ``dataset`` (a
-    :class:`fedpipe.data.sources.DatasetSpec`)."""
+    :class:`fedpipe.data.sources.DatasetSpec`). ``class_counts`` (training
+    samples per class, summed over the clients) gives the loss its class weights
+    under ``train.class_weight: balanced``; a spec that only builds the model
+    (scoring) needs none.
+
+    Raises
+    ------
+    ValueError
+        ``class_counts`` whose length is not the number of classes.
+    """
+    weights = None
+    if getattr(params.train, "class_weight", None) == "balanced" and (
+        class_counts is not None
+    ):
+        if len(class_counts) != len(dataset.classes):
+            raise ValueError(
+                f"train.class_weight: {len(class_counts)} class counts for "
+                f"{len(dataset.classes)} classes"
+            )
+        weights = balanced_class_weights(class_counts)
     return ModelSpec(
         name=params.model.name,
         input_shape=tuple(dataset.input_shape),
@@ -128,6 +165,7 @@ def model_spec_for(params: Any, dataset: Any) -> ModelSpec:
         settings=tuple(
             sorted((k, _hashable(v)) for k, v in params.model.settings().items())
         ),
+        class_weights=weights,
     )
 
 
@@ -299,6 +337,11 @@ class ModelRunner:
         )
         self._loss = loss_for(spec.n_classes, per_sample=True)
         self._train_loss = loss_for(spec.n_classes)
+        self._class_weights = (
+            None
+            if spec.class_weights is None
+            else tf.constant(spec.class_weights, tf.float32)
+        )
         self.optimizer = optimizer
         # compiled so that model.evaluate/fit work on it too (tests compare with them)
         self.model.compile(optimizer=optimizer, loss=self._train_loss)
@@ -562,7 +605,7 @@ class ModelRunner:
         def one(example: tuple[tf.Tensor, tf.Tensor]) -> tuple[list, tf.Tensor]:
             xi, yi = example
             with tf.GradientTape() as tape:
-                loss = self._train_loss(yi[None], self.model(xi[None], training=True))
+                loss = self.data_loss(yi[None], self.model(xi[None], training=True))
             return tape.gradient(loss, variables), loss
 
         per_record, losses = tf.vectorized_map(one, (x, y))
@@ -607,6 +650,23 @@ class ModelRunner:
             self._steps[key] = tf.function(step, reduce_retracing=True)
         return self._steps[key]
 
+    def label_weights(self, y: tf.Tensor) -> tf.Tensor | None:
+        """Each sample's loss weight, its class's (``train.class_weight``); None
+        when every sample weighs 1."""
+        if self._class_weights is None:
+            return None
+        return tf.gather(self._class_weights, tf.reshape(tf.cast(y, tf.int32), [-1]))
+
+    def data_loss(self, y: tf.Tensor, probs: tf.Tensor) -> tf.Tensor:
+        """The batch's training loss: the mean of the samples' losses, each
+        weighted by its class (Keras' ``sample_weight``: the weighted sum over
+        the batch size) under ``train.class_weight``. The one place every local
+        step (plain, looped, DP-SGD, and the cohort's) takes its data loss from."""
+        weights = self.label_weights(y)
+        if weights is None:
+            return self._train_loss(y, probs)
+        return self._train_loss(y, probs, sample_weight=weights)
+
     def trainable_indices(self) -> list[int]:
         """Positions of the trainable variables in ``model.get_weights()``."""
         ids = {id(v) for v in self.model.trainable_variables}
@@ -630,7 +690,7 @@ class ModelRunner:
             def step(x: tf.Tensor, y: tf.Tensor, *mu: tf.Tensor) -> tf.Tensor:
                 variables = self.model.trainable_variables
                 with tf.GradientTape() as tape:
-                    loss = self._train_loss(y, self.model(x, training=True))
+                    loss = self.data_loss(y, self.model(x, training=True))
                     if self.model.losses:
                         loss = loss + tf.add_n(self.model.losses)
                     total = loss

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +10,7 @@ import pandas as pd
 
 from fedpipe.config import layout
 from fedpipe.core.jsonio import read_json
-from fedpipe.model.metrics import METRIC_NAMES
+from fedpipe.model.metrics import METRIC_NAMES, PRECISION_RECALL_MEANING
 
 GROUPS = ("global", "global_on_clients", "global_on_clients_std", "local", "local_std")
 # present only when personalization.method is not none
@@ -36,6 +36,15 @@ def flatten(summary: Mapping[str, Any]) -> dict[str, Any]:
         epsilon = summary["privacy"].get("epsilon")
         row["epsilon"] = float("inf") if epsilon is None else epsilon
     return row
+
+
+def class_names(root: Path = Path(".")) -> list[str] | None:
+    """The prepared data's class names (``schema.json``), None without one."""
+    path = root / layout.PREPARED_SCHEMA
+    if not path.exists():
+        return None
+    names = read_json(path).get("class_names")
+    return None if names is None else [str(n) for n in names]
 
 
 def load_history(rounds: int, root: Path = Path(".")) -> pd.DataFrame:
@@ -115,21 +124,65 @@ def privacy_text(summary: Mapping[str, Any], *, short: bool = False) -> str:
     return text
 
 
-def final_table(summary: Mapping[str, Any]) -> str:
-    """Markdown table of global vs local metrics for one round's summary."""
+def final_table(
+    summary: Mapping[str, Any], class_names: Sequence[str] | None = None
+) -> str:
+    """Markdown table of global vs local metrics for one round's summary, what
+    precision and recall mean, and the global model's per-class recall on the
+    held-out set (``global_classes``, classes named by ``class_names``)."""
     groups = [g for g in GROUP_TITLES if g in summary]
     header = "| metric | " + " | ".join(GROUP_TITLES[g] for g in groups) + " |"
     lines = [header, "|---|" + "---:|" * len(groups)]
     for name in METRIC_NAMES:
+        if name not in summary["global"]:
+            continue  # a record from before the metric existed
         cells = []
         for group in groups:
-            value = summary[group][name]
+            value = summary[group].get(name)
             cell = "n/a" if value is None else f"{value:.4f}"
             spread = summary.get(f"{group}_std", {}).get(name)
             if spread is not None and value is not None:
                 cell += f" ± {spread:.4f}"
             cells.append(cell)
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name.replace('_', ' ')} | " + " | ".join(cells) + " |")
+    lines += ["", PRECISION_RECALL_MEANING + "."]
+    per_class = class_table(summary, class_names)
+    if per_class:
+        lines += ["", per_class]
     if "privacy" in summary:
         lines += ["", privacy_text(summary)]
+    return "\n".join(lines)
+
+
+def class_label(label: int, class_names: Sequence[str] | None) -> str:
+    """A class as a person knows it: its name (``spam``); ``class 3`` for a
+    label without a name or named by its own number (the digits)."""
+    if class_names is not None and 0 <= label < len(class_names):
+        name = str(class_names[label])
+        return f"class {name}" if name == str(label) else name
+    return f"class {label}"
+
+
+def class_table(
+    summary: Mapping[str, Any], class_names: Sequence[str] | None = None
+) -> str:
+    """The global model's per-class recall, precision and support on the held-out
+    set (markdown; empty for a record without ``global_classes``)."""
+    classes = summary.get("global_classes")
+    if not classes:
+        return ""
+
+    def cell(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.4f}"
+
+    lines = [
+        "| class (global model, held-out test) | recall | precision | samples |",
+        "|---|---:|---:|---:|",
+    ]
+    rows = zip(classes["recall"], classes["precision"], classes["support"], strict=True)
+    for label, (recall, precision, support) in enumerate(rows):
+        lines.append(
+            f"| {class_label(label, class_names)} | {cell(recall)} | "
+            f"{cell(precision)} | {support} |"
+        )
     return "\n".join(lines)

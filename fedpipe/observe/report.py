@@ -87,6 +87,7 @@ SECTION_TITLES = {
     "metrics": "Global vs local metrics",
     "divergence": "Per-layer divergence",
     "norms": "Client update norms",
+    "validation": "Data validation warnings",
     "labels": "Label distribution per client",
     "stats": "Federated statistics and feature skew",
     "doctor": "Doctor's findings",
@@ -894,8 +895,73 @@ def _metrics_section(run: RunFiles) -> str:
     return (
         _plot(metrics_svg(history), caption, name="metrics")
         + _final_round_table(history)
+        + _classes_table(run)
         + _privacy_note(run)
     )
+
+
+def _classes_table(run: RunFiles) -> str:
+    """The last round's global model per class on the held-out set (recall,
+    precision, samples) and its confusion matrix, classes by name; what
+    precision and recall mean."""
+    from fedpipe.model.metrics import PRECISION_RECALL_MEANING
+    from fedpipe.observe.history import class_label
+
+    meaning = f"<p>{html.escape(PRECISION_RECALL_MEANING)}.</p>"
+    last = run.rounds[max(run.rounds)] if run.rounds else {}
+    classes = last.get("global_classes")
+    if not classes:
+        return meaning
+    names = (run.schema or {}).get("class_names")
+    labels = [class_label(c, names) for c in range(len(classes["support"]))]
+    rows = [
+        [html.escape(label), _fmt(recall), _fmt(precision), str(support)]
+        for label, recall, precision, support in zip(
+            labels,
+            classes["recall"],
+            classes["precision"],
+            classes["support"],
+            strict=True,
+        )
+    ]
+    header = ["class (global model, held-out test)", "recall", "precision", "samples"]
+    confusion = [
+        [html.escape(label)] + [str(v) for v in row]
+        for label, row in zip(labels, classes["confusion"], strict=True)
+    ]
+    return (
+        meaning
+        + _table(header, rows, "numbers")
+        + "<details><summary>Confusion matrix (rows: true class, columns: "
+        "predicted)</summary>"
+        + _table(["true \\ predicted", *labels], confusion, "numbers")
+        + "</details>"
+    )
+
+
+def _validation_section(root: Path) -> str:
+    """The validation's warnings (``reports/validation/summary.json``): a class
+    imbalance, repeated content, ... that did not stop the run."""
+    path = root / layout.VALIDATION_DIR / "summary.json"
+    if not path.is_file():
+        return _note(f"not recorded: no {path.relative_to(root)} (run `fedpipe run`)")
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    warnings = summary.get("warnings") or []
+    head = (
+        f"<p>validation {'passed' if summary.get('success') else 'failed'}: "
+        f"{summary.get('n_rows')} rows, {summary.get('n_expectations')} "
+        f"expectations, {len(warnings)} warning(s), from "
+        f"{html.escape(str(layout.VALIDATION_DIR / 'summary.json'))}.</p>"
+    )
+    if not warnings:
+        return head
+    items = "".join(
+        f"<li><code>{html.escape(str(w.get('expectation')))}</code> "
+        f"[{html.escape(str(w.get('column') or 'table'))}]: "
+        f"{html.escape(str(w.get('detail')))}</li>"
+        for w in warnings
+    )
+    return head + f'<ul class="warnings">{items}</ul>'
 
 
 def _privacy_note(run: RunFiles) -> str:
@@ -1115,6 +1181,7 @@ def build_report(
         "metrics": (lambda: _metrics_section(run), "the round metrics"),
         "divergence": (lambda: _divergence_section(run), "the health records"),
         "norms": (lambda: _norms_section(run), "the health records"),
+        "validation": (lambda: _validation_section(root), "the validation"),
         "labels": (lambda: _labels_section(run), "the partition"),
         "stats": (lambda: _stats_section(root), "the client statistics"),
         "doctor": (lambda: render_findings(found, doctor_note), "the findings"),

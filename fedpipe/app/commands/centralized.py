@@ -50,6 +50,7 @@ def cmd_centralized(args: argparse.Namespace) -> int:
     from fedpipe.data.preprocess import read_transform
     from fedpipe.data.sources import prepared_spec
     from fedpipe.data.splits import federated_data
+    from fedpipe.federation.build import federated_class_counts
     from fedpipe.model.centralized import train_centralized
     from fedpipe.model.training import ModelRunner, model_spec_for
 
@@ -60,14 +61,16 @@ def cmd_centralized(args: argparse.Namespace) -> int:
             )
     # the rows as the federation reads them: through the preprocess stage's
     # transform (its federated fit equals the pooled training rows' statistics)
+    manifest = read_json(layout.MANIFEST)
     data = federated_data(
         open_features(layout.PREPARED_DIR),
         read_samples(layout.PREPARED_DIR),
-        read_json(layout.MANIFEST),
+        manifest,
         prepared_spec(layout.PREPARED_DIR),
         transform=read_transform(layout.TRANSFORM),
     )
-    model = model_spec_for(params, data.spec)
+    # train.class_weight: the same class weights as the federation's
+    model = model_spec_for(params, data.spec, federated_class_counts(manifest))
     epochs = args.epochs or params.federation.rounds * params.train.epochs
     _, record = train_centralized(
         ModelRunner(model),

@@ -23,13 +23,14 @@ One check per module (:mod:`~fedpipe.observe.doctor.labels`,
 :mod:`~fedpipe.observe.doctor.health_present`, :mod:`~fedpipe.observe.doctor.failures`,
 :mod:`~fedpipe.observe.doctor.privacy`, :mod:`~fedpipe.observe.doctor.server_step`,
 :mod:`~fedpipe.observe.doctor.collapse`, :mod:`~fedpipe.observe.doctor.predictions`,
-:mod:`~fedpipe.observe.doctor.dead_units`, :mod:`~fedpipe.observe.doctor.rows_dropped`),
-each with its thresholds as named constants
-and the reason for their values. They are set so that a healthy run (the default:
-small_cnn, IID, 10 clients, lr 0.05, 10 rounds) has no findings, and each symptom
-produced on purpose in ``tests/test_doctor.py`` is found. The finding codes are in
-:mod:`~fedpipe.observe.doctor.codes`; :mod:`~fedpipe.observe.doctor.findings` ranks and
-explains findings, :mod:`~fedpipe.observe.doctor.format` prints them.
+:mod:`~fedpipe.observe.doctor.dead_units`,
+:mod:`~fedpipe.observe.doctor.rare_classes`,
+:mod:`~fedpipe.observe.doctor.rows_dropped`), each with its thresholds as named
+constants and the reason for their values. They are set so that a healthy run (the
+default: small_cnn, IID, 10 clients, lr 0.05, 10 rounds) has no findings, and each
+symptom produced on purpose in ``tests/test_doctor.py`` is found. The finding codes
+are in :mod:`~fedpipe.observe.doctor.codes`; :mod:`~fedpipe.observe.doctor.findings`
+ranks and explains findings, :mod:`~fedpipe.observe.doctor.format` prints them.
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ from fedpipe.observe.doctor.not_learning import check_not_learning
 from fedpipe.observe.doctor.outliers import check_outliers, outlier_rounds
 from fedpipe.observe.doctor.predictions import check_predictions
 from fedpipe.observe.doctor.privacy import check_privacy
+from fedpipe.observe.doctor.rare_classes import (
+    check_majority_class,
+    check_under_training,
+)
 from fedpipe.observe.doctor.reading import readable_run, records_finding, why
 from fedpipe.observe.doctor.rows_dropped import check_rows_dropped
 from fedpipe.observe.doctor.server_step import check_server_step
@@ -90,6 +95,7 @@ __all__ = [
     "check_labels",
     "check_learning_rate",
     "check_loss_rising",
+    "check_majority_class",
     "check_norm_statistics",
     "check_not_learning",
     "check_outliers",
@@ -97,6 +103,7 @@ __all__ = [
     "check_privacy",
     "check_rows_dropped",
     "check_server_step",
+    "check_under_training",
     "codes",
     "diagnose",
     "exit_code",
@@ -125,6 +132,8 @@ CHECKS: tuple[Check, ...] = (
     check_not_learning,
     check_collapse,
     check_predictions,
+    check_majority_class,
+    check_under_training,
     check_dead_units,
     check_health_present,
     check_failures,

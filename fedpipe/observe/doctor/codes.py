@@ -33,6 +33,9 @@ SERVER_STEP_TOO_LARGE = "server-step-too-large"
 # a model that learned and then fell back, or died (fedpipe.observe.doctor.collapse)
 ACCURACY_COLLAPSED = "accuracy-collapsed"
 PREDICTIONS_CONSTANT = "predictions-constant"
+# rare classes and short local training (fedpipe.observe.doctor.rare_classes)
+PREDICTS_MAJORITY_CLASS = "predicts-majority-class"
+UNDER_TRAINED = "under-trained"
 DEAD_UNITS = "dead-units"
 # files the doctor could not read, checks it could not run
 # (fedpipe.observe.doctor.reading)
@@ -54,6 +57,8 @@ ALL = (
     PRIVACY_NOISE_DOMINATES,
     LOSS_RISING_ACCURACY_HOLDS,
     PREDICTIONS_CONSTANT,
+    PREDICTS_MAJORITY_CLASS,
+    UNDER_TRAINED,
     DEAD_UNITS,
     NOT_LEARNING,
     HEALTH_RECORDS_MISSING,

@@ -19,7 +19,9 @@ from fedpipe.observe.doctor import codes
 from fedpipe.observe.doctor.base import finite_clients, global_series, knobs, param
 from fedpipe.observe.doctor.findings import Finding
 from fedpipe.observe.doctor.predictions import CONSTANT_SHARE
+from fedpipe.observe.doctor.rare_classes import class_names
 from fedpipe.observe.doctor.server_step import server_fix, server_rounds
+from fedpipe.observe.history import class_label
 from fedpipe.observe.runfiles import RunFiles, fmt, rounds_text
 
 #: the peak is at least this share of the way from chance to 1 (10 digits,
@@ -175,9 +177,11 @@ def _looks(run: RunFiles, down: int) -> list[str]:
     out = []
     share = h.get("global", {}).get("top_class_share")
     if share is not None and share >= CONSTANT_SHARE:
+        top = h["global"].get("top_class")
+        named = "?" if top is None else class_label(int(top), class_names(run))
         out.append(
-            f"round {down}: the global model predicts class "
-            f"{h['global'].get('top_class')} for {share:.0%} of held-out samples"
+            f"round {down}: the global model predicts {named} for {share:.0%} of "
+            "held-out samples"
         )
     dead = {
         name: s

@@ -56,6 +56,11 @@ PRIORITY = {
     codes.ACCURACY_COLLAPSED: 0,
     codes.PREDICTIONS_CONSTANT: 6,
     codes.DEAD_UNITS: 6,
+    # a model that stops at the majority class, or at a few steps a round: the
+    # cause is in local training (too short, unweighted), named before the
+    # symptoms that follow from it
+    codes.PREDICTS_MAJORITY_CLASS: 5,
+    codes.UNDER_TRAINED: 5,
     # above the learning rate: noised global weights make local training look
     # like it blows up (the fix is sigma or the clip, not train.lr)
     codes.PRIVACY_NOISE_DOMINATES: 1,

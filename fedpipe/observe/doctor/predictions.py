@@ -1,5 +1,10 @@
 """A global model that predicts one class for (almost) every held-out sample.
 
+When that class is the majority and the loss stayed finite, training did not
+diverge: :mod:`fedpipe.observe.doctor.rare_classes` reports it
+(``predicts-majority-class``: weigh the classes, train more); here the rest, a
+model that blew up or died (lower the learning rate).
+
 From the health records' ``global.top_class_share`` (the most-predicted class's
 share of the held-out predictions): from some round R to the last, the model
 answers one class whatever the input, and scores no better than always guessing
@@ -12,6 +17,8 @@ from __future__ import annotations
 from fedpipe.observe.doctor import codes
 from fedpipe.observe.doctor.base import knobs
 from fedpipe.observe.doctor.findings import Finding
+from fedpipe.observe.doctor.rare_classes import class_names, stops_at_majority
+from fedpipe.observe.history import class_label
 from fedpipe.observe.runfiles import RunFiles, fmt, rounds_text
 
 #: this share of held-out samples get the same class: "(almost) all". A model
@@ -49,11 +56,15 @@ def check_predictions(run: RunFiles) -> list[Finding]:
     if start is None:
         return []
     rounds = [k for k in sorted(run.health) if k >= start]
+    if stops_at_majority(run) is not None:
+        return []  # the majority class, loss finite: rare_classes' finding
     g = run.health[start]["global"]
     last = run.health[rounds[-1]]["global"]
+    top = last.get("top_class")
+    named = "?" if top is None else class_label(int(top), class_names(run))
     evidence = [
-        f"from round {start} to {rounds[-1]} the global model predicts class "
-        f"{last.get('top_class')} for {fmt(100 * last['top_class_share'], 3)}% of "
+        f"from round {start} to {rounds[-1]} the global model predicts "
+        f"{named} for {fmt(100 * last['top_class_share'], 3)}% of "
         f"held-out samples (round {start}: {fmt(100 * g['top_class_share'], 3)}%)",
         f"accuracy {fmt(last.get('accuracy'), 3)}; always guessing the most common "
         f"label scores {fmt(last.get('majority_share'), 3)}",
