@@ -53,6 +53,7 @@ BIN = Path(sys.executable).parent
 FEDPIPE = str(BIN / "fedpipe")
 DVC = str(BIN / "dvc")
 EXIT_REFUSED = 2  # bad params, said before any work (fedpipe.core.errors)
+SITES = 6  # natural clients in every data set: one per client of BASE
 
 #: what every row shares: 6 clients, 2 rounds, tiny batches
 BASE: dict[str, Any] = {
@@ -70,7 +71,7 @@ Params = dict[str, Any]
 def _images(root: Path) -> Params:
     write_image_folder(root / "data/images", per_class=60)
     mapping = ["path,client"] + [
-        f"{p.relative_to(root / 'data/images').as_posix()},site-{i % 3}"
+        f"{p.relative_to(root / 'data/images').as_posix()},site-{i % SITES}"
         for i, p in enumerate(sorted((root / "data/images").rglob("img_*")))
     ]
     (root / "data/natural.csv").write_text("\n".join(mapping) + "\n")
@@ -83,7 +84,12 @@ def _images(root: Path) -> Params:
 
 
 def _numeric(root: Path) -> Params:
+    import pandas as pd
+
     write_table(root / "data/table.csv", rows=300)
+    table = pd.read_csv(root / "data/table.csv")
+    table["hospital"] = [f"site-{i % SITES}" for i in range(len(table))]
+    table.to_csv(root / "data/table.csv", index=False)
     return {
         "data": {"source": "table", "path": "data/table.csv",
                  "client_column": "hospital"},
@@ -109,7 +115,7 @@ def _mixed(root: Path) -> Params:
                                 p=[0.4, 0.3, 0.27, 0.03]),
             "review": [" ".join(rng.choice(words, 3)) + (" yes" if v else " no")
                        for v in y],
-            "hospital": [f"site-{i % 3}" for i in range(n)],
+            "hospital": [f"site-{i % SITES}" for i in range(n)],
             "label": np.where(y == 1, "pos", "neg"),
         }
     )  # fmt: skip
@@ -140,7 +146,7 @@ def _repeated(root: Path) -> Params:
     y = (rng.random(n) < 0.2 + 0.4 * sex + 0.1 * (klass == 1)).astype(int)
     frame = pd.DataFrame(
         {"person": [f"p{i:04d}" for i in range(n)], "sex": sex, "pclass": klass,
-         "age_band": band, "hospital": [f"site-{i % 3}" for i in range(n)],
+         "age_band": band, "hospital": [f"site-{i % SITES}" for i in range(n)],
          "label": y}
     )  # fmt: skip
     (root / "data").mkdir(parents=True, exist_ok=True)
@@ -284,8 +290,20 @@ def _bits(project: Path) -> str:
     return h.hexdigest()
 
 
+class Refused(Exception):
+    """``fedpipe sync`` refused the row's params (exit 2, one ``error:`` line)."""
+
+
 def make_project(folder: Path, row: dict[str, str], env: dict[str, str]) -> Path:
-    """A committed fedpipe project for ``row`` at ``folder``."""
+    """A committed fedpipe project for ``row`` at ``folder``.
+
+    Raises
+    ------
+    Refused
+        ``fedpipe sync`` refused the params by a rule (before any stage).
+    RuntimeError
+        Anything else failed.
+    """
     proc = _run([FEDPIPE, "init", str(folder)], folder.parent, env)
     if proc.returncode != 0:
         raise RuntimeError(f"fedpipe init: {_error_line(proc)}")
@@ -296,6 +314,9 @@ def make_project(folder: Path, row: dict[str, str], env: dict[str, str]) -> Path
     for cmd in ([FEDPIPE, "sync"], ["git", "add", "-A"],
                 ["git", "commit", "-qm", "matrix row"]):  # fmt: skip
         proc = _run(cmd, folder, env)
+        if proc.returncode == EXIT_REFUSED and cmd[0] == FEDPIPE:
+            if "Traceback" not in proc.stderr:
+                raise Refused(_error_line(proc))
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd[:2])}: {_error_line(proc)}")
     return folder
@@ -315,6 +336,8 @@ def run_row(
     folder.mkdir(parents=True)
     try:
         project = make_project(folder / "p", row, env)
+    except Refused as exc:
+        return done("refused", str(exc))
     except RuntimeError as exc:
         return done("FAILED", f"setup: {exc}")
     fresh = folder / "fresh"
