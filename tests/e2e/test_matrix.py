@@ -39,8 +39,9 @@ def test_a_row_runs_and_keeps_the_invariants_or_is_refused_by_name(
     done = matrix.run_row(0, row, tmp_path, cli_env, repeat=True)
     assert done.outcome == "ok", done.detail
     assert "same bits" in done.detail
-    refused = row | {"privacy": "dpsgd", "personalization": "fedbn"}
+    refused = row | {"attack": "ipm"}  # reads raw updates that DP keeps private
     done = matrix.run_row(1, refused, tmp_path, cli_env, repeat=False)
     assert done.outcome == "refused", done.detail
-    assert "privacy.mechanism" in done.detail and "personalization" in done.detail
+    assert "privacy.mechanism=central" in done.detail and "attack.name" in done.detail
+    assert not (tmp_path / "row-01/p/dvc.lock").exists()
     assert "\n" not in done.detail
