@@ -206,3 +206,24 @@ def test_run_report_lineage_is_dvc_lock(tiny_run: dict) -> None:
     from fedpipe.observe.runfiles import stale_views
 
     assert stale_views(project) == []  # every round record is dvc.lock's
+
+
+def test_run_says_where_every_row_went(tiny_run: dict) -> None:
+    """After the data stages, `fedpipe run` prints the rows held out, dealt to
+    the clients' splits and dropped, and they add up to the prepared rows (the
+    count was in logs/ alone; issue 36, every row accounted for)."""
+    import re
+
+    import pyarrow.parquet as pq
+
+    out = tiny_run["proc"].stdout
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("rows: ")]
+    found = re.match(
+        r"rows: (\d+) rows: (\d+) held out, (\d+) local train, (\d+) local test; "
+        r"none dropped \(data\.dedupe\)$",
+        line,
+    )
+    assert found, line
+    total, held, train, test = (int(g) for g in found.groups())
+    prepared = pq.read_metadata(tiny_run["project"] / "data/prepared/samples.parquet")
+    assert total == prepared.num_rows == held + train + test

@@ -128,12 +128,26 @@ def _run_locked(args: argparse.Namespace) -> int:
         print(
             f"done: {len(ran)} stage(s) ran" + (f" ({', '.join(ran)})" if ran else "")
         )
+        if "partition" in ran:
+            _say_rows()
     summary = Path("reports/summary.md")
     if summary.is_file():
         print(summary.read_text())
     if not quiet:
         print(f"log: {log}")
     return 0
+
+
+def _say_rows() -> None:
+    """Where every row went, after the data stages ran: ``rows: 1309 rows: 262
+    held out, ...; none dropped (data.dedupe)``."""
+    from fedpipe.config import layout
+    from fedpipe.core.jsonio import read_json_or_none
+    from fedpipe.data.accounting import placement_line
+
+    manifest = read_json_or_none(layout.MANIFEST)
+    if isinstance(manifest, dict):
+        print(f"rows: {placement_line(manifest)}")
 
 
 def _damaged_cache() -> None:
