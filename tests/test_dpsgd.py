@@ -312,7 +312,11 @@ def test_target_epsilon_stops_the_clients_over_budget(tmp_path: Path) -> None:
         ({"privacy": {"adaptive_clip": True}}, "privacy.adaptive_clip"),
         ({"train": {"cohort_size": 4}}, "train.cohort_size"),
         ({"personalization": {"method": "finetune"}}, "personalization.method"),
-        ({"personalization": {"method": "fedbn"}}, "BatchNormalization"),
+        (
+            {"personalization": {"method": "fedbn"},
+             "model": {"name": "cnn", "batch_norm": True}},
+            "BatchNormalization",
+        ),  # fmt: skip
     ],
 )
 def test_combinations_dpsgd_refuses_name_the_keys(extra: dict, named: str) -> None:

@@ -423,3 +423,32 @@ def test_cnn_with_batch_norm_trains_one_step() -> None:
     assert np.isfinite(history.history["loss"][0])
     assert not np.allclose(model.get_layer("conv_01").kernel.numpy(), kernel)
     assert not np.allclose(model.get_layer("bn_01").moving_mean.numpy(), moving_mean)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("batch_norm", [None, True, False])
+def test_the_registry_knows_which_built_in_models_normalize(
+    name: str, batch_norm: bool | None
+) -> None:
+    """What lets params refuse fedbn before any stage runs
+    (fedpipe.core.registry.has_normalization) is what the built model has."""
+    from fedpipe.core.registry import has_normalization
+    from fedpipe.model.zoo import build_model, model_settings, normalization_layers
+
+    settings = (
+        {"batch_norm": batch_norm} if "batch_norm" in model_settings(name) else {}
+    )
+    model = build_model(name, (32, 32, 3), 10, **settings)
+    expected = bool(normalization_layers(model))
+    assert has_normalization(name, {"batch_norm": batch_norm}) is expected, name
+
+
+def test_fedbn_with_a_model_without_normalization_is_refused_in_params() -> None:
+    from fedpipe.config.params import ParamsError, parse_params
+
+    raw = {"personalization": {"method": "fedbn"}, "model": {"name": "mlp"},
+           "federation": {"rounds": 1}, "round_chain": {"1": 0}}  # fmt: skip
+    with pytest.raises(ParamsError, match=r"fedbn .* model.name=mlp has none"):
+        parse_params(raw)
+    raw["model"] = {"name": "cnn", "batch_norm": True}
+    assert parse_params(raw).personalization.method == "fedbn"

@@ -809,6 +809,21 @@ class Params(Section):
         return self
 
     @model_validator(mode="after")
+    def _fedbn_has_layers_to_keep(self) -> Params:
+        """fedbn keeps normalization layers local: a built-in model without any
+        is refused here, before any stage runs (a user's model when built)."""
+        model = self.model
+        has = registry.has_normalization(model.name, model.model_dump())
+        if self.personalization.method == "fedbn" and has is False:
+            raise ValueError(
+                "personalization.method=fedbn keeps normalization layers local, but "
+                f"model.name={model.name} has none; use model.name cnn with "
+                "model.batch_norm: true, or resnet, or another "
+                "personalization.method"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _strategy_fits(self) -> Params:
         _check_strategy(self)
         return self

@@ -76,6 +76,24 @@ MODELS = {
     "resnet": "fedpipe.model.zoo:resnet",
 }
 
+#: built-in models with normalization layers (what ``personalization.method:
+#: fedbn`` keeps local): name -> (the ``model.*`` setting that adds them, its
+#: default); the others have none. Checked against the built models by
+#: tests/test_models.py, so that params can be refused before any stage runs.
+NORMALIZING_MODELS = {"cnn": ("batch_norm", False), "resnet": ("batch_norm", True)}
+
+
+def has_normalization(name: str, settings: dict[str, object]) -> bool | None:
+    """Whether the built-in model ``name`` with ``settings`` (``model.*``) has
+    normalization layers; None for a user's model (known once it is built)."""
+    if name not in MODELS:
+        return None
+    if name not in NORMALIZING_MODELS:
+        return False
+    key, default = NORMALIZING_MODELS[name]
+    value = settings.get(key)
+    return bool(default if value is None else value)
+
 
 @dataclass(frozen=True)
 class Kind:
