@@ -447,6 +447,9 @@ def collect(root: Path) -> Status:
     raw = _params(root, problems)
     planned = lookup(raw, "federation.rounds")
     doctor = _doctor_meanwhile(root)
+    # before DVC's status: DVC deletes a cache object it finds altered (one not
+    # read-only), which would then read "missing" here
+    damaged = [bad.text() for bad in damaged_objects(root)]
     stale, rounds = _staleness(root, raw, problems)
     commit = read_commit(root)
     doctor_problems: list[str] = []
@@ -469,7 +472,7 @@ def collect(root: Path) -> Status:
         last_round=_last_round(root),
         doctor=found,
         problems=problems,
-        damaged_cache=[bad.text() for bad in damaged_objects(root)],
+        damaged_cache=damaged,
         seconds=round(time.perf_counter() - start, 3),
     )
 
