@@ -2,7 +2,8 @@
 
 Two passes, as a federation would run them: each client sends its
 :class:`Moments` (per column: rows with a value, missing values, sum and sum of
-squares in float64, min and max), the server merges them and fixes the
+squares in float64, min and max, whether every value is a whole number), the
+server merges them and fixes the
 histogram's edges from the global min and max, then each client sends a
 histogram of its values on those edges (:func:`histogram`), which the server
 adds up. Nothing else about a client's rows leaves it; :mod:`.fit` sees only
