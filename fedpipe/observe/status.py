@@ -462,7 +462,11 @@ def collect(root: Path) -> Status:
         problems.append(not_read)
     return Status(
         root=str(root.resolve()),
-        git={"commit": commit.sha, "uncommitted": commit.dirty},
+        git={
+            "commit": commit.sha,
+            "uncommitted": commit.dirty,
+            "repository": commit.repository,
+        },
         data=_data(raw) if raw is not None else None,
         validation=_validation(root),
         partition=_partition(root),
@@ -521,6 +525,8 @@ def format_text(status: Status) -> str:
     if git.get("commit"):
         dirty = git.get("uncommitted") or 0
         rows.append(("git", f"{git['commit'][:8]}, {dirty} uncommitted change(s)"))
+    elif git.get("repository"):
+        rows.append(("git", "no commit yet (`git add -A && git commit -m ...`)"))
     if status.data:
         data = status.data
         rows.append(("data", f"{data['source']} ({data['path']})"))
