@@ -23,7 +23,10 @@ between records: after a record that took t seconds the next waits until
 and takes every stage that finished meanwhile. The recorder is busy at most
 ``BUSY_SHARE`` of the time; a run that is killed outright (``kill -9``) can lose
 the records of the rounds of that rest (a rerun recomputes them, same bits);
-Ctrl-C, SIGTERM and a lost Prefect server record them before the run ends.
+Ctrl-C, SIGTERM and a lost Prefect server record them before the run ends. The
+record in flight at a ``kill -9`` lands (this process has a session of its own);
+its reply then finds the pipe closed and the process ends, writing nothing into
+the killed run's output.
 """
 
 from __future__ import annotations
@@ -381,9 +384,8 @@ def main(argv: Sequence[str]) -> int:
     for line in sys.stdin:
         request = json.loads(line)
         if "fresh" in request:
-            reply = _fresh_reply(root, request["fresh"], lock_held)
-            sys.stdout.write(json.dumps(reply) + "\n")
-            sys.stdout.flush()
+            if not _reply(_fresh_reply(root, request["fresh"], lock_held)):
+                return 0
             continue
         names = request["stages"]
         try:
@@ -397,9 +399,26 @@ def main(argv: Sequence[str]) -> int:
                 reply["disk_full"] = {"path": str(full.path), "needed": full.needed}
                 if lock_held:  # no other DVC process writes to this cache now
                     _drop_partial_copies(root)
+        if not _reply(reply):
+            return 0
+    return 0
+
+
+def _reply(reply: dict[str, Any]) -> bool:
+    """Send ``reply`` to the run; False when the run is gone (its end of the
+    pipe closed: a ``kill -9`` of its process group, which this process, in a
+    session of its own, outlives). The record has landed by then; nothing is
+    written into the dead run's output (its stderr is ours), and stdout goes to
+    /dev/null so that Python's flush at exit does not complain either."""
+    try:
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
-    return 0
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return False
+    return True
 
 
 if __name__ == "__main__":

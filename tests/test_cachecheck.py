@@ -97,3 +97,26 @@ def test_altered_and_deleted_objects_are_named(tmp_path: Path) -> None:
 
 def test_no_lock_nothing_to_check(tmp_path: Path) -> None:
     assert damaged_objects(tmp_path) == []
+
+
+def test_status_calls_an_altered_writable_cache_object_altered(tmp_path: Path) -> None:
+    """An object altered in the cache and left writable (mode changed): DVC's own
+    status hashes it and deletes it, so fedpipe status, which asked DVC first,
+    called it "missing from DVC's cache" before."""
+    import subprocess
+    import sys
+
+    from fedpipe.observe.status import collect
+
+    dvc = str(Path(sys.executable).with_name("dvc"))
+    subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
+    write = "open('m.bin', 'w').write('model')"
+    stage = {"cmd": f'{sys.executable} -c "{write}"', "outs": ["m.bin"]}
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"init": stage}}))
+    subprocess.run([dvc, "repro", "-q"], cwd=tmp_path, check=True)
+    obj = _object(tmp_path, _md5(b"model"))
+    obj.chmod(0o644)
+    obj.write_bytes(b"rotten")
+    (damaged,) = collect(tmp_path).damaged_cache
+    assert damaged.startswith("m.bin (init): ")
+    assert f"is altered (its md5 is {_md5(b'rotten')})" in damaged, damaged

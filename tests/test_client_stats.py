@@ -294,3 +294,28 @@ def test_the_report_lists_top_values_under_the_rule(tmp_path: Path) -> None:
     assert "color (values): red 12; other 0" in page  # client 1
     assert "color: 6 unseen" in page
     assert "teal" not in page
+
+
+def test_quartiles_of_whole_number_columns_are_exact() -> None:
+    """A 0/1 column's quartiles read 0 / 0 / 1, not points inside the first bin
+    (0.001 / 0.002 / 0.004 before); a count column's are its values; a
+    continuous column is still interpolated (within one bin)."""
+    flags = [[0, 0, 0, 1] * 5, [0, 1] * 6]  # 32 rows, 11 ones
+    counts = [[0, 1, 2, 2, 3] * 4, [5, 2, 2, 1, 1, 2] * 2]
+    rows = [
+        np.column_stack([f, c, np.linspace(0.5, 7.3, len(f))]).astype(np.float64)
+        for f, c in zip(flags, counts, strict=True)
+    ]
+    stats = _stats(rows)
+    pooled = np.concatenate(rows)
+    for j, name in enumerate(("c0", "c1")):
+        g = stats["global"][name]
+        expected = [
+            np.quantile(pooled[:, j], p, method="inverted_cdf")
+            for p in (0.25, 0.5, 0.75)
+        ]
+        assert [g["q25"], g["q50"], g["q75"]] == expected, (name, g)
+    assert [stats["global"]["c0"][q] for q in ("q25", "q50", "q75")] == [0, 0, 1]
+    g = stats["global"]["c2"]
+    assert 0.5 < g["q25"] < g["q50"] < g["q75"] < 7.3
+    assert g["q50"] != round(g["q50"])  # not snapped: the column is not whole

@@ -115,3 +115,19 @@ def test_commands_parse(page: Path) -> None:
 def test_the_docs_show_commands_at_all() -> None:
     """The parser test above checks something: the pages hold many commands."""
     assert sum(len(_commands(p)) for p in PAGES) > 40
+
+
+def test_own_data_starts_from_fedpipe_init_and_calls_no_venv_it_lacks() -> None:
+    """docs/own-data.md is followed in a project ``fedpipe init`` made: the page
+    says how to make one before the first command run in it, and calls no
+    ``.venv/bin/dvc`` or ``.venv/bin/fedpipe`` (such a project has no ``.venv``;
+    ``.venv/bin/python benchmarks/...`` is run in the fedpipe checkout)."""
+    text = (ROOT / "docs/own-data.md").read_text()
+    commands = [" ".join(c) for c in _commands(ROOT / "docs/own-data.md")]
+    made = [c for c in commands if c.startswith("fedpipe init ")]
+    assert made, commands
+    start = text.index(made[0])  # as written on the page, before any use
+    assert all(
+        start < text.index(u) for u in ("dvc add", "fedpipe run", "fedpipe stats")
+    )
+    assert not re.findall(r"(?<![/\w])\.venv/bin/(?:dvc|fedpipe)\b", text)

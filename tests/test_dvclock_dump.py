@@ -137,3 +137,33 @@ def test_a_lock_not_laid_out_as_dvc_writes_it_is_rewritten_whole() -> None:
         "",
     ):
         assert dvclock.splice_lock(odd, _record(2)) is None
+
+
+def test_the_recorder_ends_quietly_when_its_run_is_gone(tmp_path: Path) -> None:
+    """The run killed (kill -9 of its process group) while a request is in
+    flight: the recorder, in a session of its own, finds its reply pipe closed.
+    It ends at once, status 0, with no BrokenPipeError traceback written into
+    the killed run's output (its stderr is the run's)."""
+    import json
+    import os
+
+    env = os.environ | {"PYTHONPATH": dvclock._import_path()}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestration.dvclock", str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps({"fresh": ["one"]}) + "\n")
+    proc.stdin.flush()
+    proc.stdout.close()  # the run is gone: nobody reads the reply
+    proc.stdin.close()
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    proc.wait(timeout=60)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert proc.returncode == 0, err

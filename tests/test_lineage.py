@@ -558,7 +558,15 @@ def test_altered_cache_object_flagged(project: Path) -> None:
     obj.write_bytes(b"w1 rotten")
     lineage = audit(project, ["2"])
     assert _kinds(lineage) == {("cache", "round@1", "models/round-1/weights.npz")}
-    assert f"is damaged (its md5 is {_md5(b'w1 rotten')})" in lineage.flags[0].message
+    assert f"is altered (its md5 is {_md5(b'w1 rotten')})" in lineage.flags[0].message
+    # the output's own line says so too, not "ok" (the workspace file is fine)
+    (round1,) = [s for s in lineage.stages if s.name == "round@1"]
+    (out,) = [c for c in round1.outs if c.path == "models/round-1/weights.npz"]
+    assert out.status == "altered"
+    line = next(
+        x for x in format_text(lineage).splitlines() if "round-1/weights.npz" in x
+    )
+    assert line.endswith("ALTERED"), line
 
 
 def test_cache_object_deleted_flagged(project: Path) -> None:
@@ -566,6 +574,9 @@ def test_cache_object_deleted_flagged(project: Path) -> None:
     lineage = audit(project, ["2"])
     assert _kinds(lineage) == {("cache", "round@2", "models/round-2/weights.npz")}
     assert "missing from DVC's cache" in lineage.flags[0].message
+    (round2,) = [s for s in lineage.stages if s.name == "round@2"]
+    (out,) = [c for c in round2.outs if c.path == "models/round-2/weights.npz"]
+    assert out.status == "uncached"
 
 
 def test_gone_from_workspace_and_cache_is_one_flag(project: Path) -> None:

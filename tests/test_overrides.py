@@ -177,3 +177,35 @@ def test_missing_nested_section_is_added(tmp_path: Path) -> None:
     path.write_text("seed: 1\n")
     set_params(path, {"strategy.options.alpha": 0.1})
     assert yaml.safe_load(path.read_text())["strategy"] == {"options": {"alpha": 0.1}}
+
+
+# ---------------------------------------------------------------- --exp
+
+
+def test_exp_finds_fedpipe_when_the_venv_is_not_on_path(tmp_path, monkeypatch):
+    """``.venv/bin/fedpipe run --exp NAME`` with the venv not activated: DVC runs
+    ``fedpipe stage ...`` by name, so the ``dvc`` it starts must find the
+    ``fedpipe`` beside this interpreter on its PATH (it exited 127 before)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from fedpipe.app.experiments import variants
+
+    _params_copy(tmp_path)
+    (tmp_path / ".git").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no venv on it
+    seen = {}
+
+    def fake_run(cmd, env=None, **kw):
+        seen["env"] = env
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(variants.subprocess, "run", fake_run)
+    assert variants.run_experiment("lr-high", ["train.lr=0.1"]) == 0
+    path = seen["env"]["PATH"]
+    found = shutil.which("fedpipe", path=path)
+    assert found is not None, path
+    assert Path(found).parent == Path(sys.executable).parent
+    assert path.split(":")[1:] == ["/usr/bin", "/bin"]  # the rest kept, in order

@@ -321,6 +321,36 @@ def test_a_missing_category_and_text_are_imputed_and_flagged() -> None:
     assert flags[1, at["tiny"]] == 1.0 and flags[0].sum() == 0.0
 
 
+def test_rows_the_model_reads_otherwise_are_noted() -> None:
+    """The predictions say, per row, which blank cells the model filled and
+    which categorical values it read as "other" (unseen or too rare to keep);
+    before, ``fedpipe predict`` did both silently."""
+    from fedpipe.data.scoring import row_notes
+
+    transform = _mixed_transform("onehot", "multihot", "mean")
+    color = transform.encodings[0]
+    assert color.vocabulary[0] == "red"  # the most frequent (p 0.4)
+    found = row_notes(transform, _mixed_raw(missing=True))
+    notes = found.notes
+    assert [i for i, n in enumerate(notes) if n] == [1, 2, 3, 5, 6]
+    assert "color 'teal'" in notes[1] and "tiny blank" in notes[1]
+    assert "color 'violet'" in notes[2] and '"other"' in notes[2]  # rare in training
+    assert "color blank: filled 'red'" in notes[3] and "huge blank" in notes[3]
+    mean_tiny = transform.scaling_for(None).fill[MIXED.index("tiny")]
+    assert f"tiny blank: filled {mean_tiny:.6g}" in notes[1]
+    assert notes[5] == "review blank: no words"
+    assert "color 'teal'" in notes[6] and "tiny blank" in notes[6]
+    assert found.other == {"color": 3}
+    assert found.filled == {"tiny": 2, "color": 1, "huge": 1, "review": 1}
+    line = found.summary()
+    assert line is not None and line.startswith("5 of 8 row(s) flagged in the notes")
+    assert "3 value(s) not in the model's vocabulary" in line
+    assert row_notes(transform, _mixed_raw(missing=False)).summary() is not None
+    clean = {k: v[[0, 4, 5, 7]] for k, v in _mixed_raw(missing=False).items()}
+    assert row_notes(transform, clean).notes == ["", "", "", ""]
+    assert row_notes(transform, clean).summary() is None
+
+
 def test_the_column_model_loads_with_plain_keras(tmp_path: Path) -> None:
     transform = _mixed_transform("onehot", "tfidf", "mean")
     raw = raw_input_model(_trained(transform), transform)

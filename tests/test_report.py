@@ -166,6 +166,23 @@ def test_lineage_shows_commit_data_and_final_model(
         assert f"<code>{head}</code> (work tree clean)" in lineage
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_repository_before_its_first_commit_is_not_told_to_git_init(
+    tmp_path: Path, no_doctor: None
+) -> None:
+    """``fedpipe init`` makes a git repository with no commit: the report said
+    "no git commit recorded (run `git init` and commit)" there."""
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    lineage = _section(build_report(tmp_path), "lineage")
+    assert "git init" not in lineage, lineage
+    assert "no git commit yet" in lineage and "git commit -m" in lineage
+    bare = tmp_path / "elsewhere"  # outside any repository: git init is the advice
+    bare.mkdir()
+    elsewhere = _section(build_report(bare), "lineage")
+    if subprocess.run(["git", "-C", str(bare), "rev-parse"], check=False).returncode:
+        assert "not a git repository" in elsewhere
+
+
 # ---------------------------------------------------------------- missing inputs
 
 

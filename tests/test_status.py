@@ -123,3 +123,13 @@ def test_a_project_never_run_says_so(tmp_path: Path) -> None:
     assert status.stale is None and status.rounds_planned == 3
     assert any("dvc.lock: not found" in p for p in status.problems)
     assert "not partitioned yet" in format_text(status)
+
+
+def test_a_repository_before_its_first_commit_says_so() -> None:
+    """``fedpipe init``'s repository has no commit: status said nothing of git."""
+    text = format_text(
+        _status(git={"commit": None, "uncommitted": None, "repository": True})
+    )
+    assert "no commit yet" in text and "git commit -m" in text
+    outside = format_text(_status(git={"commit": None, "uncommitted": None}))
+    assert "no commit yet" not in outside

@@ -18,6 +18,23 @@ NOTICES = (
 )
 
 
+PREDICT_NOTICE = (
+    b"E0000 00:00:1796572399.895912    6524 node_def_util.cc:682] NodeDef mentions "
+    b"attribute use_unbounded_threadpool which is not in the op definition: "
+    b"Op<name=MapDataset; signature=input_dataset:variant, other_arguments: -> "
+    b"handle:variant; attr=f:func> This may be expected if your graph generating "
+    b"binary is newer  than this binary. Unknown attributes will be ignored. "
+    b"NodeDef: {{node ParallelMapDatasetV2/_16}}\n"
+)
+
+
+def test_the_predict_notice_is_dropped_and_other_errors_kept() -> None:
+    """`fedpipe predict` of a table with categorical columns printed this line
+    (a real capture, issue 36); another E-level line is kept."""
+    other = b"E0000 00:00:1.0    1 node_def_util.cc:682] NodeDef mentions attribute x\n"
+    assert without_notices(NOTICES + PREDICT_NOTICE + other) == other
+
+
 def test_only_the_notices_are_dropped() -> None:
     other = b"error: bad.csv: column 'size' has non-numeric values\n"
     warning = b"WARNING: something else\n"

@@ -12,6 +12,17 @@ so that a command whose whole answer is one ``error:`` line (a bad column in
 tensorflow`` of the process run with file descriptor 2 read through a pipe, and
 writes back everything but those lines when the import is done (in order; other
 output written meanwhile is delayed by the import, never dropped).
+
+A Keras ``predict`` of a model with string inputs (``fedpipe predict`` of a table
+with categorical columns) then logs, at ERROR level and so whatever
+``TF_CPP_MIN_LOG_LEVEL=2`` says::
+
+    E0000 00:00:... node_def_util.cc:682] NodeDef mentions attribute
+    use_unbounded_threadpool which is not in the op definition: Op<name=MapDataset ...
+
+(tf.data's ``ParallelMapDatasetV2`` rewritten to a ``MapDataset`` whose op
+definition predates the attribute; the attribute is ignored). :func:`quiet` runs a
+block with the same filter.
 """
 
 from __future__ import annotations
@@ -30,7 +41,11 @@ from typing import Any
 NOTICE = re.compile(
     rb"^(WARNING: All log messages before absl::InitializeLog\(\) is called are "
     rb"written to STDERR|I\d{4} [\d:. ]+\d+ port\.cc:\d+\] oneDNN custom operations "
-    rb"are on\..*)\r?\n?$"
+    rb"are on\..*"
+    # tf.data's graph rewrite of a Keras predict (TensorFlow 2.18+ Python over its
+    # own older kernels' op definitions): harmless, logged at ERROR level
+    rb"|E\d{4} [\d:. ]+\d+ node_def_util\.cc:\d+\] NodeDef mentions attribute "
+    rb"use_unbounded_threadpool which is not in the op definition.*)\r?\n?$"
 )
 
 
@@ -91,6 +106,13 @@ class _stderr_filtered:  # noqa: N801 - used as a context manager
         kept = without_notices(b"".join(self.chunks))
         if kept:
             os.write(2, kept)
+
+
+def quiet() -> _stderr_filtered:
+    """A context manager: file descriptor 2 filtered for the block as for the
+    import (TensorFlow's notices dropped, everything else written back, in order,
+    when the block ends)."""
+    return _stderr_filtered()
 
 
 def install() -> None:

@@ -10,14 +10,22 @@ the column, the rows and what would be accepted.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from fedpipe.core.errors import FedpipeError
 
-__all__ = ["ScoringError", "read_scoring_columns", "read_scoring_table"]
+if TYPE_CHECKING:
+    from fedpipe.data.preprocess import Transform
+
+__all__ = [
+    "RowNotes", "ScoringError", "read_scoring_columns", "read_scoring_table",
+    "row_notes",
+]  # fmt: skip
 
 _SHOWN_ROWS = 5
 
@@ -183,3 +191,101 @@ def _texts(raw: pd.Series) -> np.ndarray:
     return np.array(
         ["" if pd.isna(v) else text_key(v) for v in raw.tolist()], dtype=object
     )
+
+
+@dataclass(frozen=True)
+class RowNotes:
+    """What the model does to rows it cannot read as they are
+    (:func:`row_notes`).
+
+    Attributes
+    ----------
+    notes : list of str
+        Per row, ``"; "``-joined: each blank cell filled (with what) and each
+        categorical value outside the model's vocabulary (read as "other");
+        ``""`` for a row read as it is.
+    filled, other : dict
+        Column name -> blank cells / values read as "other".
+    """
+
+    notes: list[str]
+    filled: dict[str, int] = field(default_factory=dict)
+    other: dict[str, int] = field(default_factory=dict)
+
+    def summary(self, column: str = "notes") -> str | None:
+        """One line for the console (None when no row is flagged)."""
+        flagged = sum(1 for n in self.notes if n)
+        if not flagged:
+            return None
+
+        def each(counts: dict[str, int]) -> str:
+            return ", ".join(f"{name} {n}" for name, n in counts.items())
+
+        parts = []
+        if self.filled:
+            blank = sum(self.filled.values())
+            parts.append(f"{blank} blank cell(s) ({each(self.filled)})")
+        if self.other:
+            parts.append(
+                f"{sum(self.other.values())} value(s) not in the model's vocabulary, "
+                f'read as "other" ({each(self.other)})'
+            )
+        return (
+            f"{flagged} of {len(self.notes)} row(s) flagged in the {column} column: "
+            + "; ".join(parts)
+        )
+
+
+def row_notes(transform: Transform, columns: Mapping[str, np.ndarray]) -> RowNotes:
+    """Per row of ``columns`` (:func:`read_scoring_columns`' arrays), what the
+    model of ``transform`` reads differently from the cell: a blank numeric
+    cell filled with the fitted mean or median, a blank categorical cell filled
+    with the most frequent value (or read as "other" without one), a value
+    outside a categorical column's vocabulary (unseen in training, or too rare
+    to be kept) read as "other", a blank text read as no words. Words a text
+    column's vocabulary lacks are left unflagged (a text is read word by word)."""
+    n = len(next(iter(columns.values()))) if columns else 0
+    notes: list[list[str]] = [[] for _ in range(n)]
+    filled: dict[str, int] = {}
+    other: dict[str, int] = {}
+    fill = transform.scaling_for(None).fill
+    encodings = {e.column: e for e in transform.encodings}
+    for j, name in enumerate(transform.columns):
+        values = np.asarray(columns[name])
+        enc = encodings.get(j)
+        if enc is None:
+            blank = np.flatnonzero(np.isnan(values.astype(np.float64)))
+            text = (
+                f"{name} blank: filled {_number(fill[j])}" if fill is not None else ""
+            )
+            for i in blank:
+                notes[i].append(text or f"{name} blank")
+            if blank.size:
+                filled[name] = int(blank.size)
+            continue
+        strings = values.astype(str)
+        blank = np.flatnonzero(strings == "")
+        if enc.kind in ("onehot", "index"):
+            kept = set(enc.vocabulary)
+            if fill is not None and enc.vocabulary:
+                text = f"{name} blank: filled {str(enc.vocabulary[0])!r}"
+            else:
+                text = f'{name} blank: read as "other"'
+            unknown = [i for i, v in enumerate(strings) if v and v not in kept]
+            for i in unknown:
+                notes[i].append(
+                    f'{name} {str(strings[i])!r} not in the vocabulary: "other"'
+                )
+            if unknown:
+                other[name] = len(unknown)
+        else:
+            text = f"{name} blank: no words"
+        for i in blank:
+            notes[i].append(text)
+        if blank.size:
+            filled[name] = int(blank.size)
+    return RowNotes(["; ".join(row) for row in notes], filled, other)
+
+
+def _number(value: float) -> str:
+    return f"{float(value):.6g}"

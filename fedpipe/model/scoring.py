@@ -23,6 +23,7 @@ from fedpipe.core.errors import FedpipeError
 __all__ = ["MODEL_FILE", "Scored", "export_round", "predictions_table", "score_table"]
 
 MODEL_FILE = "model.keras"  # in models/round-K/, beside weights.npz
+NOTES = "notes"  # the predictions' column naming what the model filled or read as other
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Scored:
 
     rows: int
     model_file: Path
+    notes: str | None = None  # the flagged rows, one line (None: none)
 
 
 def model_file(round_: int) -> Path:
@@ -86,7 +88,10 @@ def predictions_table(
 
 
 def score_table(params: Any, table: Path, *, round_: int, out: Path) -> Scored:
-    """Score ``table`` with round ``round_``'s model; write ``out`` (CSV).
+    """Score ``table`` with round ``round_``'s model; write ``out`` (CSV): the
+    id, the prediction, the probabilities and ``notes`` (per row, each blank cell
+    the model filled and each categorical value it read as "other":
+    :func:`fedpipe.data.scoring.row_notes`).
 
     Raises
     ------
@@ -96,7 +101,7 @@ def score_table(params: Any, table: Path, *, round_: int, out: Path) -> Scored:
     """
     from fedpipe.data.ingest import read_schema
     from fedpipe.data.preprocess import read_transform
-    from fedpipe.data.scoring import read_scoring_columns
+    from fedpipe.data.scoring import read_scoring_columns, row_notes
     from fedpipe.model.rawinput import raw_inputs
 
     transform = read_transform(layout.TRANSFORM)
@@ -118,6 +123,10 @@ def score_table(params: Any, table: Path, *, round_: int, out: Path) -> Scored:
     probs = model.predict(x, batch_size=1024, verbose=0)
     names = [str(c) for c in read_schema(layout.PREPARED_DIR)["class_names"]]
     frame = predictions_table(ids, probs, names, params.data.id_column or "row")
+    notes = row_notes(transform, columns)
+    frame[NOTES] = notes.notes
     with atomic.writing(out) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.9g")
-    return Scored(rows=len(ids), model_file=model_file(round_))
+    return Scored(
+        rows=len(ids), model_file=model_file(round_), notes=notes.summary(NOTES)
+    )

@@ -55,7 +55,7 @@ class Damaged:
         if self.problem == "missing":
             return f"{where}: md5 {self.md5} missing from DVC's cache"
         return (
-            f"{where}: DVC's cache object {self.md5} is damaged "
+            f"{where}: DVC's cache object {self.md5} is altered "
             f"(its md5 is {self.actual})"
         )
 

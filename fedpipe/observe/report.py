@@ -197,7 +197,9 @@ def read_lineage(run: RunFiles | Path) -> dict[str, Any]:
         ``outs``: ``[{"stage", "path", "md5", "size", "nfiles"}]`` of every
         stage's outs in ``dvc.lock`` order, or ``None`` without a lock file;
         ``commit``: ``HEAD``'s sha or ``None``; ``dirty``: number of changed or
-        untracked paths (``git status --porcelain``) or ``None``.
+        untracked paths (``git status --porcelain``) or ``None``;
+        ``repository``: the project is a git repository (with or without a
+        commit).
     """
     run = _as_run(run)
     run.require("params", "lock")
@@ -206,6 +208,7 @@ def read_lineage(run: RunFiles | Path) -> dict[str, Any]:
         "outs": run.lock_outs,
         "commit": run.commit.sha,
         "dirty": run.commit.dirty,
+        "repository": run.commit.repository,
     }
 
 
@@ -834,8 +837,20 @@ def render_lineage(lineage: Mapping[str, Any]) -> str:
             f"<p>git commit <code>{html.escape(lineage['commit'])}</code>"
             f"{html.escape(state)}</p>"
         )
+    elif lineage.get("repository"):  # `fedpipe init` makes one, with no commit
+        parts.append(
+            _note(
+                "no git commit yet: the code of this run is not recorded "
+                "(`git add -A && git commit -m ...` records it for the next run)"
+            )
+        )
     else:
-        parts.append(_note("no git commit recorded (run `git init` and commit)"))
+        parts.append(
+            _note(
+                "not a git repository: no commit recorded (`fedpipe init` or "
+                "`git init`, then commit)"
+            )
+        )
 
     parts.append("<h3>Data and model hashes (dvc.lock)</h3>")
     outs = lineage.get("outs")

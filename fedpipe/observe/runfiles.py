@@ -110,10 +110,14 @@ class Commit:
     dirty : int or None
         Changed or untracked paths (``git status --porcelain`` lines); ``None``
         without a commit.
+    repository : bool
+        The directory is in a git work tree (``fedpipe init`` makes one, with no
+        commit: ``sha`` is ``None`` until the first).
     """
 
     sha: str | None = None
     dirty: int | None = None
+    repository: bool = False
 
 
 @dataclass(frozen=True)
@@ -380,11 +384,15 @@ def read_lock_outs(path: Path) -> list[dict[str, Any]] | None:
 
 def read_commit(root: Path) -> Commit:
     """``HEAD``'s commit and the number of changed paths of the repository at
-    ``root`` (both ``None`` outside a repository)."""
+    ``root`` (both ``None`` outside a repository or before its first commit), and
+    whether ``root`` is in a repository."""
     sha = git_output(root, "rev-parse", "--verify", "-q", "HEAD")
     status = git_output(root, "status", "--porcelain") if sha else None
     dirty = None if status is None else len(status.splitlines())
-    return Commit(sha=sha or None, dirty=dirty)
+    inside = (
+        bool(sha) or git_output(root, "rev-parse", "--is-inside-work-tree") == "true"
+    )
+    return Commit(sha=sha or None, dirty=dirty, repository=inside)
 
 
 def load_run(root: Path) -> RunFiles:

@@ -447,6 +447,9 @@ def collect(root: Path) -> Status:
     raw = _params(root, problems)
     planned = lookup(raw, "federation.rounds")
     doctor = _doctor_meanwhile(root)
+    # before DVC's status: DVC deletes a cache object it finds altered (one not
+    # read-only), which would then read "missing" here
+    damaged = [bad.text() for bad in damaged_objects(root)]
     stale, rounds = _staleness(root, raw, problems)
     commit = read_commit(root)
     doctor_problems: list[str] = []
@@ -459,7 +462,11 @@ def collect(root: Path) -> Status:
         problems.append(not_read)
     return Status(
         root=str(root.resolve()),
-        git={"commit": commit.sha, "uncommitted": commit.dirty},
+        git={
+            "commit": commit.sha,
+            "uncommitted": commit.dirty,
+            "repository": commit.repository,
+        },
         data=_data(raw) if raw is not None else None,
         validation=_validation(root),
         partition=_partition(root),
@@ -469,7 +476,7 @@ def collect(root: Path) -> Status:
         last_round=_last_round(root),
         doctor=found,
         problems=problems,
-        damaged_cache=[bad.text() for bad in damaged_objects(root)],
+        damaged_cache=damaged,
         seconds=round(time.perf_counter() - start, 3),
     )
 
@@ -518,6 +525,8 @@ def format_text(status: Status) -> str:
     if git.get("commit"):
         dirty = git.get("uncommitted") or 0
         rows.append(("git", f"{git['commit'][:8]}, {dirty} uncommitted change(s)"))
+    elif git.get("repository"):
+        rows.append(("git", "no commit yet (`git add -A && git commit -m ...`)"))
     if status.data:
         data = status.data
         rows.append(("data", f"{data['source']} ({data['path']})"))

@@ -68,13 +68,31 @@ def project(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -
 def test_predict_scores_raw_categories_and_text_as_the_model_file_does(
     project: Path, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
-    out = run_cli(
+    as_a_user = {k: v for k, v in cli_env.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    said = run_cli(
         [FEDPIPE, "predict", "new.csv", "--out", str(tmp_path / "pred.csv")],
-        project, cli_env,
-    ).stdout  # fmt: skip
+        project, as_a_user,  # TensorFlow's C++ logging as a user has it
+    )  # fmt: skip
+    out = said.stdout
     assert "21 rows of new.csv scored by round 2's global model" in out
-    pred = pd.read_csv(tmp_path / "pred.csv", dtype={"pid": str})
-    assert pred.columns.tolist() == ["pid", "prediction", "p_no", "p_yes"]
+    pred = pd.read_csv(tmp_path / "pred.csv", dtype={"pid": str}, keep_default_na=False)
+    assert pred.columns.tolist() == ["pid", "prediction", "p_no", "p_yes", "notes"]
+    # the unseen colours and the blanks are flagged, row by row and in a line
+    notes = pred["notes"].tolist()
+    assert "color 'teal' not in the vocabulary" in notes[1]
+    assert "color 'violet' not in the vocabulary" in notes[8]
+    assert "color blank: filled" in notes[4] and "color blank: filled" in notes[9]
+    assert notes[5] == "review blank: no words"
+    new = pd.read_csv(project / "new.csv")
+    clean = [
+        i
+        for i in range(len(new))
+        if i not in (1, 4, 5, 8, 9) and new.loc[i].notna().all()
+    ]
+    assert clean and all(notes[i] == "" for i in clean)
+    assert "in the notes column" in out and "2 value(s) not in the model" in out, out
+    # TensorFlow's own lines stay off the console (issue 36: an E0000 line)
+    assert not [line for line in said.stderr.splitlines() if line.strip()], said.stderr
     # the README's recipe: one 1-D array per column, strings stripped, "" empty
     raw = pd.read_csv(project / "new.csv")
     columns = {

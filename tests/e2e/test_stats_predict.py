@@ -114,7 +114,7 @@ def test_predict_equals_the_saved_model_loaded_with_plain_keras(
     k = 2 if round_ is None else round_
     assert f"23 rows of new.csv scored by round {k}'s global model" in out
     pred = pd.read_csv(tmp_path / "pred.csv", dtype={"pid": str})
-    assert pred.columns.tolist() == ["pid", "prediction", "p_no", "p_yes"]
+    assert pred.columns.tolist() == ["pid", "prediction", "p_no", "p_yes", "notes"]
     raw = pd.read_csv(project / "new.csv")
     assert pred["pid"].tolist() == raw["pid"].tolist()
     rows = raw[COLUMNS].to_numpy(dtype=np.float32)  # blank cells: NaN

@@ -60,9 +60,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--round {round_}: this run has rounds 0..{rounds} (federation.rounds)"
         )
-    result = score_table(params, args.table, round_=round_, out=args.out)
+    from fedpipe.app import tfnotices
+
+    with tfnotices.quiet():  # TensorFlow's E0000 line of a predict with strings
+        result = score_table(params, args.table, round_=round_, out=args.out)
     print(
         f"predict: {result.rows} rows of {args.table} scored by round {round_}'s "
         f"global model ({result.model_file}) -> {args.out}"
     )
+    if result.notes:
+        print(f"note: {result.notes}")
     return 0

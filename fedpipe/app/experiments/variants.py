@@ -35,6 +35,18 @@ def dvc_command() -> str:
     return str(beside) if beside.exists() else (shutil.which("dvc") or "dvc")
 
 
+def stage_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a ``dvc`` that runs ``fedpipe stage ...`` by name: this
+    interpreter's bin directory first on ``PATH``, so that the ``fedpipe`` beside
+    it is found when the venv is not activated (``.venv/bin/fedpipe run --exp``);
+    DVC's analytics off."""
+    env = dict(os.environ if base is None else base, DVC_NO_ANALYTICS="1")
+    bindir = str(Path(sys.executable).parent)
+    rest = [d for d in env.get("PATH", "").split(os.pathsep) if d and d != bindir]
+    env["PATH"] = os.pathsep.join([bindir, *rest])
+    return env
+
+
 def experiment_command(name: str, *, force: bool = False) -> list[str]:
     """The DVC command that runs the workspace as experiment ``name`` (``force``:
     every stage, up to date or not)."""
@@ -88,9 +100,8 @@ def run_experiment(
     original = path.read_bytes()
     try:
         set_params(path, values)
-        env = dict(os.environ, DVC_NO_ANALYTICS="1")
         return subprocess.run(
-            experiment_command(name, force=force), env=env, check=False
+            experiment_command(name, force=force), env=stage_env(), check=False
         ).returncode
     finally:
         atomic.write_bytes(path, original)

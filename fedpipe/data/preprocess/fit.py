@@ -427,8 +427,10 @@ def fit_scaling(
     if numeric == "standard":
         center, scale = merged.mean, merged.std
     elif numeric == "robust":
-        center = quantiles(counts, edges, 0.5)
-        scale = quantiles(counts, edges, 0.75) - quantiles(counts, edges, 0.25)
+        center = quantiles(counts, edges, 0.5, merged.whole)
+        scale = quantiles(counts, edges, 0.75, merged.whole) - quantiles(
+            counts, edges, 0.25, merged.whole
+        )
     elif numeric == "minmax":
         center, scale = merged.low, merged.high - merged.low
     elif numeric == "none":
@@ -442,7 +444,7 @@ def fit_scaling(
     if missing == "mean":
         fill = np.nan_to_num(merged.mean, nan=0.0)
     elif missing == "median":
-        fill = np.nan_to_num(quantiles(counts, edges, 0.5), nan=0.0)
+        fill = np.nan_to_num(quantiles(counts, edges, 0.5, merged.whole), nan=0.0)
     return Scaling(center=center, scale=scale, fill=fill)
 
 
@@ -499,7 +501,7 @@ def _statistics(
     n_clients: int,
 ) -> dict[str, Any]:
     """The merged statistics per column, for a person reading the JSON."""
-    q = {p: quantiles(counts, edges, p / 100) for p in (25, 50, 75)}
+    q = {p: quantiles(counts, edges, p / 100, merged.whole) for p in (25, 50, 75)}
     per_column = {
         name: {
             "count": int(merged.count[j]),

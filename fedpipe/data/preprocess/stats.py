@@ -2,7 +2,8 @@
 
 Two passes, as a federation would run them: each client sends its
 :class:`Moments` (per column: rows with a value, missing values, sum and sum of
-squares in float64, min and max), the server merges them and fixes the
+squares in float64, min and max, whether every value is a whole number), the
+server merges them and fixes the
 histogram's edges from the global min and max, then each client sends a
 histogram of its values on those edges (:func:`histogram`), which the server
 adds up. Nothing else about a client's rows leaves it; :mod:`.fit` sees only
@@ -35,6 +36,9 @@ class Moments:
         Sum and sum of squares of the present values.
     low, high : numpy.ndarray
         Smallest and largest present value (NaN for a column without one).
+    whole : numpy.ndarray or None
+        Per column: every present value is a whole number (bool; 0/1 flags,
+        counts, codes). None: not known (every column treated as continuous).
     """
 
     rows: int
@@ -44,6 +48,7 @@ class Moments:
     squares: np.ndarray
     low: np.ndarray
     high: np.ndarray
+    whole: np.ndarray | None = None
 
     @property
     def mean(self) -> np.ndarray:
@@ -75,6 +80,7 @@ def moments(x: np.ndarray) -> Moments:
         squares=(values * values).sum(axis=0),
         low=np.where(any_value, low, np.nan),
         high=np.where(any_value, high, np.nan),
+        whole=np.where(present, x == np.round(x), True).all(axis=0),
     )
 
 
@@ -93,6 +99,7 @@ def merge(parts: Sequence[Moments]) -> Moments:
             squares=out.squares + p.squares,
             low=np.fmin(out.low, p.low),
             high=np.fmax(out.high, p.high),
+            whole=None if out.whole is None or p.whole is None else out.whole & p.whole,
         )
     return out
 
@@ -123,11 +130,21 @@ def histogram(x: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return counts.reshape(d, bins).astype(np.int64)
 
 
-def quantiles(counts: np.ndarray, edges: np.ndarray, q: float) -> np.ndarray:
+def quantiles(
+    counts: np.ndarray,
+    edges: np.ndarray,
+    q: float,
+    whole: np.ndarray | None = None,
+) -> np.ndarray:
     """The ``q`` quantile of each column from its histogram, interpolated
     linearly within the bin where the cumulative count reaches ``q`` of the
     values: within one bin width of the pooled rows' quantile. NaN for a
-    column without values."""
+    column without values.
+
+    A column of whole numbers (``whole``, from :attr:`Moments.whole`) whose bin
+    holds a single whole number gets that number exactly, the value at which the
+    cumulative count reaches ``q`` (numpy's ``inverted_cdf``): a 0/1 column's
+    quartiles are 0 or 1, not a point inside the bin (0.001, 0.002, ...)."""
     total = counts.sum(axis=1)
     cumulative = np.cumsum(counts, axis=1)
     target = q * total
@@ -135,9 +152,31 @@ def quantiles(counts: np.ndarray, edges: np.ndarray, q: float) -> np.ndarray:
     for j in np.flatnonzero(total > 0):
         b = int(np.searchsorted(cumulative[j], target[j], side="left"))
         b = min(b, counts.shape[1] - 1)
+        if whole is not None and whole[j]:
+            single = _single_whole(edges[j], b)
+            if single is not None:
+                out[j] = single
+                continue
         before = cumulative[j, b - 1] if b > 0 else 0
         inside = counts[j, b]
         share = (target[j] - before) / inside if inside else 0.0
         width = edges[j, b + 1] - edges[j, b]
         out[j] = edges[j, b] + float(np.clip(share, 0.0, 1.0)) * width
     return out
+
+
+def _single_whole(edges: np.ndarray, b: int) -> float | None:
+    """The one whole number bin ``b`` of ``edges`` can hold (as
+    :func:`histogram` bins: ``[edge, next edge)``, the last bin closed), or None
+    when it can hold none or more than one. An edge within rounding of a whole
+    number is taken as that number."""
+    low, high = _snapped(float(edges[b])), _snapped(float(edges[b + 1]))
+    first = float(np.ceil(low))
+    if b == edges.shape[0] - 2:  # the last bin: [low, high]
+        return first if first <= high < first + 1 else None
+    return first if first < high <= first + 1 else None
+
+
+def _snapped(edge: float) -> float:
+    whole = float(np.round(edge))
+    return whole if abs(edge - whole) <= 1e-9 * max(1.0, abs(edge)) else edge

@@ -324,7 +324,7 @@ def _column_block(
     k: int,
 ) -> list[dict[str, Any]]:
     """Per column: the statistics of the rows ``m`` summarizes, rule applied."""
-    q = {p: quantiles(fine_counts, fine_edges, p / 100) for p in QUARTILES}
+    q = {p: quantiles(fine_counts, fine_edges, p / 100, m.whole) for p in QUARTILES}
     out = []
     for j in range(m.count.shape[0]):
         hidden = 0 < int(m.count[j]) < k

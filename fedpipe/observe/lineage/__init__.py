@@ -9,6 +9,9 @@ record against the project as it is now:
   records for it (directories are compared file by file when DVC's cache holds
   the recorded listing);
 * **missing** - a recorded output or input is not on disk;
+* **altered** / **uncached** - a recorded model output's object in DVC's cache
+  is not its md5 or is gone (:mod:`fedpipe.observe.cachecheck`; DVC itself
+  trusts a read-only cache file without hashing it), flagged as ``cache``;
 * **stale** - the record no longer fits together: a stage ran on an input whose
   md5 differs from what the upstream stage now records, a param in
   ``params.yaml`` differs from the value the stage read, or ``dvc.yaml`` now gives

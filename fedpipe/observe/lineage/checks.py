@@ -9,11 +9,12 @@ record no longer fits together).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedpipe.observe.cachecheck import damaged_outs, uncached
+from fedpipe.observe.cachecheck import Damaged, damaged_outs, uncached
 from fedpipe.observe.lineage.dvcstate import (
     PROJECT_FILE,
     DvcProject,
@@ -87,9 +88,9 @@ def _out_flags(stage: str, check: Check) -> list[Flag]:
     return [Flag("changed", stage, check.path, message)]
 
 
-def _cache_flags(
+def _cache_damage(
     project: DvcProject, stage: PipelineStage, outs: Sequence[Check]
-) -> list[Flag]:
+) -> list[Damaged]:
     """The stage's recorded outputs missing or altered in DVC's cache
     (:mod:`fedpipe.observe.cachecheck`; DVC itself trusts a read-only cache
     file without hashing it). An output missing from the cache and the
@@ -103,10 +104,25 @@ def _cache_flags(
         for check in outs
         if check.path not in gone and not any(fnmatch(check.path, p) for p in skip)
     ]
-    damaged = damaged_outs(Path(project.root), stage.name, recorded)
-    return [
-        Flag("cache", stage.name, bad.path, bad.text(stage=False)) for bad in damaged
+    return damaged_outs(Path(project.root), stage.name, recorded)
+
+
+def _cache_status(check: Check, damaged: Sequence[Damaged]) -> Check:
+    """``check`` marked ``altered`` (its cache object, or one of a directory's,
+    is not its md5) or ``uncached`` (missing from DVC's cache) where a cache flag
+    names it: the workspace file may be fine, but DVC would reuse the damaged
+    object, so the output is not ``ok``."""
+    if check.status != "ok":
+        return check
+    mine = [
+        d.problem
+        for d in damaged
+        if d.path == check.path or d.path.startswith(f"{check.path}/")
     ]
+    if not mine:
+        return check
+    altered = "altered" in mine
+    return replace(check, status="altered" if altered else "uncached")
 
 
 def _upstream_md5(
@@ -260,7 +276,9 @@ def audit_stage(
     outs = [check_out(project, out) for out in stage.outs]
     for check in outs:
         flags.extend(_out_flags(stage.name, check))
-    flags.extend(_cache_flags(project, stage, outs))
+    damaged = _cache_damage(project, stage, outs)
+    flags += [Flag("cache", stage.name, d.path, d.text(stage=False)) for d in damaged]
+    outs = [_cache_status(check, damaged) for check in outs]
     cmd_expected, found = check_command(project, stage)
     flags.extend(found)
     return StageAudit(

@@ -46,7 +46,9 @@ class Flag:
 class Check:
     """An input or output of a stage: what dvc.lock records against what is.
 
-    ``status`` is ``ok``, ``changed``, ``missing`` or ``stale``. For an input,
+    ``status`` is ``ok``, ``changed``, ``missing`` or ``stale``; an output
+    whose DVC cache object is altered or missing is ``altered`` or
+    ``uncached``. For an input,
     ``upstream`` names the stage that produces it (None for raw data) and
     ``upstream_md5`` what that stage now records; ``actual_md5`` is the md5 on
     disk where it was computed.
