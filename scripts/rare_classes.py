@@ -22,19 +22,25 @@ run's rare-class recall is more than 0.05 below the central baseline's.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-BIN = Path(sys.executable).parent
-FEDPIPE = str(BIN / "fedpipe")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from table_projects import (  # noqa: E402
+    FEDPIPE,
+    class_names,
+    cli_env,
+    doctor_codes,
+    last_round,
+    new_project,
+    project_split,
+    run,
+)
+
 MINORITY_SHARE = 0.08
 TOLERANCE = 0.05
 
@@ -67,61 +73,40 @@ def build_table(path: Path, table: str, *, seed: int = 0) -> tuple[str, str]:
     return majority, minority
 
 
-def _run(args: list[str], cwd: Path, env: dict[str, str]) -> str:
-    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(args)} failed:\n{proc.stderr[-3000:]}")
-    return proc.stdout
-
-
 def make_project(
     path: Path, table: str, env: dict[str, str], *, rounds: int, **train: Any
 ) -> Path:
     """A new project on the imbalanced table, committed, not run."""
     build_table(path / "data/table.csv", table)
-    _run([FEDPIPE, "init", str(path)], Path.cwd(), env)
-    params = yaml.safe_load((path / "params.yaml").read_text())
-    params.pop("round_chain", None)
-    params["seed"] = 7
-    params["data"].update(
-        source="table", path="data/table.csv", label_column="diagnosis"
-    )
-    params["federation"].update(
-        clients=3, rounds=rounds, fraction_fit=1.0, min_clients=1
-    )
-    params["partition"].update(method="iid", min_samples=20)
-    params["model"]["name"] = "mlp"
-    params["train"].update(train)
-    params.setdefault("validation", {})["min_rows"] = 50
-    (path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    _run([FEDPIPE, "sync"], path, env)
-    _run(["git", "add", "-A"], path, env)
-    _run(["git", "commit", "-qm", "rare classes"], path, env)
-    return path
+    return new_project(
+        path,
+        "data/table.csv",
+        env,
+        {
+            "seed": 7,
+            "data": {"label_column": "diagnosis"},
+            "federation": {
+                "clients": 3, "rounds": rounds, "fraction_fit": 1.0, "min_clients": 1
+            },
+            "partition": {"method": "iid", "min_samples": 20},
+            "model": {"name": "mlp"},
+            "train": train,
+            "validation": {"min_rows": 50},
+        },
+    )  # fmt: skip
 
 
 def fedpipe_figures(project: Path, minority: str, env: dict[str, str]) -> dict:
     """Run the project; the last round's held-out figures and the doctor's codes."""
-    table = _run([FEDPIPE, "run", "--no-report", "-q"], project, env)
-    rounds = (project / "metrics/rounds").glob("round-*.json")
-    last_file = max(rounds, key=lambda p: int(p.stem.removeprefix("round-")))
-    last = json.loads(last_file.read_text())
-    names = json.loads((project / "data/prepared/schema.json").read_text())
-    label = names["class_names"].index(minority)
-    doctor = subprocess.run(
-        [FEDPIPE, "doctor", "--format", "json", "--fail-on", "never"],
-        cwd=project, env=env, capture_output=True, text=True,
-    )  # fmt: skip
-    findings = json.loads(doctor.stdout or "[]")
-    findings = (
-        findings.get("findings", findings) if isinstance(findings, dict) else findings
-    )
+    table = run([FEDPIPE, "run", "--no-report", "-q"], project, env)
+    last = last_round(project)
+    label = class_names(project).index(minority)
     return {
         "accuracy": last["global"]["accuracy"],
         "balanced_accuracy": last["global"]["balanced_accuracy"],
         "recall": last["global_classes"]["recall"][label],
         "support": last["global_classes"]["support"][label],
-        "doctor": [f["code"] for f in findings],
+        "doctor": doctor_codes(project, env),
         "table": table,
     }
 
@@ -132,39 +117,15 @@ def central_figures(project: Path, minority: str) -> dict:
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import accuracy_score, balanced_accuracy_score, recall_score
 
-    from fedpipe.data.ingest.prepared import open_features, read_samples
-    from fedpipe.data.preprocess import read_transform
-    from fedpipe.data.sources import prepared_spec
-    from fedpipe.data.splits import federated_data
-
-    here = Path.cwd()
-    os.chdir(project)
-    try:
-        data = federated_data(
-            open_features(Path("data/prepared")),
-            read_samples(Path("data/prepared")),
-            json.loads(Path("data/partition/manifest.json").read_text()),
-            prepared_spec(Path("data/prepared")),
-            transform=read_transform(Path("data/preprocess/transform.json")),
-        )
-        names = json.loads(Path("data/prepared/schema.json").read_text())
-    finally:
-        os.chdir(here)
-    label = names["class_names"].index(minority)
-    x = np.concatenate([c.x_train for c in data.clients]).reshape(
-        -1, int(np.prod(data.spec.input_shape))
-    )
-    y = np.concatenate([c.y_train for c in data.clients])
-    x_test = np.asarray(data.x_test).reshape(len(data.y_test), -1)
+    label = class_names(project).index(minority)
+    x, y, x_test, y_test = project_split(project)
     model = LogisticRegression(class_weight="balanced", max_iter=5000)
     pred = model.fit(x, y).predict(x_test)
     return {
-        "accuracy": float(accuracy_score(data.y_test, pred)),
-        "balanced_accuracy": float(balanced_accuracy_score(data.y_test, pred)),
-        "recall": float(
-            recall_score(data.y_test, pred, labels=[label], average=None)[0]
-        ),
-        "support": int(np.sum(data.y_test == label)),
+        "accuracy": float(accuracy_score(y_test, pred)),
+        "balanced_accuracy": float(balanced_accuracy_score(y_test, pred)),
+        "recall": float(recall_score(y_test, pred, labels=[label], average=None)[0]),
+        "support": int(np.sum(y_test == label)),
     }
 
 
@@ -226,8 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args(argv)  # fmt: skip
-    env = dict(os.environ, DVC_NO_ANALYTICS="1", TF_CPP_MIN_LOG_LEVEL="3")
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env = cli_env()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         results = measure(work, args.table, env, rounds=args.rounds, epochs=args.epochs)
