@@ -374,6 +374,12 @@ def run_row(
     if "up to date" not in status.stdout:
         return done("FAILED", f"dvc status not clean: {status.stdout.strip()[:200]}")
     if repeat:
+        # the DP noise is keyed by the project's secret key (made at its first
+        # run, never published): the second run is given the same key
+        key = project / ".fedpipe/dp.key"
+        if key.is_file():
+            (fresh / ".fedpipe").mkdir(exist_ok=True)
+            shutil.copy2(key, fresh / ".fedpipe/dp.key")
         again = _run([FEDPIPE, "run", "--no-server-start", "--no-report"], fresh, env)
         if again.returncode != 0:
             return done("FAILED", f"second run: {_error_line(again)}")

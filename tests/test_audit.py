@@ -120,3 +120,14 @@ def test_rows_name_a_row_placed_nowhere_and_one_placed_twice(tmp_path: Path) -> 
     text = "\n".join(result.violations)
     assert "1 rows placed nowhere (e.g. row-8)" in text
     assert "1 rows placed more than once (e.g. row-3)" in text
+
+
+def test_a_file_that_cannot_be_read_is_a_broken_promise_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "data/prepared").mkdir(parents=True)
+    (tmp_path / "data/prepared/samples.parquet").write_bytes(b"PAR")  # truncated
+    write_json(tmp_path / "data/partition/manifest.json", {"heldout": []})
+    [result] = audit(tmp_path, only=("rows",))
+    assert not result.ok
+    assert result.violations[0].startswith("cannot be checked: ")

@@ -386,11 +386,9 @@ def run_round(
     # the model holds the new global weights (the evaluation set them)
     dead = dead_unit_shares(runner.model, inputs.data.x_test_lazy[:PROBE_SAMPLES])
     fields = _record_fields(inputs, selected, scored, usable, results)
-    fields.update(global_test=held_out, global_clients=on_clients, excluded=excluded)
+    fields.update(_global_fields(inputs, held_out, on_clients, probs))
     fields.update(partial=dict(plan.partial), personalized=personalized)
-    fields.update(
-        global_classes=class_report(inputs.data.y_test, probs, inputs.spec.n_classes)
-    )
+    fields.update(excluded=excluded)
     for step in [*steps, strategy]:
         fields = step.record(fields)
     record = RoundRecord(**fields)
@@ -490,6 +488,22 @@ def _client_data(inputs: RoundInputs, client: int) -> ClientData:
     for step in inputs.steps:
         data = step.client_data(inputs.round, data, inputs.spec.n_classes)
     return data
+
+
+def _global_fields(
+    inputs: RoundInputs,
+    held_out: dict[str, float],
+    on_clients: Any,
+    probs: Any,
+) -> dict[str, Any]:
+    """The round record's fields of the global model's evaluation: on the
+    held-out set (and per class there), on the scored clients' test splits."""
+    classes = class_report(inputs.data.y_test, probs, inputs.spec.n_classes)
+    return {
+        "global_test": held_out,
+        "global_clients": on_clients,
+        "global_classes": classes,
+    }
 
 
 def _record_fields(

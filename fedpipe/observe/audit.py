@@ -234,7 +234,16 @@ def audit(root: Path | str, only: tuple[str, ...] = ()) -> list[AuditResult]:
             f"unknown invariant(s) {', '.join(unknown)}; known: {', '.join(INVARIANTS)}"
         )
     return [
-        AuditResult(name, promise, tuple(check(root)))
+        AuditResult(name, promise, tuple(_checked(check, root)))
         for name, (promise, check) in INVARIANTS.items()
         if not only or name in only
     ]
+
+
+def _checked(check: Check, root: Path) -> list[str]:
+    """``check(root)``; a file it cannot read (truncated, not what it should
+    be) is a broken promise too: nothing shows the promise holds."""
+    try:
+        return check(root)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        return [f"cannot be checked: {type(exc).__name__}: {exc}"]

@@ -20,7 +20,12 @@ from e2e_helpers import BIN, make_project, run_cli
 
 from fedpipe.observe.doctor import codes
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.audit_exempt(
+        "damages a copy of its project on purpose (the doctor on a damaged copy)"
+    ),
+]
 FEDPIPE = str(BIN / "fedpipe")
 SEED_QUESTION = {
     "federation": {"clients": 4, "rounds": 5, "fraction_fit": 1.0},

@@ -33,7 +33,14 @@ from fedpipe.core.seeds import keyed_rng, rng_for
 from fedpipe.core.weights import load_weights
 from fedpipe.federation.privacy.mechanism import gaussian_like, global_norm, privacy_rng
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.audit_exempt(
+        "known, open (issue 36, views): its projects are copies of a longer run "
+        "rerun with fewer rounds, and DVC leaves the later rounds' files and "
+        "records"
+    ),
+]
 FEDPIPE, DVC = str(BIN / "fedpipe"), str(BIN / "dvc")
 ROUNDS, SIGMA, CLIP = 2, 1.0, 1.0
 PRIVACY = {

@@ -24,7 +24,14 @@ from fedpipe.federation.privacy.accountant import central_epsilon
 from fedpipe.federation.privacy.mechanism import gaussian_like, global_norm, privacy_rng
 from fedpipe.observe.leaks import public_leaks
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.audit_exempt(
+        "known, open (issue 36, views): a DP run over a copy of a non-DP run "
+        "stops at the budget, and the copy's later rounds stay published and "
+        "recorded"
+    ),
+]
 FEDPIPE = str(BIN / "fedpipe")
 
 

@@ -28,7 +28,14 @@ from fedpipe.config.overrides import set_params
 from fedpipe.federation.failures import slow_set
 from fedpipe.observe.doctor import codes
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.audit_exempt(
+        "known, open (issue 36, views): its projects are copies of a longer run "
+        "rerun with fewer rounds, and DVC leaves the later rounds' files and "
+        "records"
+    ),
+]
 FEDPIPE = str(BIN / "fedpipe")
 CLIENTS, ROUNDS, SEED = 4, 2, 7  # SEED: the tiny project's
 DEADLINE, SLOW_SPEED = 6, 0.5
