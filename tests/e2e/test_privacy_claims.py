@@ -13,18 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from e2e_helpers import BIN, TINY, file_hashes, run_cli
+from e2e_helpers import BIN, BUDGET_STOP_LEFTOVERS, TINY, file_hashes, run_cli
 
 from fedpipe.config.privacy import Privacy
 from fedpipe.federation.privacy.accountant import central_epsilon
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.audit_exempt(
-        "known, open (issue 36, views): a DP run over a copy of a non-DP run "
-        "stops at the budget, and the copy's later rounds stay published and "
-        "recorded"
-    ),
+    pytest.mark.audit_exempt(BUDGET_STOP_LEFTOVERS),
 ]
 FEDPIPE = str(BIN / "fedpipe")
 DVC = str(BIN / "dvc")

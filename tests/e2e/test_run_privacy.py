@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from e2e_helpers import BIN, SCRIPTS, TINY, run_cli
+from e2e_helpers import BIN, BUDGET_STOP_LEFTOVERS, SCRIPTS, TINY, run_cli
 
 from fedpipe.config import layout
 from fedpipe.config.params import load_params
@@ -26,11 +26,7 @@ from fedpipe.observe.leaks import public_leaks
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.audit_exempt(
-        "known, open (issue 36, views): a DP run over a copy of a non-DP run "
-        "stops at the budget, and the copy's later rounds stay published and "
-        "recorded"
-    ),
+    pytest.mark.audit_exempt(BUDGET_STOP_LEFTOVERS),
 ]
 FEDPIPE = str(BIN / "fedpipe")
 
