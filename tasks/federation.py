@@ -20,6 +20,8 @@ from prefect.cache_policies import NO_CACHE
 
 from fedpipe.config import layout
 from fedpipe.config.params import Params
+from fedpipe.core.atomic import remove_paths
+from fedpipe.core.errors import FederationStopped
 from fedpipe.core.jsonio import read_json
 from fedpipe.core.secretkey import load_or_create_key
 from fedpipe.core.weights import load_state, load_weights, save_state, save_weights
@@ -102,6 +104,20 @@ def federation_round(
         # what the doctor needs to name the client that sent non-finite values
         # (under DP in the oracle record: .fedpipe/oracle/round-K.json)
         write_health(failed.health, round_, params)
+        raise
+    except FederationStopped as stopped:
+        # the rounds not reached are an earlier run's: not left published as
+        # this run's (DVC's cache and git keep what they versioned)
+        removed = remove_paths(
+            layout.unreached_outputs(stopped.round, params.federation.rounds)
+        )
+        if removed:
+            get_run_logger().info(
+                "removed %d file(s) of rounds %d-%d and the summary that an "
+                "earlier run left: %s",
+                len(removed), stopped.round, params.federation.rounds,
+                ", ".join(str(p) for p in removed),
+            )  # fmt: skip
         raise
     table = write_round(outputs, round_, params)
     publish_round_table(outputs.record, table)

@@ -299,7 +299,7 @@ def test_stale_views_names_each_file_not_of_the_recorded_run(
 
     import yaml
 
-    from fedpipe.observe.runfiles import stale_views
+    from fedpipe.observe.runfiles import foreign_files as stale_views
 
     root = shutil.copytree(plain_after_dp, tmp_path / "p")
     oracle = [str(layout.oracle_record(k)) for k in (1, 2)]
@@ -313,7 +313,12 @@ def test_stale_views_names_each_file_not_of_the_recorded_run(
         {"path": str(p), "md5": hashlib.md5((root / p).read_bytes()).hexdigest()}
         for p in published
     ]
-    lock = {"schema": "2.0", "stages": {"round@1": {"outs": outs}}}
+    stages = {  # each round's records in its own round@K record, as DVC writes
+        f"round@{k}": {"outs": [o for o in outs if f"round-{k}." in o["path"]]}
+        for k in (1, 2)
+    }
+    stages["partition"] = {"outs": [outs[-1]]}
+    lock = {"schema": "2.0", "stages": stages}
     (root / "dvc.lock").write_text(yaml.safe_dump(lock))
     assert [m.split(":")[0] for m in stale_views(root)] == oracle
     shutil.rmtree(root / layout.ORACLE_DIR)
@@ -340,7 +345,7 @@ def test_stale_views_names_rounds_beyond_federation_rounds(
 ) -> None:
     """A longer run before left rounds the params no longer plan (DVC removes
     neither their files nor their dvc.lock records)."""
-    from fedpipe.observe.runfiles import stale_views
+    from fedpipe.observe.runfiles import foreign_files as stale_views
 
     root = shutil.copytree(plain_after_dp, tmp_path / "p")
     shutil.rmtree(root / layout.ORACLE_DIR)
@@ -352,3 +357,145 @@ def test_stale_views_names_rounds_beyond_federation_rounds(
         str(layout.client_metrics(2)),
     ]
     assert "beyond federation.rounds (1)" in stale_views(root)[0]
+
+
+# ------------------------------ rounds not of the recorded run (issue 36, views)
+
+
+def _lock_of(root: Path, rounds: int) -> dict:
+    """A ``dvc.lock`` as ``fedpipe run`` records ``rounds`` rounds of the run
+    under ``root``: each round@K built on round K-1's recorded weights."""
+    import hashlib
+
+    def md5(path: Path) -> str:
+        return hashlib.md5((root / path).read_bytes()).hexdigest()
+
+    weights = [f"models/round-{k}/weights.npz" for k in range(rounds + 1)]
+    stages = {
+        "partition": {
+            "outs": [{"path": str(layout.MANIFEST), "md5": md5(layout.MANIFEST)}]
+        },
+        "init": {"outs": [{"path": weights[0], "md5": "init-weights"}]},
+    }
+    for k in range(1, rounds + 1):
+        records = [
+            layout.round_metrics(k),
+            layout.health_metrics(k),
+            layout.client_metrics(k),
+        ]
+        stages[f"round@{k}"] = {
+            "deps": [{"path": weights[k - 1], "md5": stages_md5(stages, k - 1)}],
+            "outs": [{"path": weights[k], "md5": f"weights-{k}"}]
+            + [{"path": str(p), "md5": md5(p)} for p in records],
+        }
+    return {"schema": "2.0", "stages": stages}
+
+
+def stages_md5(stages: dict, k: int) -> str:
+    entry = stages["init" if k == 0 else f"round@{k}"]
+    return entry["outs"][0]["md5"]
+
+
+@pytest.fixture()
+def recorded_plain(plain_after_dp, tmp_path: Path) -> Path:
+    import yaml
+
+    root = shutil.copytree(plain_after_dp, tmp_path / "p")
+    shutil.rmtree(root / layout.ORACLE_DIR)
+    (root / "params.yaml").write_text("federation:\n  rounds: 2\n")
+    (root / "dvc.lock").write_text(yaml.safe_dump(_lock_of(root, 2)))
+    return root
+
+
+def _views_read(root: Path) -> dict[str, list[int]]:
+    from fedpipe.observe.status import collect
+
+    run = load_run(root)
+    last = collect(root).last_round
+    return {
+        "rounds": sorted(run.rounds),
+        "health": sorted(run.health),
+        "clients": sorted(run.clients),
+        "status": [last["round"]] if last else [],
+    }
+
+
+def test_views_read_only_the_rounds_dvc_lock_records(recorded_plain: Path) -> None:
+    """A run stopped before recording its round 2 (the CI's Ctrl-C project:
+    round 2's records written, dvc.lock not yet), a round left by an earlier,
+    longer run, and a round record built on another round 1 than the recorded
+    one (a privacy budget stop over an earlier run's rounds): the views read
+    none of them, say so once, and the audit's views promise holds."""
+    import yaml
+
+    from fedpipe.observe.audit import audit
+    from fedpipe.observe.runfiles import foreign_files, stale_views
+    from fedpipe.observe.status import collect, format_text
+
+    root = recorded_plain
+    assert _views_read(root) == {k: [1, 2] for k in ("rounds", "health", "clients")} | {
+        "status": [2]
+    }
+    assert foreign_files(root) == [] and stale_views(root) == []
+
+    # 1. round 2 written but not recorded (the lock of round 1 only)
+    (root / "dvc.lock").write_text(yaml.safe_dump(_lock_of(root, 1)))
+    assert _views_read(root) == {k: [1] for k in ("rounds", "health", "clients")} | {
+        "status": [1]
+    }
+    unread = [line.split(":")[0] for line in load_run(root).ignored]
+    assert unread == [
+        str(layout.round_metrics(2)),
+        str(layout.health_metrics(2)),
+        str(layout.client_metrics(2)),
+    ]
+    assert format_text(collect(root)).count("Not read: 3 file(s)") == 1
+    assert stale_views(root) == [] and len(foreign_files(root)) == 3
+    assert all(r.ok for r in audit(root, ("views",)))
+
+    # 2. round 2's record built on another round 1 than the one recorded
+    lock = _lock_of(root, 2)
+    lock["stages"]["round@2"]["deps"][0]["md5"] = "an earlier run's round 1"
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock))
+    assert _views_read(root)["rounds"] == [1]
+    assert "built on another round 1" in load_run(root).ignored[0]
+    # ... and round 1's built on another init: no round is of the run
+    lock["stages"]["round@1"]["deps"][0]["md5"] = "an earlier init"
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock))
+    assert _views_read(root) == {k: [] for k in ("rounds", "health", "clients")} | {
+        "status": []
+    }
+
+    # 3. an earlier, longer run's round 2 (recorded, but beyond the 1 planned)
+    (root / "dvc.lock").write_text(yaml.safe_dump(_lock_of(root, 2)))
+    (root / "params.yaml").write_text("federation:\n  rounds: 1\n")
+    assert _views_read(root)["rounds"] == [1]
+    assert "beyond federation.rounds (1)" in load_run(root).ignored[0]
+    assert stale_views(root) == []
+
+
+def test_the_views_promise_is_broken_when_a_reader_takes_a_foreign_file(
+    recorded_plain: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The audit's check is of what the views read: a reader that took every
+    round file on disk again (today's bug) breaks it."""
+    import yaml
+
+    from fedpipe.observe import runfiles
+
+    root = recorded_plain
+    (root / "dvc.lock").write_text(yaml.safe_dump(_lock_of(root, 1)))
+    monkeypatch.setattr(
+        runfiles,
+        "round_files",
+        lambda r, folder, suffix, foreign=None: runfiles.numbered_files(
+            Path(r) / folder, suffix
+        ),
+    )
+    stale = runfiles.stale_views(root)
+    assert [line.split(":")[0] for line in stale] == [
+        str(layout.round_metrics(2)),
+        str(layout.health_metrics(2)),
+        str(layout.client_metrics(2)),
+    ]
+    assert "not recorded in dvc.lock" in stale[0]

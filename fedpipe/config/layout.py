@@ -103,6 +103,30 @@ def oracle_record(round_: int) -> Path:
     return ORACLE_DIR / f"round-{round_}.json"
 
 
+#: the ``summary`` stage's outputs (all rounds' history, the final metrics)
+SUMMARY_OUTPUTS = (HISTORY_CSV, SUMMARY_METRICS, SUMMARY_TABLE)
+
+
+def round_outputs(round_: int) -> list[Path]:
+    """Every file and folder round K writes, published and private."""
+    return [
+        model_dir(round_),
+        round_metrics(round_),
+        client_metrics(round_),
+        health_metrics(round_),
+        oracle_record(round_),
+        private_client_state(round_),
+    ]
+
+
+def unreached_outputs(first: int, rounds: int) -> list[Path]:
+    """What rounds ``first`` .. ``rounds`` and the summary write: the outputs a
+    federation stopped before round ``first`` does not reach, so that any of
+    them on disk is an earlier run's."""
+    out = [path for k in range(first, rounds + 1) for path in round_outputs(k)]
+    return out + list(SUMMARY_OUTPUTS)
+
+
 def stage_names(rounds: int) -> list[str]:
     """Every DVC stage of the pipeline, in execution order."""
     return (

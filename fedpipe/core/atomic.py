@@ -109,3 +109,20 @@ def write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
 def write_text(path: Path, text: str, *, durable: bool = True) -> None:
     """``path.write_text(text)`` (UTF-8), atomically (see the module)."""
     write_bytes(path, text.encode("utf-8"), durable=durable)
+
+
+def remove_paths(paths: Iterator[Path] | list[Path]) -> list[Path]:
+    """Remove each file or folder of ``paths`` that exists (a folder with what
+    it holds); the ones removed, in order."""
+    import shutil
+
+    removed = []
+    for path in map(Path, paths):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+        else:
+            continue
+        removed.append(path)
+    return removed

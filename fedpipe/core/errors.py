@@ -36,3 +36,22 @@ class ParamsError(FedpipeError, ValueError):
     """``params.yaml`` is missing, malformed or holds a bad value (exit status 2)."""
 
     exit_code = EXIT_BAD_PARAMS
+
+
+class FederationStopped(FedpipeError):
+    """The federation ends before the round that raised it runs (a stopping
+    rule, not a failure of the round: a privacy budget that the round would
+    pass). The rounds from that one on are not of this run: what an earlier
+    run left of them is removed from the workspace
+    (:func:`fedpipe.config.layout.unreached_outputs`), as DVC removes a stage's
+    outputs before it runs the stage.
+
+    Attributes
+    ----------
+    round : int
+        The first round not run.
+    """
+
+    def __init__(self, message: str, *, round_: int) -> None:
+        super().__init__(message)
+        self.round = round_

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,10 @@ __all__ = [
     "read_lock_outs",
     "rounds_text",
     "stale_views",
+    "foreign_files",
+    "foreign_round_files",
+    "round_files",
+    "unread_files",
 ]
 
 PARAMS_YAML = Path("params.yaml")
@@ -170,9 +175,13 @@ class RunFiles:
         oracle records: the published server view only) or ``full`` (no DP, or
         ``privacy.publish_oracle``: the records hold everything).
     ignored : tuple of str
-        One line per file a view would have read that is not of this run
-        (:func:`stale_views`: an oracle record written beside other published
-        records than the ones read), left unread.
+        One line per file a view would have read that is not of the run
+        ``dvc.lock`` records (:func:`foreign_round_files`; an oracle record
+        written beside other published records than the ones read), left
+        unread: ``"<path>: <why>"``.
+    read_files : tuple of str
+        The per-round records read (:data:`ROUND_RECORDS`), relative to
+        ``root``: what :func:`stale_views` checks.
     errors : dict of str to Exception
         A part (one of :data:`PARTS`) that exists but could not be read, with
         the exception reading it raised.
@@ -196,6 +205,7 @@ class RunFiles:
     commit: Commit = Commit()
     view: str = "full"
     ignored: tuple[str, ...] = ()
+    read_files: tuple[str, ...] = ()
     errors: dict[str, Exception] = field(default_factory=dict)
 
     @property
@@ -268,14 +278,14 @@ def _read_yaml(path: Path) -> Any:
     return yaml.load(path.read_text(), Loader=_SAFE_LOADER)
 
 
-def _json_rounds(folder: Path) -> dict[int, dict[str, Any]]:
-    return {k: _read_json(p) for k, p in numbered_files(folder, ".json").items()}
+def _json_rounds(files: Mapping[int, Path]) -> dict[int, dict[str, Any]]:
+    return {k: _read_json(p) for k, p in files.items()}
 
 
-def _client_tables(folder: Path) -> dict[int, pd.DataFrame]:
+def _client_tables(files: Mapping[int, Path]) -> dict[int, pd.DataFrame]:
     import pandas as pd
 
-    return {k: pd.read_csv(p) for k, p in numbered_files(folder, ".csv").items()}
+    return {k: pd.read_csv(p) for k, p in files.items()}
 
 
 def _typed(params: dict[str, Any] | None, source: Path) -> Params | None:
@@ -357,6 +367,14 @@ def column_statistics(
     return out
 
 
+def read_lock_stages(path: Path) -> dict[str, dict[str, Any]] | None:
+    """The ``stages`` of the ``dvc.lock`` at ``path`` (``None``: no such file)."""
+    if not path.is_file():
+        return None
+    lock = _read_yaml(path) or {}
+    return {str(k): v or {} for k, v in (lock.get("stages") or {}).items()}
+
+
 def read_lock_outs(path: Path) -> list[dict[str, Any]] | None:
     """Every stage's outs in the ``dvc.lock`` at ``path``, in lock order.
 
@@ -366,9 +384,9 @@ def read_lock_outs(path: Path) -> list[dict[str, Any]] | None:
         ``{"stage", "path", "md5", "size", "nfiles"}`` per out (missing keys
         ``None``); ``None`` if there is no such file.
     """
-    if not path.is_file():
+    stages = read_lock_stages(path)
+    if stages is None:
         return None
-    lock = _read_yaml(path) or {}
     return [
         {
             "stage": str(stage),
@@ -377,9 +395,123 @@ def read_lock_outs(path: Path) -> list[dict[str, Any]] | None:
             "size": out.get("size"),
             "nfiles": out.get("nfiles"),
         }
-        for stage, entry in (lock.get("stages") or {}).items()
-        for out in (entry or {}).get("outs") or []
+        for stage, entry in stages.items()
+        for out in entry.get("outs") or []
     ]
+
+
+#: the per-round records the views read: folder, file suffix
+ROUND_RECORDS = (
+    (layout.ROUND_METRICS_DIR, ".json"),
+    (layout.HEALTH_METRICS_DIR, ".json"),
+    (layout.CLIENT_METRICS_DIR, ".csv"),
+)
+
+
+def chained_rounds(stages: Mapping[str, Mapping[str, Any]]) -> set[int]:
+    """The rounds K whose ``round@K`` record in ``dvc.lock`` (``stages``) is of
+    the run it records: built on what the lock records for its inputs (the
+    ``init`` stage's model for round 1, round K-1's for round K, the prepared
+    data, the partition), round 1 to K without a gap.
+
+    A record left by an earlier run is not: a later run that rewrote round K-1
+    (or the data) and stopped before round K (a privacy budget stop, a kill)
+    leaves round K's record naming the old round K-1's hashes.
+    """
+    produced = {
+        str(out["path"]): out.get("md5")
+        for entry in stages.values()
+        for out in entry.get("outs") or []
+    }
+
+    def built_on_recorded(entry: Mapping[str, Any]) -> bool:
+        return all(
+            produced.get(str(dep["path"]), dep.get("md5")) == dep.get("md5")
+            for dep in entry.get("deps") or []
+        )
+
+    out: set[int] = set()
+    if "init" in stages and not built_on_recorded(stages["init"]):
+        return out
+    k = 1
+    while f"round@{k}" in stages and built_on_recorded(stages[f"round@{k}"]):
+        out.add(k)
+        k += 1
+    return out
+
+
+def foreign_round_files(root: Path) -> dict[str, str]:
+    """Each per-round record under ``root`` (:data:`ROUND_RECORDS`) that is not
+    of the run ``dvc.lock`` records, with why. Without a ``dvc.lock`` only the
+    rounds beyond ``federation.rounds`` are not (nothing else ties a file to a
+    run then).
+
+    A file is of the recorded run when ``dvc.lock`` records it with these bytes,
+    in a round record that is of the run (:func:`chained_rounds`), and its round
+    is not beyond ``federation.rounds``. Not of it: a round a run stopped before
+    recording (Ctrl-C, a kill, a full disk), a round an earlier, longer run left
+    (DVC removes neither the files nor their records when the rounds are fewer),
+    a round an earlier run recorded that a later run did not reach (a privacy
+    budget stop over an earlier run's rounds), a file changed since.
+
+    Raises
+    ------
+    Exception
+        Whatever reading ``dvc.lock`` raised (a malformed lock file).
+    """
+    from fedpipe.federation.privacy.views import file_md5
+
+    root = Path(root)
+    stages = read_lock_stages(root / DVC_LOCK)
+    planned = _planned_rounds(root)
+    chained = chained_rounds(stages or {})
+    recorded = {
+        str(out["path"]): out.get("md5")
+        for entry in (stages or {}).values()
+        for out in entry.get("outs") or []
+    }
+    out = {}
+    for folder, suffix in ROUND_RECORDS:
+        for k, path in numbered_files(root / folder, suffix).items():
+            name = path.relative_to(root).as_posix()
+            if planned is not None and k > planned:
+                out[name] = (
+                    f"round {k} is beyond federation.rounds ({planned}) in "
+                    "params.yaml: an earlier, longer run's"
+                )
+            elif stages is None:
+                continue  # no recorded run: only the params tie a file to it
+            elif name not in recorded:
+                out[name] = (
+                    f"not recorded in {DVC_LOCK}: a run stopped before recording it"
+                )
+            elif file_md5(path) != recorded[name]:
+                out[name] = f"not the file {DVC_LOCK} records (changed since)"
+            elif k not in chained:
+                out[name] = (
+                    f"{DVC_LOCK}'s record of round {k} was built on another round "
+                    f"{k - 1} or other data than the ones recorded: an earlier "
+                    "run's, which a later run stopped before reaching"
+                )
+    return out
+
+
+def round_files(
+    root: Path, folder: Path, suffix: str, foreign: Mapping[str, str] | None = None
+) -> dict[int, Path]:
+    """``round-K<suffix>`` files in ``root / folder`` of the run ``dvc.lock``
+    records, by ascending K (:func:`numbered_files` less
+    :func:`foreign_round_files`, or less ``foreign`` when given)."""
+    if foreign is None:
+        try:
+            foreign = foreign_round_files(root)
+        except Exception:  # noqa: BLE001 - an unreadable lock ties nothing
+            foreign = {}
+    return {
+        k: path
+        for k, path in numbered_files(Path(root) / folder, suffix).items()
+        if path.relative_to(root).as_posix() not in foreign
+    }
 
 
 def read_commit(root: Path) -> Commit:
@@ -415,10 +547,34 @@ def load_run(root: Path) -> RunFiles:
         except Exception as exc:  # kept for require(): one bad file spoils no other
             errors[part] = exc
 
-    read("rounds", root / layout.ROUND_METRICS_DIR, _json_rounds)
-    read("health", root / layout.HEALTH_METRICS_DIR, _json_rounds)
-    read("clients", root / layout.CLIENT_METRICS_DIR, _client_tables)
-    if not numbered_files(root / layout.ROUND_METRICS_DIR, ".json"):
+    read("lock", root / DVC_LOCK, read_lock_outs)
+    try:
+        foreign = foreign_round_files(root) if "lock" in parts else {}
+    except Exception:  # noqa: BLE001 - an unreadable lock ties nothing (errors)
+        foreign = {}
+    ignored: list[str] = [f"{name}: {why}" for name, why in foreign.items()]
+    files = {
+        part: round_files(root, folder, suffix, foreign)
+        for part, (folder, suffix) in zip(
+            ("rounds", "health", "clients"), ROUND_RECORDS, strict=True
+        )
+    }
+    read(
+        "rounds",
+        root / layout.ROUND_METRICS_DIR,
+        lambda _: _json_rounds(files["rounds"]),
+    )
+    read(
+        "health",
+        root / layout.HEALTH_METRICS_DIR,
+        lambda _: _json_rounds(files["health"]),
+    )
+    read(
+        "clients",
+        root / layout.CLIENT_METRICS_DIR,
+        lambda _: _client_tables(files["clients"]),
+    )
+    if not files["rounds"]:
         read("history", root / layout.HISTORY_CSV, _read_csv)
     read("params", root / PARAMS_YAML, lambda p: _read_yaml(p) or {})
     if "params" in parts:
@@ -432,9 +588,7 @@ def load_run(root: Path) -> RunFiles:
     if isinstance(schema, dict) and schema.get("source") == "table":
         names = schema.get("feature_names")
         read("columns", root / FEATURES_NPY, lambda p: column_statistics(p, names))
-    read("lock", root / DVC_LOCK, read_lock_outs)
-    ignored: list[str] = []
-    view = _with_oracle(root, parts, ignored)
+    view = _with_oracle(root, parts, ignored, foreign)
     labels, sample_ids = parts.pop("samples", (None, None))
     return RunFiles(
         root=root,
@@ -444,12 +598,23 @@ def load_run(root: Path) -> RunFiles:
         commit=read_commit(root),
         view=view,
         ignored=tuple(ignored),
+        read_files=tuple(
+            path.relative_to(root).as_posix()
+            for part, numbered in files.items()
+            if part in parts
+            for path in numbered.values()
+        ),
         errors=errors,
         **parts,
     )
 
 
-def _with_oracle(root: Path, parts: dict[str, Any], ignored: list[str]) -> str:
+def _with_oracle(
+    root: Path,
+    parts: dict[str, Any],
+    ignored: list[str],
+    foreign: Mapping[str, str] | None = None,
+) -> str:
     """Put the oracle records of ``.fedpipe/oracle/`` in place of the published
     rounds, health records and client tables; the view read. An oracle record
     that is not of the published records it would replace is left unread, with
@@ -462,7 +627,7 @@ def _with_oracle(root: Path, parts: dict[str, Any], ignored: list[str]) -> str:
     for k, path in numbered_files(root / layout.ORACLE_DIR, ".json").items():
         try:
             record = _read_json(path)
-            problem = oracle_problem(root, record)
+            problem = oracle_problem(root, record, foreign)
             if problem is not None:
                 ignored.append(f"{layout.oracle_record(k)}: {problem}")
                 continue
@@ -486,7 +651,9 @@ def _with_oracle(root: Path, parts: dict[str, Any], ignored: list[str]) -> str:
     return "full"
 
 
-def oracle_problem(root: Path, record: Any) -> str | None:
+def oracle_problem(
+    root: Path, record: Any, foreign: Mapping[str, str] | None = None
+) -> str | None:
     """Why the oracle record ``record`` is not of the round whose published
     records are under ``root`` (None: it is).
 
@@ -495,7 +662,9 @@ def oracle_problem(root: Path, record: Any) -> str | None:
     while those files are still the ones there, the files the views read (after
     a finished run, the hashes ``dvc.lock`` records). A round rewritten by a
     later run (one without DP, another DP run), a round's records removed, or an
-    oracle record of a fedpipe that wrote no tie: not this run's.
+    oracle record of a fedpipe that wrote no tie: not this run's. Nor is one
+    tied to published records that are not of the run ``dvc.lock`` records
+    (``foreign``, :func:`foreign_round_files`).
     """
     from fedpipe.federation.privacy.views import BELONGS_TO, file_md5
 
@@ -513,68 +682,40 @@ def oracle_problem(root: Path, record: Any) -> str | None:
             return (
                 f"written beside another {path} than this run's (md5 {md5}); not read"
             )
+        if foreign and path in foreign:
+            return f"its round's {path} is not of the recorded run; not read"
     return None
 
 
-def stale_views(project_root: Path) -> list[str]:
-    """One line per file ``fedpipe status``, ``doctor`` or ``report`` would read
-    that is not of the run ``dvc.lock`` records ([]: every file is).
+def foreign_files(project_root: Path) -> list[str]:
+    """One line per file under ``project_root`` that ``fedpipe status``,
+    ``doctor`` or ``report`` would read were it of the run ``dvc.lock`` records,
+    and that is not ([]: every such file is), ``"<path>: <why>"``.
 
     - An oracle record (``.fedpipe/oracle/round-K.json``) not of the round's
-      published records (:func:`oracle_problem`): the views leave it unread and
-      say so (:attr:`RunFiles.ignored`).
-    - A round's published record (``metrics/rounds``, ``metrics/health``,
-      ``metrics/clients``) whose bytes are not the ones ``dvc.lock`` records for
-      it, or that no stage of ``dvc.lock`` records: a run stopped before
-      recording it, or a file changed or left by another run (``dvc status``
-      names the recorded ones as modified).
-    - Any of those files of a round K beyond ``federation.rounds`` in
-      ``params.yaml``: left by an earlier, longer run (DVC removes neither the
-      files nor their ``dvc.lock`` records when the rounds are fewer). The views
-      still read these (not yet left out).
+      published records (:func:`oracle_problem`).
+    - A round's published record (:data:`ROUND_RECORDS`) not of the recorded run
+      (:func:`foreign_round_files`: never recorded, changed since, beyond
+      ``federation.rounds``, or of a round record built on other inputs).
     - The other files the views read that are a stage's output of their own
       (:data:`VIEW_OUTS`: the partition manifest, the clients' statistics, the
-      history), checked as the round records are. Files inside a folder output
-      (``data/prepared``, ``reports/partition``, ``reports/validation``) are
-      not checked here (their folder's hash is DVC's; ``dvc status`` checks it).
+      history), when not the bytes ``dvc.lock`` records. Files inside a folder
+      output (``data/prepared``, ``reports/partition``, ...) are not checked
+      here (their folder's hash is DVC's; ``dvc status`` checks it).
 
+    The views leave the first two kinds unread and say so
+    (:attr:`RunFiles.ignored`); they read the third (:func:`stale_views`).
     Pure: reads the project's files, writes nothing.
     """
     from fedpipe.federation.privacy.views import file_md5
 
     root = Path(project_root)
-    planned = _planned_rounds(root)
-    out = stale_oracle_records(root)
-    flagged = {line.split(": ", 1)[0] for line in out}
     try:
-        outs = read_lock_outs(root / DVC_LOCK)
+        out = unread_files(root, strict=True)
     except Exception as exc:  # noqa: BLE001 - an unreadable lock is a finding
-        outs = None
-        out.append(f"{DVC_LOCK}: not readable ({type(exc).__name__})")
+        return [f"{DVC_LOCK}: not readable ({type(exc).__name__})"]
+    outs = read_lock_outs(root / DVC_LOCK)
     recorded = {o["path"]: o["md5"] for o in outs or [] if o["md5"]}
-    for folder, suffix in (
-        (layout.ORACLE_DIR, ".json"),
-        (layout.ROUND_METRICS_DIR, ".json"),
-        (layout.HEALTH_METRICS_DIR, ".json"),
-        (layout.CLIENT_METRICS_DIR, ".csv"),
-    ):
-        for k, path in numbered_files(root / folder, suffix).items():
-            name = path.relative_to(root).as_posix()
-            if name in flagged:
-                continue
-            if planned is not None and k > planned:
-                out.append(
-                    f"{name}: round {k} is beyond federation.rounds ({planned}) "
-                    "in params.yaml (an earlier, longer run's)"
-                )
-            elif folder == layout.ORACLE_DIR or outs is None:
-                continue  # an oracle record is checked against its round's files
-            elif name not in recorded:
-                out.append(f"{name}: not recorded in {DVC_LOCK}")
-            elif file_md5(path) != recorded[name]:
-                out.append(
-                    f"{name}: not the file {DVC_LOCK} records (md5 {recorded[name]})"
-                )
     for path in VIEW_OUTS if outs is not None else ():
         name = path.as_posix()
         if not (root / path).is_file():
@@ -588,6 +729,41 @@ def stale_views(project_root: Path) -> list[str]:
     return out
 
 
+def unread_files(root: Path, *, strict: bool = False) -> list[str]:
+    """The files the views leave unread as not of the run ``dvc.lock``
+    records, ``"<path>: <why>"`` (:attr:`RunFiles.ignored`): oracle records not
+    of their round's published records, then published round records not of
+    the run (:func:`foreign_round_files`). A ``dvc.lock`` that cannot be read
+    ties nothing (``strict``: raise what reading it raised)."""
+    try:
+        foreign = foreign_round_files(root)
+    except Exception:
+        if strict:
+            raise
+        foreign = {}
+    out = stale_oracle_records(root, foreign)
+    return out + [f"{name}: {why}" for name, why in foreign.items()]
+
+
+def stale_views(project_root: Path) -> list[str]:
+    """One line per file ``fedpipe status``, ``doctor`` or ``report`` *reads*
+    that is not of the run ``dvc.lock`` records ([]: the views read only this
+    run's files): the per-round records :func:`load_run` read
+    (:attr:`RunFiles.read_files`) and the stage outputs of :data:`VIEW_OUTS`,
+    each checked against :func:`foreign_files`. Files left on disk that the
+    views do not read (another run's, said in :attr:`RunFiles.ignored`) are not
+    in it. Without a ``dvc.lock`` there is no recorded run: [].
+    """
+    root = Path(project_root)
+    if not (root / DVC_LOCK).is_file():
+        return []
+    why = dict(line.split(": ", 1) for line in foreign_files(root))
+    if DVC_LOCK.as_posix() in why:
+        return [f"{DVC_LOCK}: {why[DVC_LOCK.as_posix()]}"]
+    read = [*load_run(root).read_files, *(p.as_posix() for p in VIEW_OUTS)]
+    return [f"{name}: {why[name]}" for name in read if name in why]
+
+
 def _planned_rounds(root: Path) -> int | None:
     """``federation.rounds`` in ``root``'s ``params.yaml`` (None: not readable)."""
     try:
@@ -598,13 +774,16 @@ def _planned_rounds(root: Path) -> int | None:
     return rounds if isinstance(rounds, int) and not isinstance(rounds, bool) else None
 
 
-def stale_oracle_records(root: Path) -> list[str]:
+def stale_oracle_records(
+    root: Path, foreign: Mapping[str, str] | None = None
+) -> list[str]:
     """One line per oracle record under ``root`` that is not of its round's
-    published records (:func:`oracle_problem`; an unreadable one too)."""
+    published records (:func:`oracle_problem`, with ``foreign`` the published
+    records not of the recorded run; an unreadable one too)."""
     out = []
     for k, path in numbered_files(Path(root) / layout.ORACLE_DIR, ".json").items():
         try:
-            problem = oracle_problem(root, _read_json(path))
+            problem = oracle_problem(root, _read_json(path), foreign)
         except (OSError, ValueError) as exc:
             problem = f"not readable ({type(exc).__name__}); not read"
         if problem is not None:
@@ -613,15 +792,22 @@ def stale_oracle_records(root: Path) -> list[str]:
 
 
 def ignored_text(ignored: Sequence[str]) -> str | None:
-    """One line naming the files the views left unread as not of this run
-    (None if none)."""
+    """One line naming the files the views left unread as not of the run
+    ``dvc.lock`` records, grouped by why (None if none); ``ignored`` holds
+    ``"<path>: <why>"`` lines (:attr:`RunFiles.ignored`)."""
     if not ignored:
         return None
-    names = [line.split(": ", 1)[0] for line in ignored]
+    by_reason: dict[str, list[str]] = {}
+    for line in ignored:
+        name, _, reason = line.partition(": ")
+        reason = re.sub(r"\bround \d+", "round K", reason)
+        by_reason.setdefault(reason, []).append(name)
+    said = "; ".join(
+        f"{', '.join(names)} ({reason})" for reason, names in by_reason.items()
+    )
     return (
-        f"Not read: {len(names)} file(s) of another run than the one recorded "
-        f"({', '.join(names)}): not written beside the round records read here "
-        "(an earlier run's); delete them, or rerun those rounds."
+        f"Not read: {len(ignored)} file(s) not of the run dvc.lock records: {said}. "
+        "`fedpipe run` (or `dvc repro`) writes this run's; or delete them."
     )
 
 

@@ -33,9 +33,9 @@ from fedpipe.observe.runfiles import (
     flat_params,
     fmt,
     ignored_text,
-    numbered_files,
     read_commit,
-    stale_oracle_records,
+    round_files,
+    unread_files,
 )
 
 PARAMS_FILE = "params.yaml"
@@ -204,7 +204,7 @@ def _skew_text(partition: Mapping[str, Any]) -> str:
 
 
 def _last_round(root: Path) -> dict[str, Any] | None:
-    files = numbered_files(root / layout.ROUND_METRICS_DIR, ".json")
+    files = round_files(root, layout.ROUND_METRICS_DIR, ".json")
     if not files:
         return None
     last = max(files)
@@ -219,7 +219,7 @@ def _last_round(root: Path) -> dict[str, Any] | None:
 
 
 def _doctor(root: Path, problems: list[str]) -> dict[str, Any] | None:
-    if not numbered_files(root / layout.ROUND_METRICS_DIR, ".json"):
+    if not round_files(root, layout.ROUND_METRICS_DIR, ".json"):
         return None
     from fedpipe.observe.doctor import diagnose
 
@@ -247,7 +247,7 @@ def _doctor_meanwhile(root: Path):  # type: ignore[no-untyped-def]
     """
     import multiprocessing as mp
 
-    if not numbered_files(root / layout.ROUND_METRICS_DIR, ".json"):
+    if not round_files(root, layout.ROUND_METRICS_DIR, ".json"):
         return lambda problems: None
     if "fork" not in mp.get_all_start_methods():
         return lambda problems: _doctor(root, problems)
@@ -457,7 +457,7 @@ def collect(root: Path) -> Status:
     problems += doctor_problems
     # the doctor (and the report) leave another run's oracle records unread:
     # said once, here too
-    not_read = ignored_text(stale_oracle_records(root))
+    not_read = ignored_text(unread_files(root))
     if not_read:
         problems.append(not_read)
     return Status(

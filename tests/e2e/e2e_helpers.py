@@ -20,22 +20,10 @@ sys.path.insert(0, str(SCRIPTS))  # the scripts' own tiny data, shared with them
 from tiny_data import TINY, merge, write_image_folder, write_table  # noqa: E402
 
 __all__ = [
-    "BUDGET_STOP_LEFTOVERS", "LEFTOVER_ROUNDS", "BIN", "TINY", "file_hashes",
+    "BIN", "TINY", "file_hashes",
     "load_script", "make_project", "run_cli",
     "start_in_session", "wait_for_file", "write_image_folder", "write_table",
 ]  # fmt: skip
-
-#: why a module's projects are not audited (tests/e2e/conftest.py): the two open
-#: defects of "views of this run" the audit found (issue 36)
-LEFTOVER_ROUNDS = (
-    "known, open (issue 36, views): its projects are copies of a longer run "
-    "rerun with fewer rounds, and DVC leaves the later rounds' files and records"
-)
-BUDGET_STOP_LEFTOVERS = (
-    "known, open (issue 36, views): a DP run over a copy of a non-DP run stops "
-    "at the budget, and the copy's later rounds stay published and recorded"
-)
-
 
 def run_cli(
     args: list[str], cwd: Path, env: dict[str, str], *, check: bool = True

@@ -13,14 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from e2e_helpers import BIN, BUDGET_STOP_LEFTOVERS, TINY, file_hashes, run_cli
+from e2e_helpers import BIN, TINY, file_hashes, run_cli
 
 from fedpipe.config.privacy import Privacy
 from fedpipe.federation.privacy.accountant import central_epsilon
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.audit_exempt(BUDGET_STOP_LEFTOVERS),
 ]
 FEDPIPE = str(BIN / "fedpipe")
 DVC = str(BIN / "dvc")
@@ -118,6 +117,10 @@ def test_the_budget_stop_holds_under_dvc_repro(
     # named by the unchanged dvc.lock entry); nothing under DP was written for it
     third = project / "metrics/rounds/round-3.json"
     assert not third.exists() or "privacy" not in json.loads(third.read_text())
+    # nor is the earlier run's round 4 (without DP) left published beside them
+    assert not (project / "metrics/rounds/round-4.json").exists()
+    assert not (project / "metrics/clients/round-4.csv").exists()
+    assert not (project / "metrics/history.csv").exists()
     assert "Traceback" not in out, out[-3000:]
 
 

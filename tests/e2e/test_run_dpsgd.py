@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import BIN, LEFTOVER_ROUNDS, file_hashes, run_cli
+from e2e_helpers import BIN, file_hashes, run_cli
 
 from fedpipe.config import layout
 from fedpipe.config.params import load_params
@@ -23,7 +23,6 @@ from fedpipe.observe.leaks import public_leaks
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.audit_exempt(LEFTOVER_ROUNDS),
 ]
 FEDPIPE, DVC = str(BIN / "fedpipe"), str(BIN / "dvc")
 PRIVACY = {"mechanism": "dpsgd", "noise_multiplier": 1.1, "clip_norm": 1.0}

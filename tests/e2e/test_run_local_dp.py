@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from e2e_helpers import BIN, LEFTOVER_ROUNDS, file_hashes, run_cli
+from e2e_helpers import BIN, file_hashes, run_cli
 
 from fedpipe.client.localdp import client_key
 from fedpipe.config import layout
@@ -35,7 +35,6 @@ from fedpipe.federation.privacy.mechanism import gaussian_like, global_norm, pri
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.audit_exempt(LEFTOVER_ROUNDS),
 ]
 FEDPIPE, DVC = str(BIN / "fedpipe"), str(BIN / "dvc")
 ROUNDS, SIGMA, CLIP = 2, 1.0, 1.0

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from e2e_helpers import BIN, LEFTOVER_ROUNDS, run_cli
+from e2e_helpers import BIN, run_cli
 
 from fedpipe.config.overrides import set_params
 from fedpipe.federation.failures import slow_set
@@ -30,7 +30,6 @@ from fedpipe.observe.doctor import codes
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.audit_exempt(LEFTOVER_ROUNDS),
 ]
 FEDPIPE = str(BIN / "fedpipe")
 CLIENTS, ROUNDS, SEED = 4, 2, 7  # SEED: the tiny project's

@@ -51,7 +51,7 @@ from dp_accounting.rdp import RdpAccountant
 from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon as rdp_epsilon
 
 from fedpipe.config.privacy import Privacy
-from fedpipe.core.errors import FedpipeError
+from fedpipe.core.errors import FederationStopped
 
 NeighborRel = dp_accounting.privacy_accountant.NeighboringRelation
 
@@ -59,8 +59,9 @@ NeighborRel = dp_accounting.privacy_accountant.NeighboringRelation
 REPLACE_ONE_SENSITIVITY = 2.0
 
 
-class PrivacyBudgetExceeded(FedpipeError, ValueError):
-    """Running the next round would spend more than ``privacy.target_epsilon``."""
+class PrivacyBudgetExceeded(FederationStopped, ValueError):
+    """Running the next round would spend more than ``privacy.target_epsilon``
+    (the federation stops before it: :class:`FederationStopped`)."""
 
 
 def round_event(privacy: Privacy) -> dp_event.DpEvent:
@@ -216,7 +217,8 @@ def check_budget(privacy: Privacy, round_: int, sampled: Sampler) -> float:
     raise PrivacyBudgetExceeded(
         f"privacy.target_epsilon={target:g} reached: round {round_} would spend "
         f"ε {spent:.3g} at δ {privacy.delta:g}, so the federation stopped before "
-        f"it; {kept}"
+        f"it; {kept}",
+        round_=round_,
     )
 
 

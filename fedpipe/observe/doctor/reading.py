@@ -23,7 +23,7 @@ from fedpipe.observe.runfiles import (
     FEATURES_NPY,
     PARAMS_YAML,
     RunFiles,
-    numbered_files,
+    round_files,
     rounds_text,
 )
 
@@ -67,7 +67,7 @@ def _per_file(root: Path, part: str, notes: list[str]) -> dict[int, Any]:
     folder, suffix = _PER_ROUND[part]
     reader: Callable[[Path], Any] = _read_table if suffix == ".csv" else _read_record
     out = {}
-    for k, path in numbered_files(root / folder, suffix).items():
+    for k, path in round_files(root, folder, suffix).items():
         try:
             out[k] = reader(path)
         except Exception as exc:  # any unreadable file: say which and why
