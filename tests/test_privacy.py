@@ -311,6 +311,27 @@ def test_adaptive_clip_accounts_the_count_as_andrew_et_al() -> None:
         central_epsilon(fixed, 7), rel=1e-9
     )
     assert isinstance(round_event(adaptive).event, dp_accounting.ComposedDpEvent)
+    # by hand: 3 of 10 without replacement, replace-one; the update's sum moves
+    # by 2C (noise sigma_Delta C), the centred count by 1 (+1/2 to -1/2; noise
+    # std z_b / 2)
+    z_update = (0.8**-2 - 2.0**-2) ** -0.5
+    direct = RdpAccountant(neighboring_relation=NeighborRel.REPLACE_ONE)
+    direct.compose(
+        dp_accounting.SampledWithoutReplacementDpEvent(
+            10,
+            3,
+            dp_accounting.ComposedDpEvent(
+                [
+                    dp_accounting.GaussianDpEvent(z_update / 2.0),
+                    dp_accounting.GaussianDpEvent((2.0 / 2.0) / 1.0),
+                ]
+            ),
+        ),
+        7,
+    )
+    assert central_epsilon(adaptive, 7) == pytest.approx(
+        direct.get_epsilon(1e-5), abs=1e-6
+    )
 
 
 def test_calibrated_noise_meets_the_target() -> None:

@@ -376,9 +376,11 @@ class PrivacyParams(Section):
     clip_norm`` and divides by the clients per round); ``local`` has each client
     clip and noise its own delta. ``adaptive_clip`` moves the clip towards the
     ``target_quantile`` of update norms (Andrew et al., 2021) with ``clip_lr`` and
-    a noised clipped count (``count_noise_multiplier``, null: clients per round /
-    10). Epsilon at ``delta`` is recorded after every round; ``target_epsilon``
-    stops the federation before the round that would pass it.
+    a noised, centred clipped count (``count_noise_multiplier``, null: expected
+    clients per round / 10; update and count together spend what
+    ``noise_multiplier`` alone does). Epsilon at ``delta`` is recorded after
+    every round; ``target_epsilon`` stops the federation before the round that
+    would pass it.
 
     Record-level DP (the unit of privacy is one record of a client): ``dpsgd``
     runs DP-SGD in every client's local training (Poisson batches of expected
@@ -870,6 +872,11 @@ class Params(Section):
             per_round=self.federation.clients_per_round(),
             cohort_size=self.train.cohort_size,
             personalization=self.personalization.method,
+            expected_clients=(
+                self.federation.fraction_fit * self.federation.clients
+                if self.federation.sampling == "poisson"
+                else None
+            ),
         )
         return self
 

@@ -22,6 +22,14 @@ from fedpipe.core import registry
 DEFAULT_COUNT_NOISE_PER_CLIENT = 0.1
 
 
+def count_multiplier(count_noise_multiplier: float | None, expected: float) -> float:
+    """z_b: ``privacy.count_noise_multiplier``, or by default a tenth of the
+    ``expected`` clients per round (m, or q n under Poisson sampling)."""
+    if count_noise_multiplier is not None:
+        return count_noise_multiplier
+    return DEFAULT_COUNT_NOISE_PER_CLIENT * expected
+
+
 @dataclass(frozen=True)
 class Privacy:
     """A run's differential privacy (``privacy.*``), resolved for its federation.
@@ -53,7 +61,9 @@ class Privacy:
         (Andrew et al., 2021) with learning rate ``clip_lr``.
     count_noise_multiplier : float or None
         z_b: noise multiplier of the clipped count (its std is z_b / 2 on the
-        count of clients inside the clip); None: ``per_round / 10``.
+        centred count ``sum_i (b_i - 1/2)``, whose sensitivity is 1/2); None:
+        a tenth of the expected clients per round (m, or q n under Poisson
+        sampling).
     noise_key : str
         ``secret``: the noise is keyed by the project's secret key (nobody
         without it can regenerate it); ``params_not_private``: derived from the
@@ -132,15 +142,14 @@ class Privacy:
     @property
     def count_multiplier(self) -> float:
         """z_b, the clipped count's noise multiplier (adaptive clipping)."""
-        if self.count_noise_multiplier is not None:
-            return self.count_noise_multiplier
-        return DEFAULT_COUNT_NOISE_PER_CLIENT * self.expected_clients
+        return count_multiplier(self.count_noise_multiplier, self.expected_clients)
 
     @property
     def update_multiplier(self) -> float:
         """The update's own noise multiplier sigma_Delta: sigma itself, or with
-        adaptive clipping ``(sigma^-2 - z_b^-2)^(-1/2)``, so that update and count
-        together spend what sigma alone would (Andrew et al., Sec. 3.1)."""
+        adaptive clipping ``(sigma^-2 - z_b^-2)^(-1/2)``, so that update and the
+        centred count (multiplier z_b) together spend exactly what sigma alone
+        would (Andrew et al., Sec. 3.1; TFF's ``gaussian_adaptive``)."""
         sigma = self.noise_multiplier
         if not self.adaptive_clip or sigma == 0.0:
             return sigma
@@ -159,6 +168,7 @@ def check_privacy(
     per_round: int,
     cohort_size: int | None = None,
     personalization: str = "none",
+    expected_clients: float | None = None,
 ) -> None:
     """Raise ValueError naming the ``privacy.*`` key when settings do not fit.
 
@@ -174,6 +184,9 @@ def check_privacy(
         ``train.cohort_size`` (vectorized cohorts have no DP-SGD step).
     personalization : str
         ``personalization.method``.
+    expected_clients : float or None
+        The expected clients per round (:attr:`Privacy.expected_clients`: q n
+        under Poisson sampling); None: ``per_round``.
     """
     if mechanism is None:
         return
@@ -200,11 +213,13 @@ def check_privacy(
             "counts the clipped updates); set privacy.adaptive_clip: false"
         )
     if adaptive_clip and noise_multiplier > 0.0:
-        z_b = count_noise_multiplier or DEFAULT_COUNT_NOISE_PER_CLIENT * per_round
+        expected = per_round if expected_clients is None else expected_clients
+        z_b = count_multiplier(count_noise_multiplier, expected)
         if not z_b > noise_multiplier:
             raise ValueError(
-                f"privacy.count_noise_multiplier={z_b:g} (default per_round/10 = "
-                f"{DEFAULT_COUNT_NOISE_PER_CLIENT * per_round:g}) must exceed "
+                f"privacy.count_noise_multiplier={z_b:g} (default: expected "
+                f"clients per round / 10 = "
+                f"{DEFAULT_COUNT_NOISE_PER_CLIENT * expected:g}) must exceed "
                 f"privacy.noise_multiplier={noise_multiplier:g}: the clipped count "
                 "spends part of the budget sigma stands for; raise it, or lower "
                 "sigma, or use privacy.adaptive_clip: false"

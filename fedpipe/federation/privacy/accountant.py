@@ -12,8 +12,10 @@ module says which mechanism a round is:
   replaced by another's. Replacing a client moves the clipped sum by up to 2C, so
   the Gaussian event's multiplier (noise std over sensitivity) is sigma / 2. With
   adaptive clipping the round also releases the noised clipped count, whose
-  sensitivity under replacement is 1 (a bit of 1/2 becomes -1/2): the round is the
-  composition of both Gaussians, as Andrew et al. (2021) account it.
+  sensitivity under replacement is 1 (a centred bit of 1/2 becomes -1/2): the round
+  is the composition of both Gaussians, as Andrew et al. (2021) account it, and
+  together they spend exactly what sigma alone does (multipliers sigma_D / 2 and
+  z_b / 2 compose to sigma / 2).
 * **central, Poisson** (``federation.sampling: poisson``) -- each client joins
   the round independently with probability q; the server releases the sum of
   the sampled clients' clipped updates plus Gaussian noise, divided by the
@@ -22,10 +24,12 @@ module says which mechanism a round is:
   ``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))``, accounted with the
   privacy-loss-distribution (PLD) accountant, which is tight up to its
   (pessimistic) discretization: the ``pld-poisson`` accountant. With adaptive
-  clipping the (uncentred) clipped count, of sensitivity 1, adds a second
-  Gaussian released with the same sample; two Gaussians on the same client are
-  one Gaussian of multiplier ``(sigma_D^-2 + (z_b/2)^-2)^(-1/2)`` (the worst case
-  moves both at once), which is what the PLD accountant composes.
+  clipping the centred clipped count (each client's ``b_i - 1/2``, sensitivity
+  1/2, noise std z_b / 2: multiplier z_b) adds a second Gaussian released with
+  the same sample; two Gaussians on the same client are one Gaussian of
+  multiplier ``(sigma_D^-2 + z_b^-2)^(-1/2)`` (the worst case moves both at
+  once), which is sigma itself (Andrew et al., 2021, Sec. 3.1) and is what the
+  PLD accountant composes.
 * **local** -- each client releases its own noised update to the server, which
   knows who was sampled: no amplification by sampling. A client's epsilon is the
   Gaussian mechanism (multiplier sigma / 2, again replace-one) composed over the
@@ -52,6 +56,7 @@ from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon as rdp_epsi
 
 from fedpipe.config.privacy import Privacy
 from fedpipe.core.errors import FederationStopped
+from fedpipe.federation.privacy.mechanism import COUNT_SENSITIVITY
 
 NeighborRel = dp_accounting.privacy_accountant.NeighboringRelation
 
@@ -74,13 +79,15 @@ def round_event(privacy: Privacy) -> dp_event.DpEvent:
 def poisson_multiplier(privacy: Privacy) -> float:
     """The Gaussian multiplier of one Poisson round under add/remove-one: sigma
     (the update's noise std sigma_D C over its sensitivity C), or with adaptive
-    clipping the update and the clipped count together,
-    ``(sigma_D^-2 + (z_b / 2)^-2)^(-1/2)`` (the count's noise std z_b / 2 over
-    its sensitivity 1)."""
+    clipping the update and the centred clipped count together,
+    ``(sigma_D^-2 + z_b^-2)^(-1/2)`` (the count's noise std z_b / 2 over its
+    sensitivity 1/2, :data:`~fedpipe.federation.privacy.mechanism.COUNT_SENSITIVITY`),
+    which equals sigma up to rounding."""
     sigma = privacy.update_multiplier
     if not privacy.adaptive_clip:
         return sigma
-    return float((sigma**-2 + (privacy.count_multiplier / 2.0) ** -2) ** -0.5)
+    count = privacy.count_multiplier / 2.0 / COUNT_SENSITIVITY
+    return float((sigma**-2 + count**-2) ** -0.5)
 
 
 def _poisson_round_event(privacy: Privacy) -> dp_event.DpEvent:
@@ -94,8 +101,11 @@ def _fixed_round_event(privacy: Privacy) -> dp_event.DpEvent:
         privacy.update_multiplier / REPLACE_ONE_SENSITIVITY
     )
     if privacy.adaptive_clip:
+        # the centred count's std z_b / 2 over its replace-one sensitivity 1
         count = dp_event.GaussianDpEvent(
-            privacy.count_multiplier / REPLACE_ONE_SENSITIVITY
+            privacy.count_multiplier
+            / 2.0
+            / (REPLACE_ONE_SENSITIVITY * COUNT_SENSITIVITY)
         )
         release = dp_event.ComposedDpEvent([release, count])
     return dp_event.SampledWithoutReplacementDpEvent(

@@ -18,10 +18,15 @@ worker there); the strategy aggregates the noised updates as received.
 
 Adaptive clipping (Andrew et al., 2021, "Differentially private learning with
 adaptive clipping"): each client also reports whether its delta was inside the
-clip; the server adds ``N(0, (z_b / 2)^2)`` to the count and moves the clip
-geometrically, ``C <- C exp(-eta (b - gamma))`` with b the noised share inside and
-gamma ``privacy.target_quantile``. The clip lives in the server state
-(``privacy/clip``), so a round computed in a fresh process uses the same one.
+clip, *centred*: ``b_i - 1/2`` (+1/2 inside, -1/2 outside), so one client added
+or removed moves their sum by 1/2 (TensorFlow Privacy's
+``QuantileEstimatorQuery`` and TFF's ``gaussian_adaptive`` do the same). The
+server adds ``N(0, (z_b / 2)^2)`` to that sum (noise multiplier z_b on
+sensitivity 1/2), takes the noised share inside
+``b = (sum_i (b_i - 1/2) + noise) / m + 1/2`` and moves the clip geometrically,
+``C <- C exp(-eta (b - gamma))`` with gamma ``privacy.target_quantile``. The clip
+lives in the server state (``privacy/clip``), so a round computed in a fresh
+process uses the same one.
 
 All arithmetic is float64 in client order. Noise is keyed by a secret
 (:func:`privacy_rng`): the project's key file (``privacy.noise_key: secret``,
@@ -52,8 +57,10 @@ from fedpipe.strategy.clipping import clipped_with_norm, update_norm
 
 __all__ = [
     "CLIP_KEY",
+    "COUNT_SENSITIVITY",
     "LOCAL_KEY_LABEL",
     "Clipped",
+    "centred_count",
     "client_key",
     "clip_to_norm",
     "clipped_deltas",
@@ -140,11 +147,24 @@ def noised_mean(
     return [(t + z) / m for t, z in zip(total, noise, strict=True)]
 
 
+#: L2 sensitivity of the centred clipped count under add/remove-one: a client's
+#: ``b_i - 1/2`` is +-1/2 (under replace-one it moves by 1: +1/2 to -1/2)
+COUNT_SENSITIVITY = 0.5
+
+
+def centred_count(clipped: Clipped) -> float:
+    """``sum_i (b_i - 1/2)``: clients inside the clip less half the sampled
+    clients (exact in float64: integers and halves)."""
+    return clipped.inside - 0.5 * len(clipped.norms)
+
+
 def next_clip(clipped: Clipped, privacy: Privacy, rng: np.random.Generator) -> float:
     """Andrew et al.'s geometric step: the clip for the next round, from the
-    noised share of clients inside this round's clip."""
+    noised share of clients inside this round's clip, counted centred
+    (:func:`centred_count`) so that its noise ``N(0, (z_b / 2)^2)`` has
+    multiplier z_b over the sensitivity 1/2 that the accountant composes."""
     noise = rng.normal(0.0, privacy.count_multiplier / 2.0)
-    share = (clipped.inside + noise) / privacy.expected_clients
+    share = (centred_count(clipped) + noise) / privacy.expected_clients + 0.5
     return clipped.clip * math.exp(-privacy.clip_lr * (share - privacy.target_quantile))
 
 
