@@ -232,10 +232,65 @@ FACTORS: dict[str, dict[str, Params | Callable[[Path], Params]]] = {
 }  # fmt: skip
 
 
-def rows(seed: int = 0) -> list[dict[str, str]]:
-    """The covering array: every pair of levels of any two factors is in some
-    row (allpairspy's greedy construction; the factors' levels are shuffled by
-    ``seed``, so another seed gives another array)."""
+#: (data level, factor a, level a, factor b, level b) -> the rule's line: a
+#: pair of levels fedpipe refuses on that data (a single level: b = a)
+Refusals = dict[tuple[str, str, str, str, str], str]
+
+
+def refusals() -> Refusals:
+    """Every level, and every pair of levels of two other factors, that
+    fedpipe's params rules refuse on each data level, with the rule's line.
+
+    Checked with :func:`fedpipe.config.params.parse_params` (what ``fedpipe
+    sync`` runs) on ``fedpipe init``'s params with the row's settings, the data
+    written once in a scratch folder. Two seconds for the ~2,000 checks.
+    """
+    import itertools
+
+    from fedpipe.app.project import template_text
+    from fedpipe.config.params import ParamsError, parse_params
+
+    raw = yaml.safe_load(template_text("params.yaml"))
+    raw["round_chain"] = {k: k - 1 for k in range(1, BASE["federation"]["rounds"] + 1)}
+    levels = [(f, lv) for f in FACTORS if f != "data" for lv in FACTORS[f]]
+    out: Refusals = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for data, write in FACTORS["data"].items():
+            base = merge(merge(raw, BASE), write(Path(scratch) / data))
+            for (fa, la), (fb, lb) in itertools.combinations_with_replacement(
+                levels, 2
+            ):
+                if fa == fb and la != lb:
+                    continue
+                try:
+                    parse_params(merge(merge(base, FACTORS[fa][la]), FACTORS[fb][lb]))
+                except ParamsError as exc:
+                    line = str(exc).splitlines()[0].removeprefix("params.yaml: ")
+                    out[(data, fa, la, fb, lb)] = line
+    return out
+
+
+def refused_by(row: dict[str, str], refused: Refusals) -> str | None:
+    """The rule that refuses a (partial) row: a level, or a pair of levels, of
+    its other factors on its data level (None: no rule does)."""
+    data = row.get("data")
+    others = [(f, lv) for f, lv in row.items() if f != "data"]
+    for i, (fa, la) in enumerate(others):
+        for fb, lb in others[i:]:
+            for key in ((data, fa, la, fb, lb), (data, fb, lb, fa, la)):
+                if key in refused:
+                    return refused[key]
+    return None
+
+
+def rows(seed: int = 0, refused: Refusals | None = None) -> list[dict[str, str]]:
+    """The covering array: every pair of levels of any two factors that
+    fedpipe runs together is in some row (allpairspy's greedy construction; the
+    factors' levels are shuffled by ``seed``, so another seed gives another
+    array). With ``refused`` (:func:`refusals`) no row holds a refused level or
+    pair, so no row is spent on a refusal and every pair it can run, runs; the
+    refused pairs are listed apart (:func:`refused_pairs`), each with its rule.
+    """
     import random
 
     from allpairspy import AllPairs
@@ -247,7 +302,90 @@ def rows(seed: int = 0) -> list[dict[str, str]]:
         order = list(FACTORS[name])
         rng.shuffle(order)
         levels.append(order)
-    return [dict(zip(names, row, strict=True)) for row in AllPairs(levels)]
+
+    def runnable(values: list[str]) -> bool:
+        partial = dict(zip(names, values, strict=False))
+        return refused is None or refused_by(partial, refused) is None
+
+    out = [
+        dict(zip(names, row, strict=True))
+        for row in AllPairs(levels, filter_func=runnable)
+    ]
+    return out + _completed(out, levels, refused or {})
+
+
+def _completed(
+    rows: list[dict[str, str]], levels: list[list[str]], refused: Refusals
+) -> list[dict[str, str]]:
+    """Rows for the pairs allpairspy's greedy construction left out under its
+    filter (it does not promise them all): each such pair, if some data level
+    runs it, in a row filled greedily with the levels that cover most of the
+    pairs still missing."""
+    import itertools
+
+    names = list(FACTORS)
+    pairs = {
+        (a, la, b, lb)
+        for (i, a), (j, b) in itertools.combinations(enumerate(names), 2)
+        for la in levels[i]
+        for lb in levels[j]
+    }
+    missing = pairs - {
+        (a, row[a], b, row[b])
+        for row in rows
+        for a, b in itertools.combinations(names, 2)
+    }
+    added: list[dict[str, str]] = []
+    for a, la, b, lb in sorted(missing):
+        if (a, la, b, lb) not in missing:
+            continue  # covered by a row added meanwhile
+        row: dict[str, str] | None = {a: la, b: lb}
+        for i, name in enumerate(names):
+            if name in row:
+                continue
+            options = [
+                lv for lv in levels[i]
+                if refused_by({**row, name: lv}, refused) is None
+            ]  # fmt: skip
+            if not options:
+                row = None
+                break
+            row[name] = max(
+                options,
+                key=lambda lv: sum(
+                    (n, row[n], name, lv) in missing or (name, lv, n, row[n]) in missing
+                    for n in row
+                ),
+            )
+        if row is None or refused_by(row, refused) is not None:
+            continue  # refused on every data level that could carry it
+        row = {n: row[n] for n in names}
+        added.append(row)
+        missing -= {(x, row[x], y, row[y]) for x, y in itertools.combinations(names, 2)}
+    return added
+
+
+def refused_pairs(refused: Refusals) -> dict[tuple[str, str, str, str], str]:
+    """``(factor a, level a, factor b, level b)`` -> the rule, for each pair
+    refused on every data level (a pair refused on some only is in the rows
+    with the others); plus ``("data", d, factor, level)`` for a level refused
+    on one data level."""
+    data_levels = list(FACTORS["data"])
+    out: dict[tuple[str, str, str, str], str] = {}
+    pairs: dict[tuple[str, str, str, str], dict[str, str]] = {}
+    for (data, fa, la, fb, lb), rule in refused.items():
+        if (fa, la) == (fb, lb):
+            out[("data", data, fa, la)] = rule
+        else:
+            pairs.setdefault((fa, la, fb, lb), {})[data] = rule
+    for pair, by_data in pairs.items():
+        singles = [
+            d for d in by_data
+            if ("data", d, *pair[:2]) in out or ("data", d, *pair[2:]) in out
+        ]  # fmt: skip
+        if set(by_data) == set(data_levels) and len(singles) < len(data_levels):
+            out[pair] = next(iter(by_data.values()))
+    return out
 
 
 def params_for(row: dict[str, str], root: Path) -> Params:
@@ -392,6 +530,20 @@ def run_row(
     )
 
 
+def refusal_table(refused: Refusals) -> str:
+    """The Markdown list of what is refused before any stage runs, each with the
+    rule's line: the levels refused on a data level, the pairs refused on every
+    data level (:func:`refused_pairs`)."""
+    lines = ["| refused | on | rule |", "|---|---|---|"]
+    for key, rule in sorted(refused_pairs(refused).items()):
+        if key[0] == "data":
+            what, where = f"{key[2]}={key[3]}", f"data={key[1]}"
+        else:
+            what, where = f"{key[0]}={key[1]} with {key[2]}={key[3]}", "every data"
+        lines.append(f"| {what} | {where} | {rule.replace('|', '/')[:240]} |")
+    return "\n".join(lines)
+
+
 def table(outcomes: Sequence[Outcome]) -> str:
     """The Markdown table of the outcomes."""
     names = list(FACTORS)
@@ -433,7 +585,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    all_rows = rows(args.seed)
+    refused = refusals()
+    all_rows = rows(args.seed, refused)
     picked = list(range(len(all_rows)))
     if args.only:
         try:
@@ -479,7 +632,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    text = table(outcomes)
+    text = (
+        table(outcomes)
+        + "\n\nRefused before any stage runs, by a named rule (no row holds "
+        "these; `fedpipe sync` says the line):\n\n" + refusal_table(refused)
+    )
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
