@@ -97,13 +97,17 @@ def _run_experiment(args: argparse.Namespace) -> int:
     log = console.new_log_path("exp")
     lines = StageLines()
 
+    began: list[bool] = []  # DVC has begun: the overrides passed their checks
+
     def show(line: str) -> None:
+        if not began:
+            began.append(True)
+            if not quiet:
+                print(f"log: {log} (DVC's output, stage by stage)", flush=True)
         shown = lines.shown(line)
         if loud or (shown is not None and not (quiet and not _is_problem(line))):
             print(line, flush=True)
 
-    if not quiet:
-        print(f"log: {log} (DVC's output, stage by stage)", flush=True)
     status = run_experiment(
         args.exp,
         getattr(args, "set_param", None) or [],

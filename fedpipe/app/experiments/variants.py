@@ -153,6 +153,7 @@ class StageLines:
     def __init__(self) -> None:
         self.ran: list[str] = []
         self._seen: set[str] = set()
+        self._error = False  # the last line with text was DVC's ERROR: line
 
     def shown(self, line: str) -> str | None:
         """``line`` if a person should see it, else ``None``."""
@@ -160,6 +161,10 @@ class StageLines:
         if running:
             self.ran.append(running.group(1))
             return None
+        if self._error and line[:1].isspace() and line.strip():
+            return line  # an error's indented continuation (the command to type)
+        if line.strip():
+            self._error = line.startswith("ERROR:")
         if not self._SHOWN.match(line):
             return None
         if line.startswith("Prefect: "):  # every stage's process says it
