@@ -127,7 +127,7 @@ def _run_experiment(args: argparse.Namespace) -> int:
         print(
             f"done: {len(ran)} stage(s) ran" + (f" ({', '.join(ran)})" if ran else "")
         )
-    _experiment_results(args, quiet=quiet)
+    _experiment_results(args, ran, quiet=quiet)
     if not quiet:
         print(f"log: {log}")
     return 0
@@ -137,8 +137,11 @@ def _is_problem(line: str) -> bool:
     return line.lower().startswith(("error:", "warning:"))
 
 
-def _experiment_results(args: argparse.Namespace, *, quiet: bool) -> None:
-    """The experiment's final table, the doctor's findings and its report
+def _experiment_results(
+    args: argparse.Namespace, ran: list[str], *, quiet: bool
+) -> None:
+    """Where the rows went (when its partition ran), the experiment's final
+    table, the doctor's findings and its report
     (unless ``--no-report``), from its results laid out under
     ``.fedpipe/experiments/NAME``; ``dvc exp show`` / ``dvc exp apply NAME``
     named."""
@@ -156,6 +159,8 @@ def _experiment_results(args: argparse.Namespace, *, quiet: bool) -> None:
         print(f"warning: no experiment named {args.exp} in git", file=sys.stderr)
         return
     dest = materialize(Path("."), commit, EXPERIMENTS_DIR / args.exp)
+    if "partition" in ran and not quiet:
+        _say_rows(dest)
     summary = dest / "reports/summary.md"
     if summary.is_file():
         print(summary.read_text())
@@ -230,14 +235,14 @@ def _run_locked(args: argparse.Namespace) -> int:
     return 0
 
 
-def _say_rows() -> None:
+def _say_rows(root: Path = Path(".")) -> None:
     """Where every row went, after the data stages ran: ``rows: 1309 rows: 262
     held out, ...; none dropped (data.dedupe)``."""
     from fedpipe.config import layout
     from fedpipe.core.jsonio import read_json_or_none
     from fedpipe.data.accounting import placement_line
 
-    manifest = read_json_or_none(layout.MANIFEST)
+    manifest = read_json_or_none(root / layout.MANIFEST)
     if isinstance(manifest, dict):
         print(f"rows: {placement_line(manifest)}")
 
