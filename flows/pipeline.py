@@ -138,7 +138,7 @@ def _run_stages(
     ``landed()`` waits for them (and raises if one failed)."""
     logger = get_run_logger()
     root = Path(".")
-    stages = layout.stage_names(params.federation.rounds)
+    stages = layout.stage_names(params.federation.rounds, params.data.source)
     ran: list[str] = []
     waiting: list[str] = []  # ran, record deferred until their gate passes
     with LockRecorder(root) as recorder, without_heartbeat():

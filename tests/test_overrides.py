@@ -209,3 +209,38 @@ def test_exp_finds_fedpipe_when_the_venv_is_not_on_path(tmp_path, monkeypatch):
     assert found is not None, path
     assert Path(found).parent == Path(sys.executable).parent
     assert path.split(":")[1:] == ["/usr/bin", "/bin"]  # the rest kept, in order
+
+
+def test_exp_console_keeps_rounds_and_errors_not_dvc_chatter() -> None:
+    """What ``fedpipe run --exp`` shows of ``dvc exp run``'s output (the rest
+    goes to the log): the stages that ran are counted from DVC's lines."""
+    from fedpipe.app.experiments.variants import StageLines
+
+    transcript = [
+        "Reproducing experiment 'lr-high'",
+        "Stage 'ingest' didn't change, skipping",
+        "Running stage 'round@1':",
+        "> fedpipe stage round 1",
+        "Prefect: runs report to http://127.0.0.1:4200/api",
+        "round   1/2  global acc 0.7 loss 1.0  |  local acc 0.6 ± 0.1 loss 1.1",
+        "Updating lock file 'dvc.lock'",
+        "",
+        "Running stage 'round@2':",
+        "Prefect: runs report to http://127.0.0.1:4200/api",
+        "WARNING: No file hash info found for '/x/.dvc/tmp/exps/data'.",
+        "warning: 2 clients have fewer than 10 samples",
+        "ERROR: failed to reproduce 'round@2': exited 1. To see more:",
+        "",
+        "\tdvc exp show",
+        "Ran experiment(s): lr-high",
+    ]
+    lines = StageLines()
+    shown = [s for s in map(lines.shown, transcript) if s is not None]
+    assert lines.ran == ["round@1", "round@2"]
+    assert shown == [
+        "Prefect: runs report to http://127.0.0.1:4200/api",
+        "round   1/2  global acc 0.7 loss 1.0  |  local acc 0.6 ± 0.1 loss 1.1",
+        "warning: 2 clients have fewer than 10 samples",
+        "ERROR: failed to reproduce 'round@2': exited 1. To see more:",
+        "\tdvc exp show",
+    ]

@@ -83,3 +83,23 @@ def test_data_stages_write_layout_paths(stages: dict) -> None:
 @pytest.mark.parametrize("name", TEMPLATE_FILES)
 def test_packaged_templates_equal_the_root_files(name: str) -> None:
     assert template_text(name) == (ROOT / name).read_text()
+
+
+def test_the_demo_stage_only_for_the_demo_data(tmp_path: Path) -> None:
+    """A project on its own table or image folder neither runs the mnist5k stage
+    nor records its file: `fedpipe sync` / `fedpipe run` leave it out of
+    dvc.yaml, and put it back, as the template has it, for the demo data."""
+    import yaml
+
+    from fedpipe.app.project import sync_demo_stage
+
+    path = tmp_path / "dvc.yaml"
+    path.write_text(template_text("dvc.yaml"))
+    assert sync_demo_stage("table", path) is True
+    stages = yaml.safe_load(path.read_text())["stages"]
+    assert "mnist5k" not in stages and "ingest" in stages
+    assert sync_demo_stage("images", path) is False  # already without it
+    assert sync_demo_stage("mnist5k", path) is True
+    assert path.read_text() == template_text("dvc.yaml")  # byte for byte
+    assert "mnist5k" not in layout.stage_names(2, "table")
+    assert layout.stage_names(2, "mnist5k") == layout.stage_names(2)

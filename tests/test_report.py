@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 from matplotlib.transforms import Bbox
 from report_fixtures import FINDINGS, write_run
 
@@ -466,6 +467,36 @@ def test_lineage_without_git_or_lock(tmp_path: Path) -> None:
     assert lineage["params"] == {"seed": 1}
     assert lineage["outs"] is None
     assert lineage["commit"] is None  # tmp_path is in no git repository
+
+
+def test_lineage_data_is_the_data_the_run_read(tmp_path: Path) -> None:
+    """A table project: "Data" lists data.path (ingest's dependency) and the data
+    stages' outputs, not the demo's data/raw/mnist5k.parquet that dvc.lock still
+    holds from an earlier run on the demo data (issue 37)."""
+    from fedpipe.observe.report import render_lineage
+
+    (tmp_path / "params.yaml").write_text(
+        "data:\n  source: table\n  path: data/table.csv\n"
+    )
+    lock = {
+        "schema": "2.0",
+        "stages": {
+            "mnist5k": {
+                "cmd": "fedpipe stage mnist5k",
+                "outs": [{"path": "data/raw/mnist5k.parquet", "md5": "a" * 32}],
+            },
+            "ingest": {
+                "cmd": "fedpipe stage ingest",
+                "deps": [{"path": "data/table.csv", "md5": "b" * 32, "size": 99}],
+                "outs": [{"path": "data/prepared", "md5": "c" * 32 + ".dir"}],
+            },
+        },
+    }
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock))
+    page = render_lineage(read_lineage(tmp_path))
+    data = page.split("<h4>Data</h4>")[1].split("</table>")[0]
+    assert "data/table.csv" in data and "b" * 32 in data
+    assert "data/prepared" in data and "mnist5k" not in data
 
 
 def test_write_report_default_path(run_dir: Path, tmp_path: Path) -> None:

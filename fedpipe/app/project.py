@@ -103,3 +103,47 @@ def _dvc_exe() -> str:
     """``dvc`` beside this interpreter (a venv not activated), else on PATH."""
     beside = Path(sys.executable).with_name("dvc")
     return str(beside) if beside.exists() else (shutil.which("dvc") or "dvc")
+
+
+def sync_demo_stage(source: str, path: Path = Path("dvc.yaml")) -> bool:
+    """``dvc.yaml`` has the demo-data stage (:data:`fedpipe.config.layout.DEMO_STAGE`,
+    as the template writes it) exactly when ``source`` (``data.source``) is the
+    demo data: a project on its own table or image folder neither runs it nor
+    records its file. Comments and layout survive (round-trip YAML). Returns
+    True when the file changed."""
+    from ruamel.yaml import YAML
+
+    from fedpipe.config.layout import DEMO_STAGE
+    from fedpipe.core import atomic
+
+    yaml_rt = YAML()
+    yaml_rt.preserve_quotes = True
+    yaml_rt.width = 4096
+    yaml_rt.indent(mapping=2, sequence=4, offset=2)
+    doc = yaml_rt.load(path.read_text())
+    stages = doc.get("stages")
+    if stages is None:
+        return False
+    wanted = source == DEMO_STAGE
+    if (DEMO_STAGE in stages) == wanted:
+        return False
+    if wanted:
+        template = yaml_rt.load(template_text("dvc.yaml"))
+        stages.insert(0, DEMO_STAGE, template["stages"][DEMO_STAGE])
+    else:
+        del stages[DEMO_STAGE]
+    with atomic.writing(path) as tmp, tmp.open("w") as handle:
+        yaml_rt.dump(doc, handle)
+    return True
+
+
+def demo_stage_said(source: str) -> str:
+    """The line that says :func:`sync_demo_stage` changed ``dvc.yaml``."""
+    from fedpipe.config.layout import DEMO_STAGE
+
+    if source == DEMO_STAGE:
+        return f"dvc.yaml: the {DEMO_STAGE} stage added (data.source: {source})"
+    return (
+        f"dvc.yaml: the {DEMO_STAGE} stage left out (data.source: {source}, "
+        "not the demo data)"
+    )

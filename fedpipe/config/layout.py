@@ -127,10 +127,19 @@ def unreached_outputs(first: int, rounds: int) -> list[Path]:
     return out + list(SUMMARY_OUTPUTS)
 
 
-def stage_names(rounds: int) -> list[str]:
-    """Every DVC stage of the pipeline, in execution order."""
+DEMO_STAGE = "mnist5k"
+"""The stage that writes the built-in demo data (``data.source: mnist5k``); a
+project whose data is its own has no such stage (:func:`stage_names`,
+:func:`fedpipe.app.project.sync_demo_stage`)."""
+
+
+def stage_names(rounds: int, source: str = DEMO_STAGE) -> list[str]:
+    """Every DVC stage of the pipeline, in execution order, for data read from
+    ``source`` (``data.source``): the demo-data stage only for the demo data."""
+    demo = [DEMO_STAGE] if source == DEMO_STAGE else []
     return (
-        ["mnist5k", "ingest", "validate", "partition", "preprocess", "init"]
+        demo
+        + ["ingest", "validate", "partition", "preprocess", "init"]
         + [f"{ROUND_STAGE}@{k}" for k in range(1, rounds + 1)]
         + ["summary"]
     )

@@ -55,6 +55,7 @@ from fedpipe.observe.runfiles import (
     fmt,
     load_run,
     read_commit,
+    read_lock_inputs,
     read_lock_outs,
     rounds_text,
 )
@@ -196,6 +197,10 @@ def read_lineage(run: RunFiles | Path) -> dict[str, Any]:
         ``params``: the parsed ``params.yaml`` or ``None``;
         ``outs``: ``[{"stage", "path", "md5", "size", "nfiles"}]`` of every
         stage's outs in ``dvc.lock`` order, or ``None`` without a lock file;
+        ``inputs``: the same for the data the run read (``data.path``, a
+        dependency in ``dvc.lock``); ``data_stages``: the data stages of this
+        pipeline (:func:`fedpipe.config.layout.stage_names` for
+        ``data.source``), whose outs under ``data/`` the report lists as data;
         ``commit``: ``HEAD``'s sha or ``None``; ``dirty``: number of changed or
         untracked paths (``git status --porcelain``) or ``None``;
         ``repository``: the project is a git repository (with or without a
@@ -203,9 +208,16 @@ def read_lineage(run: RunFiles | Path) -> dict[str, Any]:
     """
     run = _as_run(run)
     run.require("params", "lock")
+    data = (run.params or {}).get("data") or {}
+    source = str(data.get("source") or layout.DEMO_STAGE)
+    path = data.get("path")
     return {
         "params": run.params,
         "outs": run.lock_outs,
+        "inputs": read_lock_inputs(run.root / DVC_LOCK, str(path)) if path else [],
+        # the data stages of this pipeline (a stage dvc.lock still holds from
+        # another data.source, e.g. the demo's mnist5k, is not this run's data)
+        "data_stages": [s for s in layout.stage_names(0, source) if "@" not in s],
         "commit": run.commit.sha,
         "dirty": run.commit.dirty,
         "repository": run.commit.repository,
@@ -860,7 +872,11 @@ def render_lineage(lineage: Mapping[str, Any]) -> str:
         parts.append(_note("dvc.lock records no stage outputs yet (run `fedpipe run`)"))
     else:
         header = ["stage", "path", "md5", "bytes"]
-        data = [o for o in outs if o["path"].startswith("data/")]
+        stages = lineage.get("data_stages")
+        ours = [o for o in outs if stages is None or o["stage"] in stages]
+        data = list(lineage.get("inputs") or []) + [
+            o for o in ours if o["path"].startswith("data/")
+        ]
         model = _final_model_outs(outs)
         if data:
             parts.append("<h4>Data</h4>" + _table(header, _outs_rows(data), "hashes"))

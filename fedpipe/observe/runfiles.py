@@ -60,6 +60,7 @@ __all__ = [
     "load_run",
     "numbered_files",
     "read_commit",
+    "read_lock_inputs",
     "read_lock_outs",
     "rounds_text",
     "stale_views",
@@ -512,6 +513,28 @@ def round_files(
         for k, path in numbered_files(Path(root) / folder, suffix).items()
         if path.relative_to(root).as_posix() not in foreign
     }
+
+
+def read_lock_inputs(path: Path, data_path: str) -> list[dict[str, Any]]:
+    """The dependencies on ``data_path`` (``data.path``: the data the run read)
+    that ``dvc.lock`` at ``path`` records, as :func:`read_lock_outs`' dicts; one
+    per path (the first stage that reads it); ``[]`` without a lock file."""
+    if not path.is_file():
+        return []
+    lock = _read_yaml(path) or {}
+    found: dict[str, dict[str, Any]] = {}
+    for stage, entry in (lock.get("stages") or {}).items():
+        for dep in (entry or {}).get("deps") or []:
+            where = str(dep.get("path", "")).rstrip("/")
+            if where == data_path.rstrip("/") and where not in found:
+                found[where] = {
+                    "stage": str(stage),
+                    "path": where,
+                    "md5": dep.get("md5"),
+                    "size": dep.get("size"),
+                    "nfiles": dep.get("nfiles"),
+                }
+    return list(found.values())
 
 
 def read_commit(root: Path) -> Commit:

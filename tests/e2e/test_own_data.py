@@ -76,6 +76,14 @@ def test_table_runs_end_to_end_with_natural_clients(
         sites = {by_id[i] for i in client["train"] + client["test"]}
         assert sites == {manifest["client_keys"][client["client"]]}
     assert "up to date" in run_cli([DVC, "status"], project, cli_env).stdout
+    # its own data, not the demo's: the mnist5k stage neither ran nor is recorded,
+    # and the report's data hashes do not name its file (issue 37)
+    for name in ("dvc.yaml", "dvc.lock"):
+        assert "mnist5k" not in yaml.safe_load((project / name).read_text())["stages"]
+    assert not (project / "data/raw/mnist5k.parquet").exists()
+    run_cli([FEDPIPE, "report"], project, cli_env)
+    page = (project / "reports/report.html").read_text()
+    assert "data/prepared" in page and "mnist5k" not in page
 
 
 def test_bad_input_corpus_script_on_two_cases(

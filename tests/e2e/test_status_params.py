@@ -146,10 +146,27 @@ def test_exp_is_listed_by_dvc_and_leaves_the_workspace(
 ) -> None:
     params = project / "params.yaml"
     text = params.read_text()
-    run_cli(
-        [FEDPIPE, "run", "--exp", "lr-high", "-S", "train.lr=0.1"], project, cli_env
+    proc = run_cli(
+        [FEDPIPE, "run", "--exp", "lr-high", "-S", "train.lr=0.1", "--no-server-start"],
+        project,
+        cli_env,
     )
     assert params.read_text() == text
+    # it ends as `fedpipe run` does, from the experiment's results: the stages
+    # that ran, the final table, the doctor and the report; DVC's per-stage
+    # output in the log it names, not on the console
+    out = proc.stdout
+    assert f"done: 5 stage(s) ran ({', '.join(ROUNDS)}, summary)" in out
+    assert "# fedpipe run: final round 4" in out and "| accuracy | " in out
+    assert "fedpipe doctor:\n" in out
+    (report,) = [x for x in out.splitlines() if x.startswith("run report: ")]
+    page = Path(report.removeprefix("run report: "))
+    assert page == project / ".fedpipe/experiments/lr-high/reports/report.html"
+    assert "train.lr" in page.read_text()
+    for chatter in ("Running stage", "didn't change, skipping", "Updating lock file"):
+        assert chatter not in out + proc.stderr
+    (log,) = {x.split()[1] for x in out.splitlines() if x.startswith("log: ")}
+    assert "Running stage 'round@1':" in (project / log).read_text()
     assert run_cli(["git", "status", "--porcelain"], project, cli_env).stdout == ""
     shown = json.loads(run_cli([DVC, "exp", "show", "--json"], project, cli_env).stdout)
     exps = [
@@ -162,6 +179,8 @@ def test_exp_is_listed_by_dvc_and_leaves_the_workspace(
     assert exp["data"]["params"]["params.yaml"]["data"]["train"]["lr"] == 0.1
     metrics = exp["data"]["metrics"]["metrics/rounds/round-4.json"]["data"]
     assert 0 < metrics["global"]["accuracy"] <= 1
+    # the table printed is the experiment's, not the workspace's
+    assert f"| accuracy | {metrics['global']['accuracy']:.4f} |" in out
     assert _status(project, cli_env)["up_to_date"] is True
 
 

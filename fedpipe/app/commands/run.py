@@ -74,7 +74,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def cmd_run(args: argparse.Namespace) -> int:
     """``fedpipe run``: under the project's lock (a second run here refuses)."""
     if getattr(args, "exp", None):  # `dvc exp run`: DVC takes its own lock
-        return int(_overrides(args) or 0)
+        return _run_experiment(args)
     from orchestration.repolock import hold
 
     # before anything is written (-S): a second run here refuses, naming the first
@@ -82,17 +82,114 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_locked(args)
 
 
-def _overrides(args: argparse.Namespace) -> int | None:
-    """``-S key=value`` and ``--exp NAME`` of ``fedpipe run``: the overrides are
-    written into params.yaml (None: go on with the run), or the run is a DVC
-    experiment (its exit status)."""
-    sets = getattr(args, "set_param", None) or []
-    if getattr(args, "exp", None):
-        from fedpipe.app.experiments.variants import run_experiment
+def _run_experiment(args: argparse.Namespace) -> int:
+    """``fedpipe run --exp NAME``: the ``-S`` values as a DVC experiment
+    (:func:`fedpipe.app.experiments.variants.run_experiment`), DVC's per-stage
+    output in ``logs/`` and on the console only the round lines, warnings and
+    errors; then, as ``fedpipe run`` ends, the stages that ran, the final
+    table, the doctor's findings and the report, read from the experiment's
+    results (:mod:`fedpipe.app.experiments.results`)."""
+    from fedpipe.app.experiments.variants import StageLines, run_experiment
+    from orchestration import console
 
-        return run_experiment(
-            args.exp, sets, params_file=PARAMS, force=bool(args.force)
+    quiet = verbosity(args) == console.QUIET
+    loud = verbosity(args) == console.VERBOSE
+    log = console.new_log_path("exp")
+    lines = StageLines()
+
+    began: list[bool] = []  # DVC has begun: the overrides passed their checks
+
+    def show(line: str) -> None:
+        if not began:
+            began.append(True)
+            if not quiet:
+                print(f"log: {log} (DVC's output, stage by stage)", flush=True)
+        shown = lines.shown(line)
+        if loud or (shown is not None and not (quiet and not _is_problem(line))):
+            print(line, flush=True)
+
+    status = run_experiment(
+        args.exp,
+        getattr(args, "set_param", None) or [],
+        params_file=PARAMS,
+        force=bool(args.force),
+        log=log,
+        show=show,
+    )
+    if status != 0:
+        print(
+            f"error: dvc exp run exited {status}; its output: {log}",
+            file=sys.stderr,
         )
+        return exits.EXIT_FAILED
+    ran = lines.ran
+    if not quiet:
+        print(
+            f"done: {len(ran)} stage(s) ran" + (f" ({', '.join(ran)})" if ran else "")
+        )
+    _experiment_results(args, ran, quiet=quiet)
+    if not quiet:
+        print(f"log: {log}")
+    return 0
+
+
+def _is_problem(line: str) -> bool:
+    return line.lower().startswith(("error:", "warning:"))
+
+
+def _experiment_results(
+    args: argparse.Namespace, ran: list[str], *, quiet: bool
+) -> None:
+    """Where the rows went (when its partition ran), the experiment's final
+    table, the doctor's findings and its report
+    (unless ``--no-report``), from its results laid out under
+    ``.fedpipe/experiments/NAME``; ``dvc exp show`` / ``dvc exp apply NAME``
+    named."""
+    import dataclasses
+
+    from fedpipe.app.experiments.results import (
+        EXPERIMENTS_DIR,
+        experiment_commit,
+        materialize,
+    )
+    from fedpipe.observe.runfiles import Commit, load_run
+
+    commit = experiment_commit(Path("."), args.exp)
+    if commit is None:
+        print(f"warning: no experiment named {args.exp} in git", file=sys.stderr)
+        return
+    dest = materialize(Path("."), commit, EXPERIMENTS_DIR / args.exp)
+    if "partition" in ran and not quiet:
+        _say_rows(dest)
+    summary = dest / "reports/summary.md"
+    if summary.is_file():
+        print(summary.read_text())
+    if not args.no_report:
+        from fedpipe.observe.doctor import diagnose, format_text
+        from fedpipe.observe.report import write_report
+
+        # the experiment's commit, not the workspace's, in the report's lineage
+        run = dataclasses.replace(
+            load_run(dest), commit=Commit(sha=commit, dirty=0, repository=True)
+        )
+        findings = diagnose(run)
+        view = f"{run.view_text}\n\n" if run.view_text else ""
+        if findings or not quiet:
+            print(f"fedpipe doctor:\n{view}{format_text(findings)}")
+        path = write_report(dest, findings=[f.to_dict() for f in findings], run=run)
+        if not quiet:
+            print(f"run report: {path.resolve()}")
+    if not quiet:
+        print(
+            f"experiment {args.exp}: commit {commit[:7]}; `dvc exp show` lists it, "
+            f"`dvc exp apply {args.exp}` brings it into the workspace"
+        )
+
+
+def _overrides(args: argparse.Namespace) -> None:
+    """``-S key=value`` of ``fedpipe run``: the overrides are written into
+    params.yaml."""
+    sets = getattr(args, "set_param", None) or []
     if sets:
         from fedpipe.config.overrides import apply_overrides, yaml_scalar
 
@@ -138,14 +235,14 @@ def _run_locked(args: argparse.Namespace) -> int:
     return 0
 
 
-def _say_rows() -> None:
+def _say_rows(root: Path = Path(".")) -> None:
     """Where every row went, after the data stages ran: ``rows: 1309 rows: 262
     held out, ...; none dropped (data.dedupe)``."""
     from fedpipe.config import layout
     from fedpipe.core.jsonio import read_json_or_none
     from fedpipe.data.accounting import placement_line
 
-    manifest = read_json_or_none(layout.MANIFEST)
+    manifest = read_json_or_none(root / layout.MANIFEST)
     if isinstance(manifest, dict):
         print(f"rows: {placement_line(manifest)}")
 

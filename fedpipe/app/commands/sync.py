@@ -1,4 +1,5 @@
-"""``fedpipe sync``: params.yaml's round_chain and dvc.yaml's code dependencies."""
+"""``fedpipe sync``: params.yaml's round_chain, dvc.yaml's code dependencies and
+its demo-data stage (only for ``data.source: mnist5k``)."""
 
 from __future__ import annotations
 
@@ -40,4 +41,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
         state = "updated" if sync_code_deps(files) else "already in sync"
         listed = sorted({f for fs in files.values() for f in fs})
         print(f"dvc.yaml: code dependencies {state} ({', '.join(listed) or 'none'})")
+        from fedpipe.app.project import demo_stage_said, sync_demo_stage
+
+        if sync_demo_stage(params.data.source):
+            print(demo_stage_said(params.data.source))
     return 0

@@ -17,10 +17,11 @@ DVC runs as a command (``dvc``), not imported: fedpipe's core stays free of DVC.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fedpipe.config.overrides import check_overrides, parse_overrides, set_params
@@ -69,8 +70,13 @@ def run_experiment(
     *,
     params_file: str | Path = "params.yaml",
     force: bool = False,
+    log: Path | None = None,
+    show: Callable[[str], None] | None = None,
 ) -> int:
     """Run the project with ``overrides`` as DVC experiment ``name``.
+
+    With ``log``, DVC's output goes to that file, each line also to ``show``
+    (:class:`StageLines` picks what a person sees); else to the console.
 
     The workspace's ``params.yaml`` is the same afterwards as before (byte for
     byte), whatever happens to the run. Returns ``dvc exp run``'s exit status.
@@ -100,8 +106,69 @@ def run_experiment(
     original = path.read_bytes()
     try:
         set_params(path, values)
-        return subprocess.run(
-            experiment_command(name, force=force), env=stage_env(), check=False
-        ).returncode
+        command = experiment_command(name, force=force)
+        if log is None:
+            return subprocess.run(command, env=stage_env(), check=False).returncode
+        return _logged(command, log, show or (lambda line: None))
     finally:
         atomic.write_bytes(path, original)
+
+
+def _logged(command: list[str], log: Path, show: Callable[[str], None]) -> int:
+    """Run ``command`` with its output (stdout and stderr) written to ``log``,
+    each line also passed to ``show`` as it comes; its exit status."""
+    with (
+        open(log, "a", encoding="utf-8") as out,
+        subprocess.Popen(
+            command,
+            env=stage_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        ) as proc,
+    ):
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.write(line)
+            out.flush()
+            show(line.rstrip("\n"))
+        return proc.wait()
+
+
+class StageLines:
+    """What of ``dvc exp run``'s output a person sees: the stages DVC ran
+    (:attr:`ran`, from its ``Running stage 'NAME':`` lines), and a line to show
+    for each of its lines (:meth:`shown`): fedpipe's own round lines, warnings
+    and errors, DVC's errors, and the Prefect server line once; DVC's per-stage
+    chatter (``Stage ... didn't change, skipping``, ``> fedpipe stage ...``,
+    ``Updating lock file``, its warnings about the temporary copy) goes to the
+    log only."""
+
+    _RUNNING = re.compile(r"^Running stage '([^']+)':")
+    _SHOWN = re.compile(
+        r"^(round\s+\d+/\d+ |error:|warning:|ERROR:|Prefect: runs report)"
+    )
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+        self._seen: set[str] = set()
+        self._error = False  # the last line with text was DVC's ERROR: line
+
+    def shown(self, line: str) -> str | None:
+        """``line`` if a person should see it, else ``None``."""
+        running = self._RUNNING.match(line)
+        if running:
+            self.ran.append(running.group(1))
+            return None
+        if self._error and line[:1].isspace() and line.strip():
+            return line  # an error's indented continuation (the command to type)
+        if line.strip():
+            self._error = line.startswith("ERROR:")
+        if not self._SHOWN.match(line):
+            return None
+        if line.startswith("Prefect: "):  # every stage's process says it
+            if line in self._seen:
+                return None
+            self._seen.add(line)
+        return line
