@@ -152,8 +152,11 @@ def manifest(n_clients: int, n_classes: int, rng: np.random.Generator) -> dict:
     }
 
 
-def dvc_lock(rounds: int) -> dict[str, Any]:
-    """A ``dvc.lock`` in DVC 3's shape, with made-up hashes."""
+def dvc_lock(rounds: int, root: Path | None = None) -> dict[str, Any]:
+    """A ``dvc.lock`` in DVC 3's shape, with made-up hashes; with ``root``, each
+    round's records under it are recorded with their true md5 (as DVC does:
+    the views read only records ``dvc.lock`` holds with these bytes)."""
+    import hashlib
 
     def out(path: str, seed: int, **extra: Any) -> dict[str, Any]:
         return {
@@ -186,7 +189,20 @@ def dvc_lock(rounds: int) -> dict[str, Any]:
                 out(f"models/round-{k}/server_state.npz", 200 + k),
             ],
         }
+        records = [f"metrics/rounds/round-{k}.json", f"metrics/health/round-{k}.json"]
+        for path in records if root is not None and k else []:
+            if (root / path).is_file():
+                md5 = hashlib.md5((root / path).read_bytes()).hexdigest()
+                stages[name]["outs"].append({"path": path, "hash": "md5", "md5": md5})
     return {"schema": "2.0", "stages": stages}
+
+
+def relock(root: Path, rounds: int = 4) -> None:
+    """Write ``root``'s ``dvc.lock`` again for the round records now there (a
+    test that edits a record as a run would have written it)."""
+    (root / "dvc.lock").write_text(
+        yaml.safe_dump(dvc_lock(rounds, root), sort_keys=False)
+    )
 
 
 PARAMS = {
@@ -267,8 +283,10 @@ def write_run(
         flatten(round_summary(k, clients=[0, 1], rng=rng)) for k in range(1, rounds + 1)
     ]
     pd.DataFrame(rows).to_csv(root / "metrics/history.csv", index=False)
-    (root / "params.yaml").write_text(yaml.safe_dump(PARAMS, sort_keys=False))
-    (root / "dvc.lock").write_text(yaml.safe_dump(dvc_lock(rounds), sort_keys=False))
+    params = {**PARAMS, "federation": {**PARAMS["federation"], "rounds": rounds}}
+    params["round_chain"] = {str(k): k - 1 for k in range(1, rounds + 1)}
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    relock(root, rounds)
     if git:
         env_args = [
             "-c",

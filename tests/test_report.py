@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from matplotlib.transforms import Bbox
-from report_fixtures import FINDINGS, write_run
+from report_fixtures import FINDINGS, relock, write_run
 
 from fedpipe.core.jsonio import write_json
 from fedpipe.observe import report
@@ -255,6 +255,7 @@ def test_label_counts_and_plot_show_class_names(tmp_path: Path) -> None:
 def test_unreadable_file_is_named_and_other_sections_render(tmp_path: Path) -> None:
     write_run(tmp_path)
     (tmp_path / "metrics/health/round-2.json").write_text("{not json")
+    relock(tmp_path)  # recorded so (a record changed since is not read at all)
     page = build_report(tmp_path, findings=[])
     assert "could not read the health records: JSONDecodeError" in _section(
         page, "divergence"
@@ -274,6 +275,7 @@ def test_null_values_do_not_break_plots(tmp_path: Path) -> None:
     summary = json.loads(rounds.read_text())
     summary["global"]["auc"] = None
     rounds.write_text(json.dumps(summary))
+    relock(tmp_path)
     page = build_report(tmp_path, findings=[])
     assert re.findall(r'data-plot="(\w+)"', page) == [
         "metrics",

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from report_fixtures import write_run
+from report_fixtures import relock, write_run
 
 from fedpipe.config import layout
 from fedpipe.observe.runfiles import (
@@ -52,6 +52,7 @@ def test_history_csv_is_read_when_round_files_are_gone(tmp_path: Path) -> None:
 def test_an_unreadable_file_is_kept_and_raised_on_require(tmp_path: Path) -> None:
     write_run(tmp_path)
     (tmp_path / layout.health_metrics(2)).write_text("{not json")
+    relock(tmp_path)  # recorded so (a record changed since is not read at all)
     run = load_run(tmp_path)
     assert run.health == {} and set(run.errors) == {"health"}
     assert len(run.rounds) == 4  # the other parts are read
@@ -122,3 +123,18 @@ def test_flat_params() -> None:
     params = {"a": {"b": 1, "c": {"d": [2]}}, "e": {}, "f": None}
     assert flat_params(params) == [("a.b", 1), ("a.c.d", [2]), ("f", None)]
     assert ("e", {}) in flat_params(params, keep_empty=True)
+
+
+def test_a_record_changed_since_dvc_lock_recorded_it_is_not_read(
+    tmp_path: Path,
+) -> None:
+    """The views read a round's record only as ``dvc.lock`` records it: one
+    changed since is left unread, named, not read as this run's."""
+    write_run(tmp_path)
+    (tmp_path / layout.health_metrics(2)).write_text("{not json")
+    run = load_run(tmp_path)
+    assert sorted(run.health) == [1, 3, 4] and run.errors == {}
+    assert run.ignored == (
+        f"{layout.health_metrics(2)}: not the file dvc.lock records (changed since)",
+    )
+    assert "Not read: 1 file(s)" in (run.view_text or "")
