@@ -390,3 +390,96 @@ def test_fednova_with_partial_stragglers_is_not_misweighted(tmp_path) -> None:
     )
     findings = {f.code for f in diagnose(tmp_path / "fault")}
     assert codes.AGGREGATION_WEIGHTS_NOT_NORMALIZED in findings
+
+
+# ------------------------------------------- robust aggregators' minimum updates
+
+
+def _krum_inputs(**changes) -> RoundInputs:
+    strategy = make_strategy("krum", num_byzantine=1)  # needs 2 * 1 + 3 = 5
+    inputs = _inputs(**changes)
+    return replace(
+        inputs,
+        strategy=strategy,
+        server_state=strategy.init_state(inputs.global_weights),
+        clients_per_round=6,
+    )
+
+
+def test_a_krum_round_short_of_updates_keeps_the_model_and_says_why() -> None:
+    """Dropout left fewer updates than Krum's 2f + 3: the round keeps the
+    previous global model and records it (it used to stop the run with
+    "strategy.num_byzantine = 1 needs more than 2 * 1 + 2 = 4 client updates
+    per round; got 3" after earlier rounds had run)."""
+    inputs = _krum_inputs(failures=FailurePolicy(dropout=0.4))
+    out = _run(inputs)
+    usable = len(out.record.aggregated)
+    assert usable < 5, "the seeded dropout should leave fewer than 5 of 6"
+    assert _bits(out) == [w.tobytes() for w in inputs.global_weights]
+    summary = out.record.summary()
+    assert summary["model_kept"] == (
+        f"{usable} usable update(s); strategy.name=krum needs 2 * "
+        "strategy.num_byzantine + 3 = 5: the previous global model kept"
+    )
+    assert out.health["aggregation"]["expected_weight_sum"] == 0.0
+    # enough updates: Krum aggregates as before (one client's weights)
+    full = _run(_krum_inputs())
+    assert full.record.kept is None and "model_kept" not in full.record.summary()
+    assert _bits(full) != [w.tobytes() for w in inputs.global_weights]
+
+
+def test_a_kept_round_is_the_oracles_under_privacy() -> None:
+    """How many updates came is who took part: not in a DP run's public view."""
+    from fedpipe.federation.privacy.views import ORACLE_SUMMARY_KEYS
+
+    assert "model_kept" in ORACLE_SUMMARY_KEYS
+
+
+@pytest.mark.parametrize(
+    ("strategy", "federation", "named"),
+    [
+        # 4 clients a round, Krum f = 1 needs 5: no round could aggregate
+        ({"name": "krum", "num_byzantine": 1}, {"clients": 4}, "4 clients per round"),
+        ({"name": "multikrum", "num_byzantine": 1}, {"clients": 4}, "2 \\* strategy"),
+        ({"name": "bulyan", "num_byzantine": 1}, {"clients": 6}, "4 \\* strategy"),
+        # 6 a round, 40 % drop out: 3.6 expected, Krum needs 5
+        (
+            {"name": "krum", "num_byzantine": 1},
+            {"clients": 6, "dropout": 0.4},
+            "federation.dropout=0.4 leaves 3.6 of 6 clients per round",
+        ),
+        (
+            {"name": "multikrum", "num_selected": 6},
+            {"clients": 8, "dropout": 0.5},
+            "strategy.num_selected = 6",
+        ),
+    ],
+)
+def test_too_few_updates_for_the_aggregator_are_refused_before_any_stage(
+    strategy: dict, federation: dict, named: str
+) -> None:
+    raw = _params(strategy=strategy)
+    raw["federation"].update(federation)
+    with pytest.raises(ParamsError, match=named) as caught:
+        parse_params(raw)
+    message = str(caught.value)
+    assert "\n" not in message and f"strategy.name={strategy['name']}" in message
+    assert "clients per round" in message
+
+
+@pytest.mark.parametrize(
+    ("strategy", "federation"),
+    [
+        ({"name": "krum", "num_byzantine": 1}, {"clients": 5}),
+        ({"name": "krum", "num_byzantine": 1}, {"clients": 10, "dropout": 0.5}),
+        ({"name": "fedmedian"}, {"clients": 2, "dropout": 0.9}),
+        ({"name": "fedtrimmedavg"}, {"clients": 1, "dropout": 0.5}),
+        ({"name": "bulyan", "num_byzantine": 1}, {"clients": 7}),
+    ],
+)
+def test_enough_updates_on_average_are_accepted(
+    strategy: dict, federation: dict
+) -> None:
+    raw = _params(strategy=strategy)
+    raw["federation"].update(federation)
+    parse_params(raw)
