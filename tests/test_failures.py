@@ -483,3 +483,64 @@ def test_enough_updates_on_average_are_accepted(
     raw = _params(strategy=strategy)
     raw["federation"].update(federation)
     parse_params(raw)
+
+
+def test_the_doctor_names_the_rounds_that_kept_the_model(tmp_path) -> None:
+    """Krum (num_byzantine 1 needs 5) over 6 clients at 10 % dropout (5.4 on
+    average: accepted): the rounds the seeded dropout leaves short keep the
+    model, and the doctor says which. (Before, the first such round stopped the
+    run: no finding, no later round.)"""
+    rounds = 3
+    short = [
+        k
+        for k in range(1, rounds + 1)
+        if 6 - len(dropped_out(range(6), dropout=0.1, seed=0, round_=k)) < 5
+    ]
+    assert short and len(short) < rounds  # some rounds kept, some aggregated
+    run_federation(
+        tmp_path,
+        rounds=rounds,
+        n_samples=300,
+        clients=6,
+        strategy="krum",
+        strategy_settings={"num_byzantine": 1},
+        failures=FailurePolicy(dropout=0.1),
+    )
+    findings = {f.code: f for f in diagnose(tmp_path)}
+    kept = findings[codes.ROUND_MODEL_KEPT]
+    assert kept.rounds == short and kept.severity == "warning"
+    assert "strategy.name=krum" in kept.title
+    assert "2 * strategy.num_byzantine + 3 = 5" in kept.evidence[0]
+    assert "strategy.num_byzantine = 1" in kept.fix
+    assert codes.ROUND_STOPPED_CLIENTS_LOST not in findings
+    # the kept rounds' empty server step is not an aggregation bug
+    assert codes.AGGREGATION_WEIGHTS_NOT_NORMALIZED not in findings
+
+
+def test_the_doctor_names_personal_models_starved_by_the_deadline(tmp_path) -> None:
+    """Ditto under a deadline: healthy now (no finding); with the records of the
+    starving behaviour (personal models at chance, 1/3, while the global model
+    learns), the doctor names the deadline and the method."""
+    run_federation(
+        tmp_path,
+        rounds=2,
+        n_samples=300,
+        clients=4,
+        classes=(0, 1, 2),
+        epochs=2,
+        lr=0.1,
+        personalization={"method": "ditto"},
+        failures=FailurePolicy(round_deadline_steps=4),
+    )
+    last = json.loads((tmp_path / layout.round_metrics(2)).read_text())
+    assert last["clients_partial"]  # the deadline cut the clients' fits
+    assert codes.PERSONAL_MODELS_STARVED not in {f.code for f in diagnose(tmp_path)}
+    if last["global_on_clients"]["accuracy"] < 1 / 3 + 0.2:
+        pytest.skip("the global model did not learn in 2 rounds here")
+    last["personalized"]["accuracy"] = 1 / 3  # what the starving runs recorded
+    (tmp_path / layout.round_metrics(2)).write_text(json.dumps(last))
+    findings = {f.code: f for f in diagnose(tmp_path)}
+    starved = findings[codes.PERSONAL_MODELS_STARVED]
+    assert starved.rounds == [2] and "0.333" in starved.title
+    assert "federation.round_deadline_steps" in starved.fix
+    assert "personalization.method = ditto" in starved.fix
