@@ -422,6 +422,7 @@ def test_a_krum_round_short_of_updates_keeps_the_model_and_says_why() -> None:
         "strategy.num_byzantine + 3 = 5: the previous global model kept"
     )
     assert out.health["aggregation"]["expected_weight_sum"] == 0.0
+    assert "too few for the strategy: model kept" in progress_line(summary, 1, 0.5)
     # enough updates: Krum aggregates as before (one client's weights)
     full = _run(_krum_inputs())
     assert full.record.kept is None and "model_kept" not in full.record.summary()
