@@ -419,7 +419,7 @@ def test_a_krum_round_short_of_updates_keeps_the_model_and_says_why() -> None:
     summary = out.record.summary()
     assert summary["model_kept"] == (
         f"{usable} usable update(s); strategy.name=krum needs 2 * "
-        "strategy.num_byzantine + 3 = 5: the previous global model kept"
+        "strategy.num_byzantine + 3 = 5 (f = 1): the previous global model kept"
     )
     assert out.health["aggregation"]["expected_weight_sum"] == 0.0
     assert "too few for the strategy: model kept" in progress_line(summary, 1, 0.5)
