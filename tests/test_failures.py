@@ -419,7 +419,7 @@ def test_a_krum_round_short_of_updates_keeps_the_model_and_says_why() -> None:
     summary = out.record.summary()
     assert summary["model_kept"] == (
         f"{usable} usable update(s); strategy.name=krum needs 2 * "
-        "strategy.num_byzantine + 3 = 5 (f = 1): the previous global model kept"
+        "strategy.num_byzantine + 3 = 2 * 1 + 3 = 5: the previous global model kept"
     )
     assert out.health["aggregation"]["expected_weight_sum"] == 0.0
     assert "too few for the strategy: model kept" in progress_line(summary, 1, 0.5)
@@ -443,16 +443,18 @@ def test_a_kept_round_is_the_oracles_under_privacy() -> None:
         ({"name": "krum", "num_byzantine": 1}, {"clients": 4}, "4 clients per round"),
         ({"name": "multikrum", "num_byzantine": 1}, {"clients": 4}, "2 \\* strategy"),
         ({"name": "bulyan", "num_byzantine": 1}, {"clients": 6}, "4 \\* strategy"),
-        # 6 a round, 40 % drop out: 3.6 expected, Krum needs 5
+        # 6 a round, 40 % drop out, Krum needs 5: P(5 or 6 stay) =
+        # 0.6^6 + 6 x 0.4 x 0.6^5 = 0.233, most rounds could not aggregate
         (
             {"name": "krum", "num_byzantine": 1},
             {"clients": 6, "dropout": 0.4},
-            "federation.dropout=0.4 leaves 3.6 of 6 clients per round",
+            "federation.dropout=0.4 only 23% of rounds keep 5 of the 6 clients",
         ),
+        # P(6 or more of 8 stay at 0.5) = (28 + 8 + 1) / 256 = 14 %
         (
             {"name": "multikrum", "num_selected": 6},
             {"clients": 8, "dropout": 0.5},
-            "strategy.num_selected = 6",
+            "strategy.num_selected = 6 .* only 14% of rounds",
         ),
     ],
 )
@@ -472,7 +474,10 @@ def test_too_few_updates_for_the_aggregator_are_refused_before_any_stage(
     ("strategy", "federation"),
     [
         ({"name": "krum", "num_byzantine": 1}, {"clients": 5}),
+        # P(5 or more of 10 stay at 0.5) = 62 %; of 6 at 0.2 (the matrix's
+        # row 5): 0.8^6 + 6 x 0.2 x 0.8^5 = 66 %, though 4.8 stay on average
         ({"name": "krum", "num_byzantine": 1}, {"clients": 10, "dropout": 0.5}),
+        ({"name": "krum", "num_byzantine": 1}, {"clients": 6, "dropout": 0.2}),
         ({"name": "fedmedian"}, {"clients": 2, "dropout": 0.9}),
         ({"name": "fedtrimmedavg"}, {"clients": 1, "dropout": 0.5}),
         ({"name": "bulyan", "num_byzantine": 1}, {"clients": 7}),
@@ -511,7 +516,7 @@ def test_the_doctor_names_the_rounds_that_kept_the_model(tmp_path) -> None:
     kept = findings[codes.ROUND_MODEL_KEPT]
     assert kept.rounds == short and kept.severity == "warning"
     assert "strategy.name=krum" in kept.title
-    assert "2 * strategy.num_byzantine + 3 = 5" in kept.evidence[0]
+    assert "2 * strategy.num_byzantine + 3 = 2 * 1 + 3 = 5" in kept.evidence[0]
     assert "strategy.num_byzantine = 1" in kept.fix
     assert codes.ROUND_STOPPED_CLIENTS_LOST not in findings
     # the kept rounds' empty server step is not an aggregation bug

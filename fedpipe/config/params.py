@@ -542,13 +542,15 @@ def _check_min_updates(
     """Rule *enough updates for the aggregator*: a strategy that needs ``need``
     updates a round (its declared ``min_updates``: Krum ``2f + 3``, Bulyan
     ``4f + 3``) is refused when the clients sampled per round are fewer, or,
-    under ``federation.dropout`` p, when the clients expected to survive a round
-    (``per_round x (1 - p)``) are: most rounds could not aggregate (the
-    minimum survivors of a random dropout are 0, so "can" is taken as "on
-    average"; a strategy that needs 1 is left to ``federation.min_clients``,
-    as before). A round that
-    gets fewer all the same keeps the previous global model (recorded as
-    ``model_kept``); below ``federation.min_clients`` it stops as always."""
+    under ``federation.dropout`` p, when most rounds would have fewer: each of
+    the ``per_round`` clients stays with probability ``1 - p``, independently
+    (:func:`fedpipe.federation.failures.dropped_out`), so the share of rounds
+    that can aggregate is the binomial tail ``P(stay >= need)``; refused below
+    one half. (A random dropout can always leave 0 clients, so the worst case
+    would refuse every dropout; a strategy that needs 1 is left to
+    ``federation.min_clients``, as before.) A round that gets fewer all the same
+    keeps the previous global model (recorded as ``model_kept``); below
+    ``federation.min_clients`` it stops as always."""
     per_round = federation.clients_per_round()
     sampled = (
         f"{per_round} clients per round (federation.clients x federation.fraction_fit)"
@@ -560,14 +562,19 @@ def _check_min_updates(
             "clients per round"
         )
     p = federation.dropout
-    survive = per_round * (1.0 - p)
-    if p > 0 and need > 1 and survive < need:
-        raise ValueError(
-            f"strategy.name={name} needs {why} client updates a round; "
-            f"federation.dropout={p:g} leaves {survive:.3g} of {sampled} on "
-            "average, so most rounds could not aggregate: lower federation.dropout "
-            "or that setting, or sample more clients per round"
+    if p > 0 and need > 1:
+        share = sum(
+            math.comb(per_round, k) * (1 - p) ** k * p ** (per_round - k)
+            for k in range(need, per_round + 1)
         )
+        if share < 0.5:
+            raise ValueError(
+                f"strategy.name={name} needs {why} client updates a round; with "
+                f"federation.dropout={p:g} only {share:.0%} of rounds keep {need} "
+                f"of the {sampled}, so most rounds could not aggregate: lower "
+                "federation.dropout or that setting, or sample more clients per "
+                "round"
+            )
 
 
 class EvaluationParams(Section):

@@ -213,10 +213,10 @@ class Strategy(Component, abc.ABC):
     The fewest updates a round must bring for :meth:`aggregate` (Krum's
     ``2f + 3``, Bulyan's ``4f + 3``; 1 by default) is declared by
     :meth:`min_updates`: ``params.yaml`` is refused before any stage runs when
-    the clients sampled per round (after ``federation.dropout``, on average)
-    are fewer, and a round that gets fewer anyway keeps the previous global
-    model and records why (:meth:`too_few`), as Flower's server keeps its
-    parameters when a strategy returns none.
+    the clients sampled per round are fewer (or, after ``federation.dropout``,
+    most rounds' survivors), and a round that gets fewer anyway keeps the
+    previous global model and records why (:meth:`too_few`), as Flower's
+    server keeps its parameters when a strategy returns none.
     """
 
     name: ClassVar[str]

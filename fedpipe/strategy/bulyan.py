@@ -91,7 +91,7 @@ class Bulyan(Strategy):
     def min_updates(cls, values: Mapping[str, Any]) -> tuple[int, str]:
         """At least ``4 * strategy.num_byzantine + 3`` updates."""
         f = values.get("num_byzantine") or 0
-        return 4 * f + 3, f"4 * strategy.num_byzantine + 3 = {4 * f + 3} (f = {f})"
+        return 4 * f + 3, f"4 * strategy.num_byzantine + 3 = 4 * {f} + 3 = {4 * f + 3}"
 
     def aggregate(
         self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State

@@ -51,7 +51,7 @@ class Krum(Strategy):
     def min_updates(cls, values: Mapping[str, Any]) -> tuple[int, str]:
         """More than 2f + 2 updates: ``2 * strategy.num_byzantine + 3``."""
         f = values.get("num_byzantine") or 0
-        return 2 * f + 3, f"2 * strategy.num_byzantine + 3 = {2 * f + 3} (f = {f})"
+        return 2 * f + 3, f"2 * strategy.num_byzantine + 3 = 2 * {f} + 3 = {2 * f + 3}"
 
     def ranked(self, updates: Sequence[ClientUpdate]) -> list[int]:
         """Indices into ``updates`` from lowest (best) to highest Krum score."""
