@@ -124,6 +124,12 @@ class LocalTraining:
         (``federation.round_deadline_steps``, a slow client's share of it): every
         fit of the round together takes at most this many steps, whatever the
         algorithm (Ditto fits twice); None: no budget.
+    round_fits : int
+        The fits the round's budget is shared among (the algorithm's
+        ``fits_per_round``): each fit may take at most its share of what the
+        earlier fits left, ``ceil(left / fits left)``, so every fit progresses
+        (Ditto's personal fit is not starved by the global one); what a fit
+        does not use passes to the next.
     record_dp : RecordDP or None
         Record-level DP-SGD in every fit (``privacy.mechanism: dpsgd``); None:
         plain local training.
@@ -137,6 +143,7 @@ class LocalTraining:
     lr: float
     max_steps: int | None = None
     round_steps: int | None = None
+    round_fits: int = 1
     record_dp: RecordDP | None = None
     local_dp: LocalDP | None = None
 
@@ -230,13 +237,16 @@ class LocalTrainer(abc.ABC):
     ``L(w) + mu/2 ||w - anchor||^2 + <offset, w>`` (see
     :meth:`fedpipe.model.training.ModelRunner.fit`) with the optimizer of ``train.*``.
     A trainer serves one client's round: :attr:`steps_taken` counts the steps of
-    all its fits, and with ``training.round_steps`` set no fit goes past that
-    budget (a fit with none left returns its start weights, 0 steps).
+    all its fits (:attr:`fits_done` the fits), and with ``training.round_steps``
+    set no fit goes past its share of that budget
+    (:func:`fedpipe.model.trainer.fit_length`; a fit with none left returns its
+    start weights, 0 steps).
     """
 
     training: LocalTraining
     n_train: int
     steps_taken: int = 0
+    fits_done: int = 0
 
     @property
     @abc.abstractmethod

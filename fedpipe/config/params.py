@@ -311,6 +311,9 @@ CLIENT_ALGORITHM_NAMES = registry.names("client")
 
 
 PERSONALIZATION_METHODS = ("none", "fedper", "fedbn", "finetune", "ditto")
+#: fits a Ditto client runs a round with a built-in client algorithm (its
+#: ``fits_per_round``: the inner algorithm's one and the personal model's)
+DITTO_FITS = 2
 
 
 class PersonalizationParams(Section):
@@ -522,15 +525,58 @@ def _strategy_trait(name: str, trait: str) -> Any:
 
 
 def _check_strategy(params: Params) -> None:
-    """The chosen built-in strategy's own check against the federation
-    (Bulyan's ``n >= 4f + 3``)."""
+    """The chosen built-in strategy against the federation: its own check
+    (:meth:`~fedpipe.core.component.Component.check_federation`) and the rule
+    of :func:`_check_min_updates`."""
     name = params.strategy.name
     if registry.is_builtin("strategy", name):
-        registry.get("strategy", name).check_federation(
-            params.strategy.model_dump(),
-            clients=params.federation.clients,
-            per_round=params.federation.clients_per_round(),
+        cls = registry.get("strategy", name)
+        values = params.strategy.model_dump()
+        per_round = params.federation.clients_per_round()
+        cls.check_federation(values, clients=params.federation.clients,
+                             per_round=per_round)  # fmt: skip
+        _check_min_updates(name, *cls.min_updates(values), params.federation)
+
+
+def _check_min_updates(
+    name: str, need: int, why: str, federation: FederationParams
+) -> None:
+    """Rule *enough updates for the aggregator*: a strategy that needs ``need``
+    updates a round (its declared ``min_updates``: Krum ``2f + 3``, Bulyan
+    ``4f + 3``) is refused when the clients sampled per round are fewer, or,
+    under ``federation.dropout`` p, when most rounds would have fewer: each of
+    the ``per_round`` clients stays with probability ``1 - p``, independently
+    (:func:`fedpipe.federation.failures.dropped_out`), so the share of rounds
+    that can aggregate is the binomial tail ``P(stay >= need)``; refused below
+    one half. (A random dropout can always leave 0 clients, so the worst case
+    would refuse every dropout; a strategy that needs 1 is left to
+    ``federation.min_clients``, as before.) A round that gets fewer all the same
+    keeps the previous global model (recorded as ``model_kept``); below
+    ``federation.min_clients`` it stops as always."""
+    per_round = federation.clients_per_round()
+    sampled = (
+        f"{per_round} clients per round (federation.clients x federation.fraction_fit)"
+    )
+    if per_round < need:
+        raise ValueError(
+            f"strategy.name={name} needs {why} client updates a round; the "
+            f"federation samples {sampled}: lower that setting or sample more "
+            "clients per round"
         )
+    p = federation.dropout
+    if p > 0 and need > 1:
+        share = sum(
+            math.comb(per_round, k) * (1 - p) ** k * p ** (per_round - k)
+            for k in range(need, per_round + 1)
+        )
+        if share < 0.5:
+            raise ValueError(
+                f"strategy.name={name} needs {why} client updates a round; with "
+                f"federation.dropout={p:g} only {share:.0%} of rounds keep {need} "
+                f"of the {sampled}, so most rounds could not aggregate: lower "
+                "federation.dropout or that setting, or sample more clients per "
+                "round"
+            )
 
 
 class EvaluationParams(Section):
@@ -822,6 +868,31 @@ class Params(Section):
                 f"model.name={model.name} has none; use model.name cnn with "
                 "model.batch_norm: true, or resnet, or another "
                 "personalization.method"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _deadline_covers_every_fit(self) -> Params:
+        """Rule *a step for every fit*: a round's step budget is shared among
+        the client's fits (``ceil(left / fits left)`` each); Ditto fits twice
+        (the global update, then the personal model), so a budget of 1 step
+        (``federation.round_deadline_steps``, or a slow client's share of it)
+        would leave the personal model untrained every round, at chance."""
+        f = self.federation
+        if self.personalization.method != "ditto" or f.round_deadline_steps is None:
+            return self
+        budget = f.round_deadline_steps
+        if f.slow_clients > 0:
+            budget = max(1, math.floor(budget * f.slow_speed))
+        if budget < DITTO_FITS:
+            slow = budget < f.round_deadline_steps
+            share = " (a slow client's share, federation.slow_speed)" if slow else ""
+            raise ValueError(
+                f"personalization.method=ditto fits {DITTO_FITS} times a round "
+                f"(global update, personal model); federation.round_deadline_steps="
+                f"{f.round_deadline_steps} gives {budget} step{share}, so the "
+                f"personal model would never train: allow at least {DITTO_FITS} "
+                "steps a round, or another personalization.method"
             )
         return self
 

@@ -17,7 +17,9 @@ give the same round:
 * **stragglers** (``federation.round_deadline_steps``, D): a client may take at
   most D local optimizer steps in a round (a step budget stands in for a time
   budget: reproducible, unlike wall time), all its fits together (Ditto fits
-  twice; the trainer holds the budget, ``LocalTraining.round_steps``). A client
+  twice; the trainer holds the budget, ``LocalTraining.round_steps``, and
+  shares it among the fits: each takes at most ``ceil(left / fits left)``, so
+  Ditto's personal model trains beside the global update). A client
   that needs more (``train.epochs`` x its batches, capped by
   ``train.local_steps``, times its algorithm's ``fits_per_round``) is a
   straggler; ``federation.stragglers: partial`` uses the work it finished (its
@@ -173,7 +175,8 @@ def plan_round(
     ``fits`` is the client algorithm's ``fits_per_round``. Without dropout and
     deadline every selected client trains with ``training`` unchanged (today's
     round, bit for bit); under a deadline each trains with its budget as
-    ``round_steps``, which its trainer holds for all its fits together.
+    ``round_steps``, shared among its ``fits`` (``round_fits``), which its
+    trainer holds for all its fits together.
     """
     gone = set(dropped_out(selected, dropout=policy.dropout, seed=seed, round_=round_))
     slow = slow_set(n_clients, policy.slow_clients, seed)
@@ -187,11 +190,11 @@ def plan_round(
         elif budget is None:
             train[c] = training
         elif steps_needed(n_train[c], training, fits) <= budget:
-            train[c] = replace(training, round_steps=budget)
+            train[c] = replace(training, round_steps=budget, round_fits=fits)
         elif policy.stragglers == "drop":
             excluded[c] = STRAGGLER
         else:
-            train[c] = replace(training, round_steps=budget)
+            train[c] = replace(training, round_steps=budget, round_fits=fits)
             partial[c] = budget
     return RoundPlan(train, excluded, partial)
 

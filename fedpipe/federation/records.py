@@ -51,6 +51,10 @@ class RoundRecord:
     (:mod:`fedpipe.federation.privacy`). malicious : list of int, optional
         The selected clients that attacked this round (``attack.*``); None when
         the run plants no attack (and then not in the summary).
+    kept : str, optional
+        Why the round kept the previous global model: fewer usable updates
+        than the strategy needs (:meth:`fedpipe.strategy.base.Strategy.too_few`;
+        ``model_kept`` in the summary). None: the round aggregated.
 
     Lists indexed by client id are accepted for ``n_test``, ``global_clients``
     and ``personalized``.
@@ -70,6 +74,7 @@ class RoundRecord:
     privacy: dict[str, Any] | None = None
     malicious: list[int] | None = None
     global_classes: dict[str, list] | None = None
+    kept: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_test", "global_clients", "personalized"):
@@ -159,6 +164,8 @@ class RoundRecord:
             }
         if self.malicious is not None:
             out["malicious"] = list(self.malicious)
+        if self.kept is not None:
+            out["model_kept"] = self.kept
         if self.personalized is not None:
             out["personalized"] = _rounded(self.personalized_mean())
             out["personalized_std"] = _rounded(self.personalized_std())

@@ -365,10 +365,9 @@ def run_round(
     tampered = {r.client: r for r in usable}
     results = [tampered.get(r.client, r) for r in results]
     states = merged(inputs.client_states, {r.client: r.state for r in usable})
+    kept = strategy.too_few(len(usable))  # the previous model stays (recorded)
     try:
-        weights, server_state = strategy.aggregate_round(
-            before, [r.update for r in usable], inputs.server_state
-        )
+        weights, server_state = _aggregate(inputs, strategy, usable, kept)
     except AggregationError as exc:
         health = _health(inputs, runner, results, after=None, excluded=excluded)
         health.pop("seconds")
@@ -388,7 +387,7 @@ def run_round(
     fields = _record_fields(inputs, selected, scored, usable, results)
     fields.update(_global_fields(inputs, held_out, on_clients, probs))
     fields.update(partial=dict(plan.partial), personalized=personalized)
-    fields.update(excluded=excluded)
+    fields.update(excluded=excluded, kept=kept)
     for step in [*steps, strategy]:
         fields = step.record(fields)
     record = RoundRecord(**fields)
@@ -397,6 +396,21 @@ def run_round(
                      dead_units=dead)  # fmt: skip
     seconds = float(health.pop("seconds"))
     return RoundOutputs(weights, server_state, states, record, health, seconds)
+
+
+def _aggregate(
+    inputs: RoundInputs,
+    strategy: Strategy,
+    usable: Sequence[ClientResult],
+    kept: str | None,
+) -> tuple[Weights, State]:
+    """The strategy's new weights and state from the usable updates; when it
+    cannot aggregate that few (``kept``, :meth:`Strategy.too_few`), the
+    previous global model and server state, unchanged."""
+    if kept:
+        return [np.array(w) for w in inputs.global_weights], dict(inputs.server_state)
+    updates = [r.update for r in usable]
+    return strategy.aggregate_round(inputs.global_weights, updates, inputs.server_state)
 
 
 def _usable(
@@ -599,6 +613,8 @@ def _health(
     )
     aggregated = [r.update for r in results if r.client not in (excluded or {})]
     expected = inputs.strategy.weight_sum(aggregated) if after is not None else None
+    if record is not None and record.kept:  # no server step: the weights sum to 0
+        expected = 0.0
     if expected is not None:  # the doctor's reference for this round's weights
         health["aggregation"]["expected_weight_sum"] = expected
     for step in inputs.steps:

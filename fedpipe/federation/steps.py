@@ -117,6 +117,9 @@ class StrategyWrapper(Strategy, RoundStep):
     def init_state(self, global_weights: Weights) -> State:
         return self.inner.init_state(global_weights)
 
+    def too_few(self, n_updates: int) -> str | None:
+        return self.inner.too_few(n_updates)
+
     def state_shapes(self, global_weights: Weights) -> dict[str, tuple[int, ...]]:
         return self.inner.state_shapes(global_weights)
 

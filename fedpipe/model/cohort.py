@@ -198,6 +198,7 @@ class CohortTrainer(LocalTrainer):
         self.training = training
         self.n_train = len(data.y_train)
         self.steps_taken = 0
+        self.fits_done = 0
         self._trainable = trainable
 
     @property
@@ -214,7 +215,10 @@ class CohortTrainer(LocalTrainer):
         gradient_offset: Sequence[np.ndarray] | None = None,
         epochs: int | None = None,
     ) -> LocalFit:
-        n_epochs, max_steps = fit_length(self.training, epochs, self.steps_taken)
+        n_epochs, max_steps = fit_length(
+            self.training, epochs, self.steps_taken, self.fits_done
+        )
+        self.fits_done += 1
         if max_steps == 0:
             return spent(weights)
         request = _Fit(

@@ -65,6 +65,7 @@ class KerasTrainer(LocalTrainer):
         self.training = training
         self.n_train = len(data.y_train)
         self.steps_taken = 0
+        self.fits_done = 0
 
     @property
     def trainable(self) -> list[int]:
@@ -84,7 +85,10 @@ class KerasTrainer(LocalTrainer):
         whole epochs (fine-tuning); otherwise ``train.epochs`` capped at
         ``train.local_steps``; either within what is left of the round's budget
         (:func:`fit_length`)."""
-        n_epochs, max_steps = fit_length(self.training, epochs, self.steps_taken)
+        n_epochs, max_steps = fit_length(
+            self.training, epochs, self.steps_taken, self.fits_done
+        )
+        self.fits_done += 1
         if max_steps == 0:
             return spent(weights)
         fit = fit_client(
@@ -109,19 +113,22 @@ class KerasTrainer(LocalTrainer):
 
 
 def fit_length(
-    training: LocalTraining, epochs: int | None = None, taken: int = 0
+    training: LocalTraining, epochs: int | None = None, taken: int = 0, done: int = 0
 ) -> tuple[int, int | None]:
     """A fit's epochs and step cap (:meth:`LocalTrainer.fit`): ``train.epochs``
     capped at ``train.local_steps``; with ``epochs`` given (fine-tuning), that
     many whole epochs. With a round budget (``training.round_steps``) the cap is
-    at most what the client's earlier fits this round (``taken`` steps) left of
-    it, so all its fits together keep to the budget (0: nothing left)."""
+    at most this fit's share of what the client's earlier fits this round
+    (``done`` fits, ``taken`` steps) left of it: ``ceil(left / fits left)`` of
+    ``training.round_fits``, so all its fits together keep to the budget and
+    each gets steps while the budget has one per fit left (0: nothing left)."""
     n_epochs, cap = training.epochs, training.max_steps
     if epochs is not None:
         n_epochs, cap = epochs, None
     if training.round_steps is not None:
         left = max(0, training.round_steps - taken)
-        cap = left if cap is None else min(cap, left)
+        share = -(-left // max(1, training.round_fits - done))
+        cap = share if cap is None else min(cap, share)
     return n_epochs, cap
 
 

@@ -67,6 +67,8 @@ def progress_line(summary: Mapping[str, Any], rounds: int, seconds: float) -> st
     )
     if "clients_scored" in summary:  # not every client's test split this round
         clients += f", global scored on {summary['clients_scored']}"
+    if summary.get("model_kept"):  # too few updates for the strategy
+        clients += ", too few for the strategy: model kept"
 
     def fmt(v: float | None) -> str:
         return "  nan " if v is None else f"{v:.4f}"

@@ -209,6 +209,14 @@ class Strategy(Component, abc.ABC):
     weight_sum_setting : str or None
         The setting the doctor expects the fitted weights of a linear step to
         sum to (FedAvgM, SCAFFOLD: ``server_lr``); None: they sum to 1.
+
+    The fewest updates a round must bring for :meth:`aggregate` (Krum's
+    ``2f + 3``, Bulyan's ``4f + 3``; 1 by default) is declared by
+    :meth:`min_updates`: ``params.yaml`` is refused before any stage runs when
+    the clients sampled per round are fewer (or, after ``federation.dropout``,
+    most rounds' survivors), and a round that gets fewer anyway keeps the
+    previous global model and records why (:meth:`too_few`), as Flower's
+    server keeps its parameters when a strategy returns none.
     """
 
     name: ClassVar[str]
@@ -221,6 +229,28 @@ class Strategy(Component, abc.ABC):
     no_privacy: ClassVar[str | None] = None
     robust_share: ClassVar[float | None] = None
     weight_sum_setting: ClassVar[str | None] = None
+
+    # ------------------------------------------------------------ minimum
+
+    @classmethod
+    def min_updates(cls, values: Mapping[str, Any]) -> tuple[int, str]:
+        """The fewest client updates a round needs for :meth:`aggregate`, from
+        the ``strategy.*`` values, and why in words naming the keys
+        (``"2 * strategy.num_byzantine + 3 = 5"``). Default: 1, any round."""
+        return 1, "1"
+
+    def too_few(self, n_updates: int) -> str | None:
+        """Why this strategy cannot aggregate ``n_updates`` updates (one line
+        naming the keys; the round then keeps the previous global model), or
+        None when it can."""
+        values = {str(k): getattr(self, str(k), None) for k in self.settings}
+        need, why = type(self).min_updates(values)
+        if n_updates >= need:
+            return None
+        return (
+            f"{n_updates} usable update(s); strategy.name={self.name} needs {why}: "
+            "the previous global model kept"
+        )
 
     # ------------------------------------------------------------ state
 

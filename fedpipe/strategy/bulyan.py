@@ -88,18 +88,10 @@ class Bulyan(Strategy):
         self.num_byzantine = checked(NUM_BYZANTINE, num_byzantine)
 
     @classmethod
-    def check_federation(
-        cls, values: Mapping[str, Any], *, clients: int, per_round: int
-    ) -> None:
-        """Refuse ``num_byzantine`` f when fewer than 4f + 3 clients train a round."""
+    def min_updates(cls, values: Mapping[str, Any]) -> tuple[int, str]:
+        """At least ``4 * strategy.num_byzantine + 3`` updates."""
         f = values.get("num_byzantine") or 0
-        if per_round < 4 * f + 3:
-            raise ValueError(
-                f"strategy.num_byzantine={f}: Bulyan needs at least 4 * {f} + 3 = "
-                f"{4 * f + 3} clients per round, the federation samples {per_round}; "
-                "lower strategy.num_byzantine or raise federation.clients / "
-                "federation.fraction_fit"
-            )
+        return 4 * f + 3, f"4 * strategy.num_byzantine + 3 = 4 * {f} + 3 = {4 * f + 3}"
 
     def aggregate(
         self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State

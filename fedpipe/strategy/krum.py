@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from fedpipe.core.component import Setting
 from fedpipe.strategy.aggregate import (
@@ -45,6 +46,12 @@ class Krum(Strategy):
 
     def __init__(self, *, num_byzantine: int = 0) -> None:
         self.num_byzantine = checked(NUM_BYZANTINE, num_byzantine)
+
+    @classmethod
+    def min_updates(cls, values: Mapping[str, Any]) -> tuple[int, str]:
+        """More than 2f + 2 updates: ``2 * strategy.num_byzantine + 3``."""
+        f = values.get("num_byzantine") or 0
+        return 2 * f + 3, f"2 * strategy.num_byzantine + 3 = 2 * {f} + 3 = {2 * f + 3}"
 
     def ranked(self, updates: Sequence[ClientUpdate]) -> list[int]:
         """Indices into ``updates`` from lowest (best) to highest Krum score."""

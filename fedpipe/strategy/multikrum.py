@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from fedpipe.core.component import Setting
 from fedpipe.strategy.aggregate import (
@@ -45,6 +46,15 @@ class MultiKrum(Krum):
     ) -> None:
         super().__init__(num_byzantine=num_byzantine)
         self.num_selected = checked(NUM_SELECTED, num_selected)
+
+    @classmethod
+    def min_updates(cls, values: Mapping[str, Any]) -> tuple[int, str]:
+        """Krum's ``2f + 3``, and at least ``strategy.num_selected``."""
+        need, why = super().min_updates(values)
+        m = values.get("num_selected")
+        if m is not None and m > need:
+            return m, f"strategy.num_selected = {m}"
+        return need, why
 
     def aggregate(
         self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State

@@ -17,7 +17,13 @@ import numpy as np
 import pytest
 
 from fedpipe.client import CLIENT_ALGORITHMS, ClientTask, LocalTraining, make_client
-from fedpipe.config.params import PERSONALIZATION_METHODS
+from fedpipe.config.params import (
+    DITTO_FITS,
+    PERSONALIZATION_METHODS,
+    ParamsError,
+    parse_params,
+    round_chain,
+)
 from fedpipe.data.sources import DatasetSpec
 from fedpipe.data.splits import ClientData, FederatedData
 from fedpipe.federation.failures import FailurePolicy, steps_needed
@@ -171,3 +177,65 @@ def test_ditto_is_a_straggler_where_one_fit_would_not_be(
     assert runner.optimizer_steps - before == 2 * 8  # both clients, all fits
     with pytest.raises(ClientsLost, match=r"client 0 \(straggler\)"):
         _round(runner, "ditto", replace(deadline, stragglers="drop"))
+
+
+def test_a_deadline_below_one_fit_still_trains_the_personal_model(
+    runner: CountingRunner,
+) -> None:
+    """The budget is shared among the round's fits: with 4 steps a round and
+    fits of 5, the global update takes 2 and Ditto's personal fit 2. (It used
+    to be first come: the global fit took all 4 and the personal model stayed
+    the global start every round, at chance.)"""
+    start = initial_weights(SPEC, 0)
+    before = runner.optimizer_steps
+    out = _round(runner, "ditto", FailurePolicy(round_deadline_steps=4))
+    assert runner.optimizer_steps - before == 2 * 4  # the budget still holds
+    for c in (0, 1):
+        assert out.record.partial[c] == 4
+        kept = out.client_states[c]["ditto"]
+        personal = [kept[k] for k in sorted(kept)]
+        assert len(personal) == len(start)
+        moved = max(
+            float(np.abs(p - w).max()) for p, w in zip(personal, start, strict=True)
+        )
+        assert moved > 1e-3, f"client {c}'s personal model did not train"
+
+
+def test_the_budget_is_shared_among_the_fits(runner: CountingRunner) -> None:
+    """Each fit takes at most ceil(left / fits left): 4 of 2 fits -> 2 + 2,
+    3 -> 2 + 1; the update sends the global fit's steps."""
+    for budget, first in ((4, 2), (3, 2), (7, 4)):
+        training = replace(TRAINING, round_steps=budget, round_fits=2)
+        taken, result = _steps(runner, _job("sgd", "ditto", training))
+        assert (taken, result.update.steps) == (budget, first)
+
+
+@pytest.mark.parametrize(
+    ("federation", "steps"),
+    [
+        ({"round_deadline_steps": 1}, "gives 1 step,"),
+        (
+            {"round_deadline_steps": 3, "slow_clients": 0.5, "slow_speed": 0.5},
+            "gives 1 step (a slow client's share",
+        ),
+    ],
+)
+def test_a_budget_below_one_step_a_fit_is_refused_before_any_stage(
+    federation: dict, steps: str
+) -> None:
+    raw = {
+        "federation": {"clients": 4, "rounds": 1, **federation},
+        "round_chain": round_chain(1),
+        "personalization": {"method": "ditto"},
+    }
+    with pytest.raises(ParamsError) as caught:
+        parse_params(raw)
+    message = str(caught.value)
+    assert "\n" not in message and steps in message
+    assert "personalization.method=ditto" in message
+    assert "federation.round_deadline_steps" in message
+    raw["federation"]["round_deadline_steps"] = 2 if len(federation) == 1 else 4
+    parse_params(raw)  # one step a fit: accepted
+    # the rule's count is Ditto's own around every built-in client algorithm
+    for name in CLIENT_ALGORITHMS:
+        assert _algorithm(name, "ditto").fits_per_round == DITTO_FITS

@@ -55,6 +55,7 @@ ORACLE_SUMMARY_KEYS = (
     "excluded_counts",
     "clients_partial",
     "clients_scored",
+    "model_kept",
     "malicious",
     "aggregation_weight_sum",
     "global_on_clients",

@@ -26,6 +26,10 @@ ROUND_STOPPED_CLIENTS_LOST = "round-stopped-clients-lost"
 CLIENTS_FAILED = "clients-failed"
 CLIENT_UPDATES_NONFINITE = "client-updates-nonfinite"
 CLIENTS_DROPPED_OUT = "clients-dropped-out"
+# a round whose updates were fewer than the strategy needs kept the model
+ROUND_MODEL_KEPT = "round-model-kept"
+# personal models at chance while the round's step budget cut their fits
+PERSONAL_MODELS_STARVED = "personal-models-starved"
 PRIVACY_NOISE_DOMINATES = "privacy-noise-dominates"
 CLIENTS_AGAINST_FEDERATION = "clients-against-federation"
 # the server's own step (fedpipe.observe.doctor.server_step)
@@ -64,6 +68,8 @@ ALL = (
     HEALTH_RECORDS_MISSING,
     RECORDS_UNREADABLE,
     ROUND_STOPPED_CLIENTS_LOST,
+    ROUND_MODEL_KEPT,
+    PERSONAL_MODELS_STARVED,
     CLIENTS_FAILED,
     CLIENT_UPDATES_NONFINITE,
     CLIENTS_DROPPED_OUT,

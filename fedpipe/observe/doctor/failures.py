@@ -6,8 +6,12 @@ whose update holds NaN or inf, or that miss the round's step deadline, and recor
 and why (``excluded`` in ``metrics/health/round-K.json`` and ``clients_excluded`` in
 ``metrics/rounds/round-K.json``). When fewer usable updates than
 ``federation.min_clients`` remain, the round stops (``stopped`` in its health
-record). This check reads those records only, never the ``faults.*`` params: a
-planted fault is found the way a real one would be.
+record); when fewer than the strategy needs remain (Krum's ``2f + 3``), the
+round keeps the previous model (``model_kept`` in its round metrics). Under a
+step deadline (``clients_partial``), personal models that stay at about chance
+while the global model learns were starved of steps. This check reads those
+records only, never the ``faults.*`` params: a planted fault is found the way a
+real one would be.
 """
 
 from __future__ import annotations
@@ -24,12 +28,18 @@ from fedpipe.federation.failures import (
     reason_kind,
 )
 from fedpipe.observe.doctor import codes
-from fedpipe.observe.doctor.base import knobs
+from fedpipe.observe.doctor.base import knobs, param
+from fedpipe.observe.doctor.collapse import chance_accuracy
 from fedpipe.observe.doctor.findings import Finding
-from fedpipe.observe.runfiles import RunFiles, rounds_text
+from fedpipe.observe.runfiles import RunFiles, fmt, rounds_text
 
 #: evidence lines per finding before "... and N more"
 MAX_LINES = 6
+#: personal models count as at chance within this share of the way from chance
+#: to 1 (the collapse check's floor), while the global model on the same clients
+#: is at least this share above them
+STARVED_FLOOR = 0.1
+STARVED_GAP = 0.1
 
 
 def excluded_by_round(run: RunFiles) -> dict[int, dict[int, str]]:
@@ -58,6 +68,12 @@ def check_failures(run: RunFiles) -> list[Finding]:
         findings.append(_nonfinite(by_kind[NONFINITE]))
     if by_kind.get(DROPOUT) or by_kind.get(STRAGGLER):
         findings.append(_dropped(excluded))
+    kept = {k: r["model_kept"] for k, r in run.rounds.items() if r.get("model_kept")}
+    if kept:
+        findings.append(_kept(run, kept))
+    starved = _starved(run)
+    if starved is not None:
+        findings.append(starved)
     now = knobs(
         run,
         "federation.min_clients",
@@ -174,4 +190,70 @@ def _dropped(excluded: Mapping[int, Mapping[int, str]]) -> Finding:
             "more clients (federation.fraction_fit) to make up for them"
         ),
         rounds=rounds,
+    )
+
+
+def _kept(run: RunFiles, kept: Mapping[int, str]) -> Finding:
+    rounds = sorted(kept)
+    name = param(run, "strategy.name", "?")
+    return Finding(
+        code=codes.ROUND_MODEL_KEPT,
+        severity="warning",
+        title=(
+            f"{len(rounds)} round(s) kept the previous model: fewer updates than "
+            f"strategy.name={name} needs"
+        ),
+        evidence=_capped([f"round {k}: {kept[k]}" for k in rounds]),
+        fix=(
+            "those rounds trained clients but did not move the global model: lower "
+            "strategy.num_byzantine (or strategy.num_selected) or federation.dropout, "
+            "or sample more clients per round (federation.fraction_fit); "
+            "federation.min_clients at the strategy's minimum stops the run instead "
+            f"({knobs(run, 'strategy.num_byzantine')})"
+        ),
+        rounds=rounds,
+    )
+
+
+def _starved(run: RunFiles) -> Finding | None:
+    """Personal models at about chance in the last round, the global model on
+    the same clients clearly above them, and a step deadline that cut some
+    client's round short (``clients_partial``) in the run."""
+    if not run.rounds:
+        return None
+    last = max(run.rounds)
+    record = run.rounds[last]
+    own = (record.get("personalized") or {}).get("accuracy")
+    on_clients = (record.get("global_on_clients") or {}).get("accuracy")
+    cut = sorted(k for k, r in run.rounds.items() if r.get("clients_partial"))
+    chance = chance_accuracy(run)
+    if own is None or on_clients is None or not cut or chance is None:
+        return None
+    floor = chance + STARVED_FLOOR * (1.0 - chance)
+    if own > floor or on_clients < own + STARVED_GAP:
+        return None
+    partial = run.rounds[cut[-1]]["clients_partial"]
+    steps = sorted(set(partial.values()))
+    return Finding(
+        code=codes.PERSONAL_MODELS_STARVED,
+        severity="warning",
+        title=(
+            f"personal models at about chance ({fmt(own, 3)}, chance "
+            f"{fmt(chance, 3)}) while the step deadline cut the clients' fits"
+        ),
+        evidence=[
+            f"round {last}: personalized accuracy {fmt(own, 3)}, the global model "
+            f"on the same clients {fmt(on_clients, 3)}",
+            f"clients stopped short by the deadline in {rounds_text(cut)}; round "
+            f"{cut[-1]}: {len(partial)} client(s) at "
+            f"{', '.join(map(str, steps))} step(s)",
+        ],
+        fix=(
+            "the round's steps (federation.round_deadline_steps) are shared among "
+            "a client's fits; personal models need steps of their own: raise "
+            "federation.round_deadline_steps (or federation.slow_speed), or use "
+            f"another personalization.method ("
+            f"{knobs(run, 'personalization.method')})"
+        ),
+        rounds=[last],
     )
