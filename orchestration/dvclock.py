@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -357,12 +358,26 @@ def _import_path() -> str:
     return here if not rest else f"{here}{os.pathsep}{rest}"
 
 
+#: the name DVC gives a file while it writes it (``dvc_objects.fs.utils.tmp_fname``:
+#: a dot, 16 random bytes in URL-safe base64, ``.tmp``)
+DVC_PARTIAL = re.compile(r"^\.[A-Za-z0-9_-]{22}\.tmp$")
+
+
 def _drop_partial_copies(root: Path) -> None:
-    """Remove the half-written copies (``.NAME.tmp``) DVC leaves in its cache
-    when the disk fills while it copies an output in: they hold the space the
+    """Remove the half-written files DVC leaves when the disk fills while it
+    records: copies into its cache (``.NAME.tmp``) and, beside the outputs in
+    the workspace, the files it writes there (seen in ``metrics/clients`` and
+    ``metrics/health`` after a disk filled during a later round: issue 36, the
+    420 KiB case of tests/e2e/test_disk_full.py). They hold the space the
     operator frees for the resumed run, and DVC does not reuse them."""
     for tmp in (root / ".dvc" / "cache" / "files" / "md5").rglob(".*.tmp"):
         tmp.unlink(missing_ok=True)
+    for folder, dirs, files in os.walk(root):
+        if Path(folder) == root:
+            dirs[:] = [d for d in dirs if d not in (".git", ".dvc")]
+        for name in files:
+            if DVC_PARTIAL.match(name):
+                (Path(folder) / name).unlink(missing_ok=True)
 
 
 def _fresh_reply(root: Path, names: list[str], lock_held: bool) -> dict[str, Any]:
@@ -397,8 +412,8 @@ def main(argv: Sequence[str]) -> int:
             full = disk_full_in(exc, where=root / ".dvc" / "cache")
             if full is not None:
                 reply["disk_full"] = {"path": str(full.path), "needed": full.needed}
-                if lock_held:  # no other DVC process writes to this cache now
-                    _drop_partial_copies(root)
+            if lock_held:  # no other DVC process writes to this project now
+                _drop_partial_copies(root)  # whatever stopped the record
         if not _reply(reply):
             return 0
     return 0

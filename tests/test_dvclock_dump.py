@@ -167,3 +167,40 @@ def test_the_recorder_ends_quietly_when_its_run_is_gone(tmp_path: Path) -> None:
     proc.wait(timeout=60)
     assert "Traceback" not in err and "BrokenPipe" not in err, err
     assert proc.returncode == 0, err
+
+
+def test_a_failed_record_leaves_no_file_dvc_was_writing(tmp_path: Path) -> None:
+    """DVC names a file it is writing ``.<22 characters>.tmp`` beside its place;
+    a record that fails (a full disk) left such files in the workspace
+    (metrics/clients, metrics/health: the 420 KiB case of
+    tests/e2e/test_disk_full.py), where nothing removed them. The recorder's
+    process removes them after any failed record while the run holds the lock;
+    the project's own files, fedpipe's ``name.tmp`` included, stay."""
+    import json
+    import os
+
+    from orchestration.repolock import HOLDER_ENV
+
+    root = _repo(tmp_path / "p")
+    (root / "one.txt").unlink()  # the record of stage one fails: no output
+    partials = [
+        root / "metrics/clients/.Q3RJtkaPtAQrAbCdEfGh-_.tmp",
+        root / "metrics/health/.C3JMSOvbQ1Cxiz8m5Oxhjw.tmp",
+        root / ".dvc/cache/files/md5/ab/.cdef0123.tmp",
+    ]
+    kept = [root / "metrics/health/round-1.json", root / "notes/.draft.tmp"]
+    for path in partials + kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"half")
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestration.dvclock", str(root)],
+        input=json.dumps({"stages": ["one"]}) + "\n",
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, HOLDER_ENV: str(os.getpid())},  # the run holds the lock
+        check=True,
+    )
+    assert "error" in json.loads(proc.stdout)
+    assert [p for p in partials if p.exists()] == []
+    assert all(p.exists() for p in kept)

@@ -82,6 +82,25 @@ def _round_1(project: Path) -> dict[str, str]:
     return found | file_hashes(project, "metrics/*/round-1.*")
 
 
+def _lost_or_altered(project: Path) -> list[str]:
+    """The files ``dvc.lock`` records (outputs and metrics of every stage) that
+    are missing or whose md5 is not the recorded one; a recorded folder
+    (``.dir``) is checked to exist."""
+    lock = yaml.safe_load((project / "dvc.lock").read_text())
+    bad = []
+    for name, stage in lock["stages"].items():
+        for out in stage.get("outs", []):
+            path = project / out["path"]
+            if out["md5"].endswith(".dir"):
+                if not path.is_dir():
+                    bad.append(f"{name}: {out['path']} (folder) missing")
+            elif not path.is_file():
+                bad.append(f"{name}: {out['path']} missing")
+            elif file_hashes(project, out["path"]) != {out["path"]: out["md5"]}:
+                bad.append(f"{name}: {out['path']} altered")
+    return bad
+
+
 def _fill(ballast: Path, leave: int) -> None:
     """Write ``ballast`` so that ``leave`` bytes stay free on its filesystem."""
     st = os.statvfs(ballast.parent)
@@ -100,20 +119,7 @@ def _fill(ballast: Path, leave: int) -> None:
         # later, where the timing puts it: DVC copying an output into its cache
         # (named .dvc/cache: DVC does not say the file), dvc.lock being replaced,
         # a later round's files
-        pytest.param(
-            420,
-            None,
-            marks=pytest.mark.xfail(
-                strict=False,
-                reason="seen once (2026-12-04, a fresh-clone suite): half-written "
-                "metrics/clients and metrics/health *.tmp files left when the disk "
-                "filled during a later round; not reproduced in 10 runs since "
-                "(2026-12-06); writes under way elsewhere are now discarded on "
-                "the error (atomic.discard_partial); failed again in a whole "
-                "suite on 2026-12-06, passed 6 times alone with --runxfail; the "
-                "test names the files left when that is the symptom",
-            ),
-        ),
+        (420, None),
     ],
 )
 def test_a_full_disk_stops_in_one_line_and_the_run_resumes(
@@ -155,11 +161,15 @@ def test_a_full_disk_stops_in_one_line_and_the_run_resumes(
     if writing is not None:  # stopped in round 2: nothing after round 1 recorded
         assert (project / "dvc.lock").read_bytes() == lock
     assert _round_1(project) == round_1
-    left = sorted(project.rglob("*.tmp"))  # no half-written file left behind
-    if left and writing is None:  # the known bug (see the case's mark): say which
-        sizes = [f"{p.relative_to(project)} ({p.stat().st_size} B)" for p in left]
-        pytest.xfail(f"half-written files left: {', '.join(sizes)}; run said: {said}")
-    assert not left, left
+    # every file dvc.lock records now (those recorded since included) is there
+    # with the bytes it records
+    assert _lost_or_altered(project) == [], said
+    # no half-written file left behind (fedpipe's name.tmp, DVC's .NAME.tmp)
+    left = [
+        f"{p.relative_to(project)} ({p.stat().st_size} B)"
+        for p in sorted(project.rglob("*.tmp"))
+    ]
+    assert not left, f"half-written files left: {', '.join(left)}; run said: {said}"
 
     ballast.unlink()
     resumed = run_cli(RUN, project, cli_env)

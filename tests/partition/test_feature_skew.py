@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from fedpipe.config.params import (
@@ -16,7 +17,13 @@ from fedpipe.config.params import (
     parse_params,
     round_chain,
 )
-from fedpipe.data.ingest import ingest_arrays, open_features, read_samples
+from fedpipe.data.ingest import (
+    ingest_arrays,
+    ingest_table,
+    open_features,
+    read_samples,
+    read_schema,
+)
 from fedpipe.data.partition import PartitionError
 from fedpipe.data.partition.diagnostics import (
     feature_skew,
@@ -215,16 +222,95 @@ def test_chosen_transforms_cycle_over_the_clients(images: Path) -> None:
     assert np.array_equal(clean.clients[0].x_train, skewed.clients[0].x_train)
 
 
-def test_table_domains_shift_and_rescale_only_the_chosen_columns(table: Path) -> None:
-    manifest = _manifest(table, feature_skew="domains", domain_columns=["b"])
-    spec = manifest["clients"][1]["feature_transform"]
-    assert spec["kind"] == "affine" and spec["columns"] == [1]
-    clean, skewed = _data(table, _manifest(table)), _data(table, manifest)
-    x, y = clean.clients[1].x_train, skewed.clients[1].x_train
-    assert np.array_equal(x[:, [0, 2]], y[:, [0, 2]])
-    expected = (x[:, 1] - spec["center"][0]) * spec["scale"][0]
-    expected += spec["center"][0] + spec["shift"][0]
-    np.testing.assert_allclose(y[:, 1], expected, rtol=1e-5)
+COLORS = ["blue", "green", "red", "violet"]
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three numeric columns (a, b, c) and a string column (color), from a CSV."""
+    root = tmp_path_factory.mktemp("mixed")
+    rng = np.random.default_rng(4)
+    n = 300
+    x = rng.normal([0.0, 10.0, -3.0], [1.0, 2.0, 0.5], size=(n, 3))
+    frame = pd.DataFrame(x, columns=["a", "b", "c"])
+    frame["color"] = rng.choice(COLORS, size=n, p=[0.4, 0.3, 0.2, 0.1])
+    frame["label"] = np.arange(n) % 2
+    frame.to_csv(root / "t.csv", index=False)
+    ingest_table(root / "t.csv", out_dir=root / "prepared", label_column="label")
+    return root / "prepared"
+
+
+def _mixed_data(prepared: Path, **partition: Any) -> FederatedData:
+    """Each client's rows of ``prepared`` (feature skew as ``partition`` says)."""
+    settings = PartitionParams(method="iid", **partition).model_dump(
+        exclude={"method", "local_test_fraction"}
+    )
+    schema = read_schema(prepared)
+    manifest = partition_table(
+        read_samples(prepared), classes=[0, 1], seed=0, test_fraction=0.2,
+        method="iid", n_clients=N_CLIENTS, local_test_fraction=0.2, dedupe=False,
+        settings={**settings, "min_samples": 2}, features=open_features(prepared),
+        spec=prepared_spec(prepared), feature_names=schema["feature_names"],
+        column_types=schema.get("column_types"),
+    )  # fmt: skip
+    return _data(prepared, manifest)
+
+
+def _colors(prepared: Path, rows: np.ndarray) -> list[str]:
+    """The color of each row, read back from its code (a code must stay a code)."""
+    codes = rows[:, 3]
+    assert np.array_equal(codes, np.round(codes)), "codes are no longer codes"
+    values = read_schema(prepared)["strings"]["color"]
+    return [values[int(c)] for c in codes]
+
+
+def test_table_domains_shift_and_rescale_only_the_chosen_columns(mixed: Path) -> None:
+    """What docs/own-data.md promises, measured on the rows (not read from the
+    transform's own record): each client's ``b`` is ``b`` rescaled by a factor
+    in 0.5..2 about the pooled mean of ``b`` and shifted by at most 1.5 pooled
+    std, each client by its own amounts; ``a``, ``c`` and the string column
+    ``color`` are as they were."""
+    assert read_schema(mixed)["feature_names"] == ["a", "b", "c", "color"]
+    clean = _mixed_data(mixed)
+    skewed = _mixed_data(mixed, feature_skew="domains", domain_columns=["b"])
+    # the training pool: every client's rows (train and local test), unskewed
+    pool = np.concatenate([r for c in clean.clients for r in (c.x_train, c.x_test)])
+    mean, std = pool[:, 1].astype(np.float64).mean(), pool[:, 1].std()
+    scales, shifts = [], []
+    for before, after in zip(clean.clients, skewed.clients, strict=True):
+        x, y = before.x_train, after.x_train
+        assert np.array_equal(x[:, [0, 2, 3]], y[:, [0, 2, 3]])
+        assert _colors(mixed, y) == _colors(mixed, x)
+        # y = scale * (x - mean) + mean + shift, for every row of the client
+        scale, intercept = np.polyfit(x[:, 1], y[:, 1], 1)
+        np.testing.assert_allclose(y[:, 1], scale * x[:, 1] + intercept, atol=1e-3)
+        shift = intercept - mean * (1.0 - scale)
+        assert 0.5 <= scale <= 2.0 and abs(shift) <= 1.5 * std
+        # the client's mean of b moved by exactly that much
+        moved = y[:, 1].astype(np.float64).mean() - x[:, 1].astype(np.float64).mean()
+        expected = (scale - 1) * (x[:, 1].astype(np.float64).mean() - mean) + shift
+        assert moved == pytest.approx(expected, abs=1e-4)
+        scales.append(scale)
+        shifts.append(shift)
+    # each client its own domain, and a domain that changes something
+    assert len({round(s, 3) for s in scales}) == N_CLIENTS
+    assert max(abs(np.log(scales))) > np.log(1.2) and max(np.abs(shifts)) > 0.2 * std
+    # the held-out set is never skewed
+    assert np.array_equal(skewed.x_test, clean.x_test)
+
+
+def test_table_noise_leaves_the_string_column_as_it_was(mixed: Path) -> None:
+    """``noise`` on a table with a string column: Gaussian noise of std
+    sigma (k + 1) / N on client k's numeric columns, measured; the colors of
+    every row as they were."""
+    clean = _mixed_data(mixed)
+    noisy = _mixed_data(mixed, feature_skew="noise", noise_sigma=1.0)
+    for k, (before, after) in enumerate(zip(clean.clients, noisy.clients, strict=True)):
+        x, y = before.x_train, after.x_train
+        assert _colors(mixed, y) == _colors(mixed, x)
+        added = (y[:, :3] - x[:, :3]).astype(np.float64)
+        assert abs(added.mean()) < 0.35 * (k + 1) / N_CLIENTS
+        assert added.std() == pytest.approx((k + 1) / N_CLIENTS, rel=0.15)
 
 
 # ---------------------------------------------------------------- errors
