@@ -52,16 +52,22 @@ def doctor_and_report(
 
     What ``fedpipe doctor`` and ``fedpipe report`` print and write, done at the
     end of every run so the UI shows both; the findings are also logged.
-    ``records_landed`` waits for the run's last ``dvc.lock`` records: the doctor
-    and every section of the report but the lineage are done beside them, the
-    lineage after (:func:`fedpipe.observe.report.build_report`), so the report's
-    hashes are the ones ``dvc.lock`` holds after the run.
+    ``records_landed`` waits for the run's last ``dvc.lock`` records, before the
+    run is read: the views read only what ``dvc.lock`` records, so the doctor
+    and the report see this run's rounds, and the report's hashes are the ones
+    ``dvc.lock`` holds after the run.
     """
     from fedpipe.observe.doctor import diagnose, format_markdown, format_text
     from fedpipe.observe.report import write_report
     from fedpipe.observe.runfiles import load_run
 
     logger = get_run_logger()
+    if records_landed is not None:
+        # the views read a round's records only once dvc.lock holds them
+        # (fedpipe.observe.runfiles.foreign_round_files): the run's last
+        # records land first (under a loaded machine they had not, and the
+        # doctor found no round of the run it had just finished)
+        records_landed()
     run = load_run(root)  # read once, for the doctor and the report
     findings = diagnose(run)
     if findings:
