@@ -114,6 +114,7 @@ def _mixed(root: Path) -> Params:
     frame = pd.DataFrame(
         {
             "size": rng.normal(0, 1, n) * 100 + y * 80,
+            "age": rng.integers(18, 90, n),  # complete: the continuous partition's
             "weight": rng.normal(0, 1, n) + y,
             "color": rng.choice(["red", "green", "blue", "violet"], size=n,
                                 p=[0.4, 0.3, 0.27, 0.03]),
@@ -130,7 +131,7 @@ def _mixed(root: Path) -> Params:
     return {
         "data": {"source": "table", "path": "data/table.csv",
                  "client_column": "hospital"},
-        "partition": {"continuous_by": "size"},
+        "partition": {"continuous_by": "age"},
         "preprocess": {"missing": "mean", "text": ["review"],
                        "min_category_count": 3},
     }  # fmt: skip
@@ -217,7 +218,9 @@ FACTORS: dict[str, dict[str, Params | Callable[[Path], Params]]] = {
     },
     "failures": {
         "none": {},
-        "dropout": {"federation": {"dropout": 0.2}},
+        # min_clients 1: a round goes on while one update remains (at 2, a
+        # seeded draw leaving one of four stops the run by the documented rule)
+        "dropout": {"federation": {"dropout": 0.2, "min_clients": 1}},
         "deadline": {"federation": {"round_deadline_steps": 2}},
     },
     "evaluation": {

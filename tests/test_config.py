@@ -530,3 +530,20 @@ def test_model_options_are_for_user_builders_only() -> None:
     }
     with pytest.raises(ParamsError, match="model.options"):
         parse_params(raw)
+
+
+def test_dpsgd_with_a_batch_norm_model_is_refused_before_any_stage() -> None:
+    """Found by the matrix: DP-SGD on the CNN with batch norm failed every
+    client's job in round 1 (BatchStatisticsRefused) instead of being refused."""
+    from fedpipe.config.params import ParamsError, parse_params
+
+    raw = {
+        "federation": {"rounds": 1},
+        "round_chain": {1: 0},
+        "model": {"name": "cnn", "batch_norm": True},
+        "privacy": {"mechanism": "dpsgd", "noise_multiplier": 1.0},
+    }
+    with pytest.raises(ParamsError, match="privacy.mechanism=dpsgd does not fit"):
+        parse_params(raw)
+    raw["model"]["batch_norm"] = False
+    parse_params(raw)

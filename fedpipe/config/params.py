@@ -872,6 +872,24 @@ class Params(Section):
         return self
 
     @model_validator(mode="after")
+    def _dpsgd_without_batch_statistics(self) -> Params:
+        """Rule *no batch statistics under DP-SGD*: a built-in model with batch
+        normalization is refused here, before any stage runs (a user's model when
+        built: :func:`fedpipe.model.training.refuse_batch_statistics`); before,
+        every client's job failed in round 1."""
+        model = self.model
+        if self.privacy.mechanism != "dpsgd":
+            return self
+        if registry.has_normalization(model.name, model.model_dump()):
+            raise ValueError(
+                f"privacy.mechanism=dpsgd does not fit model.name={model.name} with "
+                "model.batch_norm: true (BatchNormalization mixes the records of a "
+                "batch, so a record's gradient cannot be clipped alone); set "
+                "model.batch_norm: false, or another privacy.mechanism"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _deadline_covers_every_fit(self) -> Params:
         """Rule *a step for every fit*: a round's step budget is shared among
         the client's fits (``ceil(left / fits left)`` each); Ditto fits twice
