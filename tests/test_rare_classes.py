@@ -221,11 +221,9 @@ def test_a_weighted_run_is_told_only_to_train_more(tmp_path) -> None:
     assert "class_weight" not in f.fix and "train.epochs = 1" in f.fix
 
 
-def _learning_run(tmp_path, n_train: int):
+def _series_run(tmp_path, accuracy, loss, n_train: int):
     from fedpipe.observe.runfiles import RunFiles
 
-    accuracy = [0.40, 0.48, 0.55, 0.61]
-    loss = [1.6, 1.4, 1.25, 1.1]
     rounds = {
         k: {"round": k, "global": {"accuracy": a, "loss": v}}
         for k, (a, v) in enumerate(zip(accuracy, loss, strict=True), 1)
@@ -236,6 +234,14 @@ def _learning_run(tmp_path, n_train: int):
         health={k: _health(k, n_train) for k in rounds},
         config=_params(),
     )
+
+
+def _learning_run(tmp_path, n_train: int):
+    # 12 rounds climbing every round: a run of 4 (as before) is a short run,
+    # which the doctor leaves alone (MIN_ROUNDS)
+    accuracy = [0.40 + 0.03 * k for k in range(12)]
+    loss = [1.6 - 0.05 * k for k in range(12)]
+    return _series_run(tmp_path, accuracy, loss, n_train)
 
 
 def test_one_step_a_round_while_still_learning_is_under_training(tmp_path) -> None:
@@ -252,6 +258,89 @@ def test_enough_steps_a_round_is_not_under_training(tmp_path) -> None:
     from fedpipe.observe.doctor import check_under_training
 
     assert check_under_training(_learning_run(tmp_path, 400)) == []  # 13 steps
+
+
+# iris at fedpipe's defaults (scripts/table_corpus.py, 1 epoch, 30 rounds, 1
+# step a round; 3.3 points behind the central baseline), rounded: the accuracy
+# moves one held-out row at a time and sits flat between, so it does not climb
+# at every one of the last 3 rounds
+IRIS_ACCURACY = [0.533, 0.567, 0.633, 0.700, 0.733] + [0.767] * 12 + [0.833] * 7
+IRIS_ACCURACY += [0.867] * 3 + [0.900] * 3
+IRIS_LOSS = [1.034 - 0.0335 * k for k in range(10)]
+IRIS_LOSS += [0.737 - 0.0098 * k for k in range(20)]
+
+
+def test_a_noisy_rise_with_few_steps_is_under_training(tmp_path) -> None:
+    from fedpipe.observe.doctor import check_under_training, codes
+
+    # 8 steps a round (digits: 230 rows a client, batch 32), the accuracy noisy:
+    # it dips at the last round and the loss rises once in the last three
+    accuracy = [0.60 + 0.01 * k + (0.015 if k % 3 == 1 else 0.0) for k in range(30)]
+    accuracy[-1] = accuracy[-2] - 0.01
+    loss = [1.0 - 0.015 * k for k in range(30)]
+    loss[-2] = loss[-3] + 0.005
+    (f,) = check_under_training(_series_run(tmp_path, accuracy, loss, 230))
+    assert f.code == codes.UNDER_TRAINED and "about 8 local step" in f.title
+    assert "1 epoch" in f.evidence[0]
+    trend = f.evidence[1]
+    assert trend.startswith("rounds 21-30 (the last 10 of 30): held-out loss")
+    assert "slope -0.01" in trend and "best 0.895" in trend  # the trend, its figures
+    assert f.rounds == list(range(21, 31))
+    assert "train.epochs = 1" in f.fix and "federation.rounds" in f.fix
+
+
+def test_iris_at_the_defaults_is_under_training(tmp_path) -> None:
+    from fedpipe.observe.doctor import check_under_training
+
+    (f,) = check_under_training(_series_run(tmp_path, IRIS_ACCURACY, IRIS_LOSS, 19))
+    assert "about 1 local step" in f.title
+    assert "best 0.9 in rounds 26-30, above 0.867 before" in f.evidence[1]
+
+
+def test_a_converged_flat_tail_is_not_under_training(tmp_path) -> None:
+    from fedpipe.observe.doctor import check_under_training
+
+    # learned in 10 rounds, then flat with noise: a held-out row either way,
+    # the loss within 1 % (a little higher at the end, as when it overfits)
+    accuracy = [0.5 + 0.045 * k for k in range(10)]
+    accuracy += [0.933, 0.967, 0.933, 0.967, 0.967] * 4
+    loss = [1.0 - 0.08 * k for k in range(10)]
+    loss += [0.200 + 0.001 * (k % 3) + 0.0002 * k for k in range(20)]
+    assert check_under_training(_series_run(tmp_path, accuracy, loss, 24)) == []
+
+
+def test_a_loss_still_falling_under_a_flat_accuracy_is_not_under_training(
+    tmp_path,
+) -> None:
+    from fedpipe.observe.doctor import check_under_training
+
+    # iris's first 24 rounds then flat: no new best in the last rounds
+    accuracy = IRIS_ACCURACY[:24] + [0.833] * 6
+    run = _series_run(tmp_path, accuracy, IRIS_LOSS, 24)
+    assert check_under_training(run) == []
+
+
+def test_a_plateau_reached_before_the_last_rounds_is_not_under_training(
+    tmp_path,
+) -> None:
+    from fedpipe.observe.doctor import check_under_training
+
+    # iris at 90 rounds x 5 epochs (5 steps a round), level with the central
+    # baseline: 0.933 from round 67 to the end while the held-out loss still
+    # falls (0.218 -> 0.176 over rounds 61-90, 20 %); the last new best is 24
+    # rounds old, so the accuracy's line over rounds 61-90 climbs but nothing
+    # is learned at the end
+    accuracy = [0.733, 0.767, 0.767, 0.833, 0.867] + [0.9] * 61 + [0.933] * 24
+    loss = [0.882 * 0.98**k for k in range(90)]  # still falling, 2 % a round
+    assert check_under_training(_series_run(tmp_path, accuracy, loss, 24)) == []
+
+
+def test_a_short_run_still_climbing_is_not_under_training(tmp_path) -> None:
+    from fedpipe.observe.doctor import check_under_training
+
+    # the tests' tiny runs (4-5 rounds, a few steps): still climbing, by design
+    accuracy, loss = [0.3, 0.5, 0.6, 0.68, 0.72], [2.0, 1.5, 1.2, 1.0, 0.9]
+    assert check_under_training(_series_run(tmp_path, accuracy, loss, 80)) == []
 
 
 # ---------------------------------------------------------------- the report

@@ -14,9 +14,20 @@ from 0.027 to 0.0, issue 37).
 
 *Under-trained* (``under-trained``): each client takes only a few optimizer steps
 a round (``ceil(rows / train.batch_size) * train.epochs``, or
-``train.local_steps``) while the global loss still falls and its accuracy still
-climbs at the last rounds: the run stopped while learning (27 rows a client and
-batch 32 take one step a round).
+``train.local_steps``) while the model is still learning when the run ends: over
+the last third of the rounds the held-out loss's least-squares line falls
+(``LOSS_FALL``) and the accuracy's climbs, and the accuracy still sets new bests
+in the last half of them. A trend, not a rise at every round: on 30 held-out rows
+the accuracy moves a row at a time and sits flat between (iris at fedpipe's
+defaults, 1 step a round, 3.3 points behind a central baseline: the old
+round-by-round test said nothing). The public tables of ``scripts/table_corpus.py``
+at the defaults (1 epoch, 30 rounds) take 1 (iris), 2 (Auto MPG) and 8 (digits)
+steps a round; the glass table of issue 37 took one. A run whose accuracy reached
+its plateau earlier is not named, however its loss falls (iris at 90 rounds of 5
+epochs: 0.933, level with the baseline, from round 67, its loss 20 % lower over
+the last 30 rounds); nor is Auto MPG at the defaults, 9 points behind, whose
+held-out accuracy peaked at round 4 and held at 0.72-0.74 while its loss fell:
+from the records alone that is a plateau too.
 """
 
 from __future__ import annotations
@@ -46,13 +57,24 @@ RARE_RECALL = 0.5
 #: ``not-learning``'s)
 MAJORITY_RECALL = 0.9
 #: a round's local training is short below this many optimizer steps per client:
-#: one or two (the glass table of issue 37: 27 rows, batch 32, 1 step). The
-#: doctor's own short healthy run (4 steps a round, 4 rounds, still climbing) is
-#: a deliberately small run, not a diagnosis; the default image run takes 13
-FEW_STEPS = 3
-#: the last this many rounds are looked at for a loss still falling and an
-#: accuracy still climbing
+#: the public tables at fedpipe's defaults take 1 (iris, 19 rows a client at
+#: batch 32), 2 (Auto MPG, 50 rows) and 8 (digits, 230 rows) and ended 3.3, 9.0
+#: and 3.6 points behind a central baseline (scripts/table_corpus.py); the glass
+#: table of issue 37 took 1. The default image run takes 13
+FEW_STEPS = 10
+#: the trend is read over the last third of the rounds, and at least this many
 LAST_ROUNDS = 3
+#: a run of fewer rounds is a short run (a smoke run, the tests' and the doctor
+#: corpus's 3-10 rounds): every round of it still learns, which says nothing of
+#: a budget spent; and the trend needs rounds before its tail to compare with
+MIN_ROUNDS = 10
+#: the held-out loss still falls: its least-squares line over the last rounds
+#: drops by at least this share of where the line starts (at the defaults iris
+#: 11 % over its last 10 of 30 rounds, digits 23 %); a flat loss whose accuracy
+#: sets a new best by a held-out row's chance is not still learning. A converged
+#: run's loss can still fall (iris, 90 x 5 epochs: 20 %): the new-best test tells
+#: those apart
+LOSS_FALL = 0.05
 
 
 def class_names(run: RunFiles) -> list[str] | None:
@@ -192,37 +214,72 @@ def steps_per_round(run: RunFiles, k: int) -> int | None:
     return steps if cap is None else min(steps, cap)
 
 
-def still_learning(run: RunFiles, rounds: Sequence[int]) -> bool:
-    """Over ``rounds``, the global loss falls and the accuracy climbs round by
-    round."""
+def slope(values: Sequence[float]) -> float:
+    """The least-squares slope of ``values`` against their position (a round)."""
+    n = len(values)
+    mean_x, mean_y = (n - 1) / 2, sum(values) / n
+    num = sum((i - mean_x) * (v - mean_y) for i, v in enumerate(values))
+    return num / sum((i - mean_x) ** 2 for i in range(n))
+
+
+def tail_rounds(rounds: Sequence[int]) -> list[int]:
+    """The last third of ``rounds``, and at least ``LAST_ROUNDS`` of them."""
+    return list(rounds[-max(LAST_ROUNDS, len(rounds) // 3) :])
+
+
+def still_learning(run: RunFiles, rounds: Sequence[int]) -> dict[str, Any] | None:
+    """The run still learns at its end: over its last rounds (:func:`tail_rounds`)
+    the held-out loss's least-squares line falls by ``LOSS_FALL`` of its start or
+    more and the accuracy's line climbs, and the accuracy's best of the last half
+    of these rounds is above every round's before them (it still sets new bests,
+    it did not reach a plateau earlier). The trend's figures, or None."""
+    tail = tail_rounds(rounds)
+    newest = tail[len(tail) // 2 :]
     loss, accuracy = global_series(run, "loss"), global_series(run, "accuracy")
-    ls = [loss.get(k) for k in rounds]
-    acc = [accuracy.get(k) for k in rounds]
-    if any(v is None for v in ls + acc):
-        return False
-    falls = all(b < a for a, b in zip(ls, ls[1:], strict=False))
-    climbs = all(b > a for a, b in zip(acc, acc[1:], strict=False))
-    return falls and climbs
+    ls = [loss.get(k) for k in tail]
+    acc = [accuracy.get(k) for k in tail]
+    latest = [accuracy.get(k) for k in newest]
+    earlier = [accuracy.get(k) for k in rounds if k < newest[0]]
+    if any(v is None or not math.isfinite(v) for v in ls + acc + earlier):
+        return None
+    loss_slope, acc_slope = slope(ls), slope(acc)
+    start = sum(ls) / len(ls) - loss_slope * (len(ls) - 1) / 2  # the line's start
+    fall = -loss_slope * (len(ls) - 1) / start if start > 0 else 0.0
+    best, best_before = max(latest), max(earlier)
+    if fall < LOSS_FALL or acc_slope <= 0 or best <= best_before:
+        return None
+    return {
+        "rounds": tail,
+        "newest": newest,
+        "loss": (ls[0], ls[-1], loss_slope, fall),
+        "accuracy": (acc[0], acc[-1], acc_slope, best, best_before),
+    }
 
 
 def check_under_training(run: RunFiles) -> list[Finding]:
     """Few local steps a round while the model is still learning at the end."""
     rounds = sorted(run.rounds)
-    if len(rounds) < LAST_ROUNDS:
+    if len(rounds) < MIN_ROUNDS:
         return []
-    tail = rounds[-LAST_ROUNDS:]
-    steps = steps_per_round(run, tail[-1])
-    if steps is None or steps >= FEW_STEPS or not still_learning(run, tail):
+    steps = steps_per_round(run, rounds[-1])
+    if steps is None or steps >= FEW_STEPS:
         return []
-    accuracy, loss = global_series(run, "accuracy"), global_series(run, "loss")
+    trend = still_learning(run, rounds)
+    if trend is None:
+        return []
+    tail = trend["rounds"]
+    first, last, loss_slope, fall = trend["loss"]
+    a_first, a_last, acc_slope, best, best_before = trend["accuracy"]
     evidence = [
         f"each client takes about {steps} optimizer step(s) a round "
         f"(ceil(rows / {param(run, 'train.batch_size')}) x "
         f"{param(run, 'train.epochs')} epoch(s))",
-        f"{rounds_text(tail)}: held-out accuracy "
-        + " -> ".join(fmt(accuracy[k], 3) for k in tail)
-        + ", loss "
-        + " -> ".join(fmt(loss[k], 3) for k in tail),
+        f"{rounds_text(tail)} (the last {len(tail)} of {len(rounds)}): held-out "
+        f"loss {fmt(first, 3)} -> {fmt(last, 3)} (least-squares slope "
+        f"{loss_slope:+.4f} a round, {fall:.0%} lower over these rounds), "
+        f"accuracy {fmt(a_first, 3)} -> {fmt(a_last, 3)} (slope {acc_slope:+.4f} "
+        f"a round; best {fmt(best, 3)} in {rounds_text(trend['newest'])}, above "
+        f"{fmt(best_before, 3)} before)",
     ]
     return [
         Finding(
