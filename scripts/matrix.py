@@ -372,24 +372,38 @@ def _completed(
 
 def refused_pairs(refused: Refusals) -> dict[tuple[str, str, str, str], str]:
     """``(factor a, level a, factor b, level b)`` -> the rule, for each pair
-    refused on every data level (a pair refused on some only is in the rows
-    with the others); plus ``("data", d, factor, level)`` for a level refused
-    on one data level."""
+    that runs on no data level: refused as a pair, or one of its levels refused
+    there (FedBN on the tables, DP-SGD on the batch-norm CNN of the images: the
+    pair runs nowhere); a pair refused on some data levels only is in the rows
+    with the others. Plus ``("data", d, factor, level)`` for a level refused on
+    one data level."""
+    import itertools
+
     data_levels = list(FACTORS["data"])
-    out: dict[tuple[str, str, str, str], str] = {}
-    pairs: dict[tuple[str, str, str, str], dict[str, str]] = {}
-    for (data, fa, la, fb, lb), rule in refused.items():
-        if (fa, la) == (fb, lb):
-            out[("data", data, fa, la)] = rule
+    singles = {
+        (d, fa, la): rule
+        for (d, fa, la, fb, lb), rule in refused.items()
+        if (fa, la) == (fb, lb)
+    }
+    out: dict[tuple[str, str, str, str], str] = {
+        ("data", d, f, lv): rule for (d, f, lv), rule in singles.items()
+    }
+    levels = [(f, lv) for f in FACTORS if f != "data" for lv in FACTORS[f]]
+    for (fa, la), (fb, lb) in itertools.combinations(levels, 2):
+        if fa == fb:
+            continue
+        rules = []
+        for d in data_levels:
+            rule = (
+                refused.get((d, fa, la, fb, lb))
+                or singles.get((d, fa, la))
+                or singles.get((d, fb, lb))
+            )
+            if rule is None:
+                break
+            rules.append(rule)
         else:
-            pairs.setdefault((fa, la, fb, lb), {})[data] = rule
-    for pair, by_data in pairs.items():
-        singles = [
-            d for d in by_data
-            if ("data", d, *pair[:2]) in out or ("data", d, *pair[2:]) in out
-        ]  # fmt: skip
-        if set(by_data) == set(data_levels) and len(singles) < len(data_levels):
-            out[pair] = next(iter(by_data.values()))
+            out[(fa, la, fb, lb)] = "; ".join(dict.fromkeys(rules))
     return out
 
 
