@@ -409,6 +409,15 @@ ROUND_RECORDS = (
 )
 
 
+def out_hashes(stages: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Each output path ``dvc.lock``'s ``stages`` record -> its md5."""
+    return {
+        str(out["path"]): out.get("md5")
+        for entry in stages.values()
+        for out in entry.get("outs") or []
+    }
+
+
 def chained_rounds(stages: Mapping[str, Mapping[str, Any]]) -> set[int]:
     """The rounds K whose ``round@K`` record in ``dvc.lock`` (``stages``) is of
     the run it records: built on what the lock records for its inputs (the
@@ -419,11 +428,7 @@ def chained_rounds(stages: Mapping[str, Mapping[str, Any]]) -> set[int]:
     (or the data) and stopped before round K (a privacy budget stop, a kill)
     leaves round K's record naming the old round K-1's hashes.
     """
-    produced = {
-        str(out["path"]): out.get("md5")
-        for entry in stages.values()
-        for out in entry.get("outs") or []
-    }
+    produced = out_hashes(stages)
 
     def built_on_recorded(entry: Mapping[str, Any]) -> bool:
         return all(
@@ -466,11 +471,7 @@ def foreign_round_files(root: Path) -> dict[str, str]:
     stages = read_lock_stages(root / DVC_LOCK)
     planned = _planned_rounds(root)
     chained = chained_rounds(stages or {})
-    recorded = {
-        str(out["path"]): out.get("md5")
-        for entry in (stages or {}).values()
-        for out in entry.get("outs") or []
-    }
+    recorded = out_hashes(stages or {})
     out = {}
     for folder, suffix in ROUND_RECORDS:
         for k, path in numbered_files(root / folder, suffix).items():
