@@ -309,6 +309,54 @@ def dpsgd_rngs(
     )
 
 
+class OpenBatches:
+    """``fn`` compiled once for every batch size: the batch axes of its
+    arguments are left open in the trace.
+
+    ``tf.function(reduce_retracing=True)`` traces the first call for its exact
+    shapes and only a later, differently shaped call for open ones, so a
+    client's step ran one graph or the other depending on which client its
+    compiled model had trained before. The two graphs give other bits on a
+    convolution's gradients (last bits of the kernels), so with clients side by
+    side (``runtime.threads``) a run's bits depended on which thread took which
+    client: the pairwise matrix's FedBN rows on images gave other bits on a
+    second run. Here the first call of each dtype and row shape already traces
+    with the batch axes open, and every later call of that kind runs the same
+    graph (:meth:`tf.types.experimental.GenericFunction.get_concrete_function`).
+
+    ``batched``: positions of the arguments whose first axis is the batch's;
+    ``open``: positions of the arguments with every axis open (a stack of
+    batches' rows). Other arguments (a list of noise arrays, a scalar) keep
+    their shapes.
+    """
+
+    def __init__(
+        self, fn: Any, *, batched: Sequence[int], open: Sequence[int] = ()
+    ) -> None:
+        self.python_function = fn
+        self._function = tf.function(fn)
+        self._batched, self._open = frozenset(batched), frozenset(open)
+        self._traces: dict[Any, Any] = {}
+
+    def _spec(self, position: int, value: Any) -> Any:
+        def spec(tensor: Any) -> tf.TensorSpec:
+            shape = tensor.shape
+            if position in self._open:
+                return tf.TensorSpec([None] * len(shape), tensor.dtype)
+            if position in self._batched:
+                return tf.TensorSpec([None, *shape[1:]], tensor.dtype)
+            return tf.TensorSpec(shape, tensor.dtype)
+
+        return tf.nest.map_structure(spec, value)
+
+    def __call__(self, *args: Any) -> Any:
+        specs = tuple(self._spec(i, a) for i, a in enumerate(args))
+        key = tuple(tf.nest.flatten(specs))
+        if key not in self._traces:
+            self._traces[key] = self._function.get_concrete_function(*specs)
+        return self._traces[key](*args)
+
+
 class ModelRunner:
     """A Keras model with compiled train and predict steps, for any weights.
 
@@ -352,7 +400,7 @@ class ModelRunner:
             for layer in self.model._flatten_layers()
             for sg in layer._seed_generators
         ]
-        self._predict = tf.function(self._predict_step, reduce_retracing=True)
+        self._predict = OpenBatches(self._predict_step, batched=(0, 1))
         self._anchor = [
             tf.Variable(v, trainable=False) for v in self.model.trainable_variables
         ]
@@ -530,7 +578,7 @@ class ModelRunner:
                 )
                 return losses.stack()
 
-            self._steps[key] = tf.function(loop, reduce_retracing=True)
+            self._steps[key] = OpenBatches(loop, batched=(0, 1), open=(2,))
         return self._steps[key]
 
     def _private_fit(
@@ -647,7 +695,7 @@ class ModelRunner:
                 self.optimizer.apply(grads, variables)
                 return loss
 
-            self._steps[key] = tf.function(step, reduce_retracing=True)
+            self._steps[key] = OpenBatches(step, batched=(0, 1))
         return self._steps[key]
 
     def label_weights(self, y: tf.Tensor) -> tf.Tensor | None:
@@ -708,7 +756,7 @@ class ModelRunner:
                 self.optimizer.apply(grads, variables)
                 return loss
 
-            self._steps[key] = tf.function(step, reduce_retracing=True)
+            self._steps[key] = OpenBatches(step, batched=(0, 1))
         return self._steps[key]
 
     def _predict_step(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
