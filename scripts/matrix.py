@@ -407,6 +407,47 @@ def refused_pairs(refused: Refusals) -> dict[tuple[str, str, str, str], str]:
     return out
 
 
+#: the data level a product row takes: the first of these its levels run on
+#: (the tables' MLP before the images' CNN, which is slower)
+PRODUCT_DATA = ("numeric", "mixed", "repeated", "images")
+
+
+def product_rows(
+    factors: Sequence[str],
+    refused: Refusals,
+    exclude: Sequence[tuple[str, str]] = (),
+) -> list[tuple[dict[str, str], str | None]]:
+    """Every combination of the levels of ``factors`` (the full product, not
+    pairs: ``--product privacy,personalization,evaluation`` asks whether *any*
+    DP mechanism with *any* personalization and *any* evaluation setting keeps
+    public files public), the other factors at their first level and the data
+    at the first of :data:`PRODUCT_DATA` that runs the combination. Each with
+    None, or the rule that refuses it on every data level (it is not run).
+    ``exclude``: (factor, level) pairs left out of the product."""
+    import itertools
+
+    names = list(FACTORS)
+    unknown = [f for f in factors if f not in FACTORS or f == "data"]
+    if unknown:
+        raise ValueError(
+            f"--product: no factor {unknown[0]!r} (one of "
+            f"{', '.join(n for n in names if n != 'data')})"
+        )
+    levels = [[lv for lv in FACTORS[f] if (f, lv) not in set(exclude)] for f in factors]
+    base = {n: next(iter(FACTORS[n])) for n in names if n not in factors}
+    out: list[tuple[dict[str, str], str | None]] = []
+    for combo in itertools.product(*levels):
+        picked = {**base, **dict(zip(factors, combo, strict=True))}
+        rule = None
+        for data in PRODUCT_DATA:
+            row = {n: {**picked, "data": data}[n] for n in names}
+            rule = refused_by(row, refused)
+            if rule is None:
+                break
+        out.append((row, rule))
+    return out
+
+
 def params_for(row: dict[str, str], root: Path) -> Params:
     """The row's ``params.yaml`` overrides; writes its data under ``root``."""
     out = dict(BASE)
@@ -599,13 +640,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", type=Path, help="also write the table here")
     parser.add_argument("--keep", type=Path, help="keep the projects in this folder")
+    parser.add_argument(
+        "--product",
+        help="instead of the pairwise array, the full product of these factors' "
+        "levels (comma-separated, e.g. privacy,personalization,evaluation), the "
+        "others at their first level",
+    )
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="FACTOR=LEVEL",
+        help="with --product: leave this level out (repeatable), e.g. privacy=none",
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     refused = refusals()
-    all_rows = rows(args.seed, refused)
+    product_refused: dict[int, str] = {}
+    if args.product:
+        try:
+            exclude = [tuple(e.split("=", 1)) for e in args.exclude]
+            if any(len(e) != 2 for e in exclude):
+                raise ValueError("--exclude: FACTOR=LEVEL, e.g. privacy=none")
+            made = product_rows(args.product.split(","), refused, exclude)
+        except ValueError as exc:
+            print(f"matrix.py: {exc}", file=sys.stderr)
+            return 2
+        all_rows = [row for row, _ in made]
+        product_refused = {i: rule for i, (_, rule) in enumerate(made) if rule}
+    else:
+        all_rows = rows(args.seed, refused)
     picked = list(range(len(all_rows)))
     if args.only:
         try:
@@ -639,8 +706,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
                 outcomes = list(
                     pool.map(
-                        lambda i: run_row(
-                            i, all_rows[i], work, env, not args.no_repeat
+                        lambda i: (
+                            Outcome(i, all_rows[i], "refused", product_refused[i], 0.0)
+                            if i in product_refused
+                            else run_row(i, all_rows[i], work, env, not args.no_repeat)
                         ),
                         picked,
                     )

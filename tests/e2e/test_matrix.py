@@ -60,3 +60,33 @@ def test_a_row_runs_and_keeps_the_invariants_or_is_refused_by_name(
     assert "privacy.mechanism=central" in done.detail and "attack.name" in done.detail
     assert not (tmp_path / "row-01/p/dvc.lock").exists()
     assert "\n" not in done.detail
+
+
+def test_the_product_rows_hold_every_combination_of_the_dp_levels(
+    refused: dict,
+) -> None:
+    # --product privacy,personalization,evaluation: every DP mechanism with every
+    # personalization method and every evaluation setting, not only pairs
+    made = matrix.product_rows(
+        ["privacy", "personalization", "evaluation"], refused, [("privacy", "none")]
+    )
+    combos = [(r["privacy"], r["personalization"], r["evaluation"]) for r, _ in made]
+    dp = [lv for lv in matrix.FACTORS["privacy"] if lv != "none"]
+    assert sorted(combos) == sorted(
+        itertools.product(
+            dp, matrix.FACTORS["personalization"], matrix.FACTORS["evaluation"]
+        )
+    )
+    for row, rule in made:
+        # a row runs on its data level, or no data level runs it and a rule says so
+        assert (matrix.refused_by(row, refused) is None) == (rule is None), row
+        if rule is not None:
+            assert all(
+                matrix.refused_by({**row, "data": d}, refused)
+                for d in matrix.FACTORS["data"]
+            )
+    # FedBN keeps batch-norm layers, which only the images' CNN has
+    fedbn = [r for r, rule in made if r["personalization"] == "fedbn" and not rule]
+    assert fedbn and all(r["data"] == "images" for r in fedbn)
+    with pytest.raises(ValueError, match="no factor 'privcy'"):
+        matrix.product_rows(["privcy"], refused)
