@@ -778,6 +778,16 @@ class Runner:
             shutil.copy2(self.inputs / "table.csv", project / "data" / "table.csv")
         elif variant.data == "images":
             shutil.copytree(self.inputs / "images", project / "data" / "images")
+        # one secret key of DP noise for every project of both trees (as a user
+        # keeps one project's key across a code change): without it each tree's
+        # first run makes its own, and a dp-* variant cannot match bit for bit
+        from fedpipe.core.secretkey import load_or_create_key
+
+        key = load_or_create_key(self.inputs / "dp.key")
+        (project / ".fedpipe").mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(project / ".fedpipe/dp.key", os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
         params = yaml.safe_load((project / "params.yaml").read_text())
         if variant.tiny:
             params = merge(params, TINY)
