@@ -11,7 +11,11 @@ core (``TF_NUM_INTRAOP_THREADS=1``, set by :mod:`fedpipe`)::
 **Same bits, whoever trains whom.** A fit resets everything it reads (weights,
 optimizer slots, the layers' random state: :meth:`ModelRunner.fit`), so a client's
 result depends on its job alone, not on which model or thread ran it, nor on
-what ran before; the results come back in job order. One op on one core is also
+what ran before; and every compiled step runs one graph whatever batch sizes
+its model saw first (:class:`fedpipe.model.training.OpenBatches`: a graph traced
+for a first client's exact shapes gave a convolution's gradients other last bits
+than the open-shaped one, so which client a thread took first once changed a
+run's bits). The results come back in job order. One op on one core is also
 what makes a model's bits independent of the machine: with TensorFlow's default
 (one intra-op thread per core) the same fit gives other bits on 2 cores than on
 1 (``tests/test_threads.py``).

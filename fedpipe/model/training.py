@@ -3,8 +3,10 @@
 Building and compiling a Keras model costs far more than a client's epoch on small
 data, so a :class:`ModelRunner` builds its model once and swaps weights in and out.
 Every fit resets what could leak between clients: weights, optimizer state and the
-random state of layers such as dropout, so a client's result depends only on the
-weights it starts from, its data and its seed — not on what ran before it.
+random state of layers such as dropout, and each compiled step is traced once
+with its batch axes open (:class:`OpenBatches`), so a client's result depends
+only on the weights it starts from, its data and its seed — not on what ran
+before it.
 """
 
 from __future__ import annotations
