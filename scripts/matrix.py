@@ -581,13 +581,31 @@ def run_row(
             (fresh / ".fedpipe").mkdir(exist_ok=True)
             shutil.copy2(key, fresh / ".fedpipe/dp.key")
         again = _run([FEDPIPE, "run", "--no-server-start", "--no-report"], fresh, env)
+        (folder / "run2.stderr.txt").write_text(again.stderr)
         if again.returncode != 0:
-            return done("FAILED", f"second run: {_error_line(again)}")
+            return done(
+                "FAILED", f"second run: exit {again.returncode}: {_error_line(again)}"
+            )
         if _bits(fresh) != _bits(project):
             return done("FAILED", "a second run gave other bits")
     return done(
         "ok", "invariants hold, dvc status clean" + (", same bits" if repeat else "")
     )
+
+
+def _keep_failures(work: Path, outcomes: Sequence[Outcome]) -> None:
+    """The runs' output of each failed row, kept when the projects are not
+    (``fedpipe-matrix-failures/row-NN/`` in the temporary folder): a failure
+    that does not come back on a rerun is still there to read."""
+    keep = Path(tempfile.gettempdir()) / "fedpipe-matrix-failures"
+    for o in outcomes:
+        if o.outcome != "FAILED":
+            continue
+        target = keep / f"row-{o.index:02d}"
+        target.mkdir(parents=True, exist_ok=True)
+        for log in (work / f"row-{o.index:02d}").glob("*.txt"):
+            shutil.copy2(log, target / log.name)
+        print(f"matrix.py: row {o.index}'s output kept in {target}", file=sys.stderr)
 
 
 def refusal_table(refused: Refusals) -> str:
@@ -694,6 +712,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     work = (args.keep or Path(tempfile.mkdtemp(prefix="fedpipe-matrix-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
+    outcomes: list[Outcome] = []
     try:
         with ct.prefect_server(work / "prefect-server") as url:
             env = dict(os.environ)
@@ -719,6 +738,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         if not args.keep:
+            _keep_failures(work, outcomes)
             shutil.rmtree(work, ignore_errors=True)
     text = (
         table(outcomes)

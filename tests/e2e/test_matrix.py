@@ -90,3 +90,29 @@ def test_the_product_rows_hold_every_combination_of_the_dp_levels(
     assert fedbn and all(r["data"] == "images" for r in fedbn)
     with pytest.raises(ValueError, match="no factor 'privcy'"):
         matrix.product_rows(["privcy"], refused)
+
+
+def test_a_failed_rows_output_outlives_its_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a row that failed once (row 3's second run, under load) and passed when
+    # run again left nothing to read: its project folder was deleted
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    work = tmp_path / "work"
+    (work / "row-03").mkdir(parents=True)
+    (work / "row-03/run2.stderr.txt").write_text("Traceback ...\n")
+    (work / "row-04").mkdir()
+    (work / "row-04/run.stderr.txt").write_text("fine\n")
+    row = {name: next(iter(levels)) for name, levels in matrix.FACTORS.items()}
+    matrix._keep_failures(
+        work,
+        [
+            matrix.Outcome(3, row, "FAILED", "second run: exit 1: x", 1.0),
+            matrix.Outcome(4, row, "ok", "invariants hold", 1.0),
+        ],
+    )
+    kept = tmp_path / "tmp/fedpipe-matrix-failures"
+    assert (kept / "row-03/run2.stderr.txt").read_text() == "Traceback ...\n"
+    assert not (kept / "row-04").exists()
