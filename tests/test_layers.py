@@ -20,7 +20,7 @@ PROJECT_PACKAGES = ("fedpipe", "orchestration", "tasks", "flows")
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("fedpipe.core",),
-    ("fedpipe.strategy", "fedpipe.client"),
+    ("fedpipe.strategy", "fedpipe.client", "fedpipe.wire"),
     ("fedpipe.config",),
     ("fedpipe.data",),
     ("fedpipe.model",),

@@ -40,6 +40,13 @@ PURPOSES = {
     # each fit's Poisson batches and its Gaussian noise, keyed by the client's key
     "dpsgd_sample": 51,
     "dpsgd_noise": 52,
+    # fedpipe.wire: what crosses the wire (secure aggregation's graph and its
+    # stochastic rounding, compression's stochastic rounding, distributed DP's
+    # integer noise), keyed by the client's key where the draw is the client's
+    "secagg_graph": 61,
+    "secagg_quantize": 62,
+    "compress": 63,
+    "skellam": 64,
 }
 
 
