@@ -315,7 +315,7 @@ def write_health(health: dict, round_: int, params: Params) -> None:
         summary=None,
         health=health,
         table=None,
-        private=params.privacy.mechanism is not None,
+        private=params.split_views(),
         publish_oracle=params.privacy.publish_oracle,
     )
 
@@ -338,7 +338,7 @@ def write_round(outputs: RoundOutputs, round_: int, params: Params) -> pd.DataFr
         Path("."),
         round_,
         outputs.client_states,
-        private=params.privacy.mechanism is not None,
+        private=params.split_views(),
     )
     table = write_round_records(
         Path("."),
@@ -346,7 +346,7 @@ def write_round(outputs: RoundOutputs, round_: int, params: Params) -> pd.DataFr
         summary=record.summary(),
         health=outputs.health,
         table=record.client_table(),
-        private=params.privacy.mechanism is not None,
+        private=params.split_views(),
         publish_oracle=params.privacy.publish_oracle,
     )
     assert table is not None

@@ -402,7 +402,7 @@ class PrivacyParams(Section):
     :mod:`fedpipe.federation.privacy`.
     """
 
-    mechanism: Literal["central", "local", "dpsgd"] | None = None
+    mechanism: Literal["central", "local", "dpsgd", "distributed"] | None = None
     clip_norm: float = Field(1.0, gt=0.0)
     noise_multiplier: float = Field(1.0, ge=0.0)
     delta: float = Field(1e-5, gt=0.0, lt=1.0)
@@ -417,6 +417,92 @@ class PrivacyParams(Section):
     losses, the sampled set, the exact clipped share) into the published round,
     health and client records; by default they go to ``.fedpipe/oracle/`` only
     (git- and dvc-ignored). See docs/privacy.md."""
+
+
+#: ``compression.uplink``: how a client's update travels to the server
+#: (:mod:`fedpipe.wire.compression`)
+UPLINK_CODECS = ("none", "int8", "qsgd", "topk")
+
+
+class CompressionParams(Section):
+    """How each client's update crosses the wire to the server (``none``: the
+    trained weights as they are).
+
+    ``int8``: every array quantized to 8-bit codes with one float32 scale
+    (unbiased stochastic rounding); ``qsgd``: QSGD (Alistarh et al., 2017) with
+    ``bits`` bits per coordinate (sign and level) and one norm per array;
+    ``topk``: the ``fraction`` of coordinates largest in magnitude, with their
+    indices. With ``error_feedback`` (Stich et al., 2018; Karimireddy et al.,
+    2019) what the codec left out is kept by the client and added to its next
+    update. The
+    client compresses its update (its weights less the global ones); the server
+    decodes it. Bytes sent each round, both ways, are in every round record.
+    """
+
+    uplink: Literal[UPLINK_CODECS] = "none"  # type: ignore[valid-type]
+    bits: int | None = Field(None, ge=2, le=8)
+    fraction: float | None = Field(None, gt=0.0, le=1.0)
+    error_feedback: bool | None = None
+    """The client keeps what its codec left out and adds it to its next update;
+    null: on for ``topk`` (biased: what it leaves out would be lost), off for
+    ``int8`` and ``qsgd`` (unbiased)."""
+
+    def feedback(self) -> bool:
+        """Whether clients keep error feedback's residual (see
+        ``error_feedback``)."""
+        if self.uplink == "none":
+            return False
+        if self.error_feedback is None:
+            return self.uplink == "topk"
+        return self.error_feedback
+
+    @model_validator(mode="after")
+    def _settings_of_the_codec(self) -> CompressionParams:
+        if self.uplink == "qsgd" and self.bits is None:
+            raise ValueError(
+                "compression.uplink=qsgd needs compression.bits (2..8 bits per "
+                "coordinate: sign and level)"
+            )
+        if self.uplink == "topk" and self.fraction is None:
+            raise ValueError(
+                "compression.uplink=topk needs compression.fraction (the share of "
+                "coordinates sent, 0 < fraction <= 1; e.g. 0.01)"
+            )
+        if self.bits is not None and self.uplink != "qsgd":
+            raise ValueError(
+                f"compression.bits is a setting of compression.uplink=qsgd, not "
+                f"{self.uplink}; set compression.bits: null"
+            )
+        if self.fraction is not None and self.uplink != "topk":
+            raise ValueError(
+                f"compression.fraction is a setting of compression.uplink=topk, not "
+                f"{self.uplink}; set compression.fraction: null"
+            )
+        return self
+
+
+class SecureAggregationParams(Section):
+    """Secure aggregation (``name: null``: none): the server learns only the sum
+    of the round's updates, never one client's.
+
+    ``secagg_plus`` is the SecAgg+ protocol (Bell et al., CCS 2020; Flower's
+    ``SecAggPlusWorkflow``): each client quantizes its weighted update delta to
+    integers (values clipped to ``clipping_range``, ``quantization_bits`` bits,
+    unbiased stochastic rounding), adds pairwise masks agreed with its
+    ``num_shares`` neighbours (X25519) and a mask of its own, and Shamir-shares
+    the secrets of both among its neighbours (``reconstruction_threshold`` of
+    them rebuild one); the server adds the masked vectors modulo 2^32 and
+    removes the masks with the shares of the clients that survived, including
+    clients that dropped out after sharing. Null ``num_shares`` and
+    ``reconstruction_threshold``: SecAgg+'s O(log n) neighbours and a majority of
+    them. See docs/wire.md.
+    """
+
+    name: Literal["secagg_plus"] | None = None
+    num_shares: int | None = Field(None, ge=2)
+    reconstruction_threshold: int | None = Field(None, ge=1)
+    clipping_range: float = Field(8.0, gt=0.0)
+    quantization_bits: int = Field(20, ge=2, le=30)
 
 
 ATTACK_NAMES = registry.names("attack")
@@ -825,7 +911,20 @@ class Params(Section):
     runtime: RuntimeParams = RuntimeParams()
     privacy: PrivacyParams = PrivacyParams()
     attack: AttackParams = Field(default_factory=AttackParams)
+    compression: CompressionParams = CompressionParams()
+    secure_aggregation: SecureAggregationParams = SecureAggregationParams()
     round_chain: dict[int, int] = Field(default_factory=dict)
+
+    def split_views(self) -> bool:
+        """Whether each round's records are split into what the server may
+        publish and the simulation's oracle view (and the clients' state kept
+        private): under differential privacy, and under secure aggregation,
+        whose server sees only the sum of the updates
+        (:mod:`fedpipe.federation.privacy.views`)."""
+        return (
+            self.privacy.mechanism is not None
+            or self.secure_aggregation.name is not None
+        )
 
     @model_validator(mode="after")
     def _fault_clients_exist(self) -> Params:
@@ -943,6 +1042,26 @@ class Params(Section):
                 f"{self.federation.rounds}; run `fedpipe sync` to regenerate it "
                 "(dvc.yaml makes one stage per entry)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _wire_fits(self) -> Params:
+        """The rules of :mod:`fedpipe.config.wire` (compression, secure
+        aggregation, distributed DP against the strategy and the attack)."""
+        from fedpipe.config.wire import check_wire
+
+        s = self.secure_aggregation
+        check_wire(
+            uplink=self.compression.uplink,
+            secure=s.name,
+            num_shares=s.num_shares,
+            threshold=s.reconstruction_threshold,
+            quantization_bits=s.quantization_bits,
+            mechanism=self.privacy.mechanism,
+            strategy=self.strategy.name,
+            attack=self.attack.name,
+            per_round=self.federation.clients_per_round(),
+        )
         return self
 
     @model_validator(mode="after")

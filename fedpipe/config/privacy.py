@@ -118,6 +118,8 @@ class Privacy:
             return "rdp-local"
         if self.mechanism == "dpsgd":
             return "pld-poisson-records"
+        if self.mechanism == "distributed":
+            return "rdp-skellam"
         return "pld-poisson" if self.sampling == "poisson" else "rdp-fixed"
 
     @property
@@ -200,8 +202,9 @@ def check_privacy(
             "and a delta of 1/n lets one client's data leak outright)"
         )
     never = _trait(strategy, "no_privacy")
-    if never is not None or (mechanism == "central" and not _trait(strategy, "linear")):
-        allowed = central_strategies() if mechanism == "central" else _any_but()
+    summed = mechanism in ("central", "distributed")  # the server sees one sum
+    if never is not None or (summed and not _trait(strategy, "linear")):
+        allowed = central_strategies() if summed else _any_but()
         raise ValueError(
             f"privacy.mechanism={mechanism} does not fit strategy.name={strategy!r}: "
             + _why_not(strategy)

@@ -34,9 +34,11 @@ from fedpipe.federation.round import (
     PoissonSampling,
 )
 from fedpipe.federation.steps import RoundStep
+from fedpipe.federation.wire import WireStep
 from fedpipe.model.training import ModelSpec, model_spec_for
 from fedpipe.model.zoo import layer_groups, normalization_layers
 from fedpipe.strategy import Strategy, make_strategy, strategy_class
+from fedpipe.wire.compression import make_codec
 
 
 def model_spec(
@@ -100,6 +102,7 @@ def round_steps_for(params: Params) -> tuple[RoundStep, ...]:
     ``faults.aggregation_weight_sum``)."""
     privacy = privacy_for(params)
     return round_steps(
+        wire=wire_step(params),
         attack=attack_plan_for(params),
         weight_sum_fault=params.faults.aggregation_weight_sum,
         record_privacy=(
@@ -110,17 +113,31 @@ def round_steps_for(params: Params) -> tuple[RoundStep, ...]:
     )
 
 
+def wire_step(params: Params) -> WireStep:
+    """What crosses the wire (``compression.*``): bytes counted both ways and,
+    with a codec, each reply compressed by its client and decoded here."""
+    c = params.compression
+    try:
+        codec = make_codec(c.uplink, bits=c.bits, fraction=c.fraction)
+    except ValueError as exc:
+        raise ParamsError(f"params.yaml: {exc}") from None
+    return WireStep(codec, error_feedback=c.feedback())
+
+
 def round_steps(
     *,
+    wire: WireStep | None = None,
     attack: AttackPlan | None = None,
     weight_sum_fault: float | None = None,
     record_privacy: RecordPrivacy | None = None,
 ) -> tuple[RoundStep, ...]:
-    """The round's steps for a planted attack, the planted weight-sum fault and
-    record-level DP-SGD's books (each left out when None)."""
+    """The round's steps for the wire, a planted attack, the planted weight-sum
+    fault and record-level DP-SGD's books (each left out when None)."""
     steps: list[RoundStep] = []
     if record_privacy is not None:  # first: a client out of budget never trains
         steps.append(record_privacy)
+    if wire is not None:  # before the others: they see the decoded replies
+        steps.append(wire)
     if attack is not None:
         steps.append(AttackStep(attack))
     if weight_sum_fault is not None:

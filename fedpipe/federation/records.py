@@ -55,6 +55,10 @@ class RoundRecord:
         Why the round kept the previous global model: fewer usable updates
         than the strategy needs (:meth:`fedpipe.strategy.base.Strategy.too_few`;
         ``model_kept`` in the summary). None: the round aggregated.
+    wire : dict, optional
+        What crossed the wire (:mod:`fedpipe.federation.wire`): the uplink's
+        codec, bytes both ways in total and per client, the uplink's ratio to
+        float32 weights (and secure aggregation's protocol bytes).
 
     Lists indexed by client id are accepted for ``n_test``, ``global_clients``
     and ``personalized``.
@@ -75,6 +79,7 @@ class RoundRecord:
     malicious: list[int] | None = None
     global_classes: dict[str, list] | None = None
     kept: str | None = None
+    wire: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_test", "global_clients", "personalized"):
@@ -173,6 +178,8 @@ class RoundRecord:
             out["privacy"] = dict(self.privacy)
         if self.global_classes is not None:
             out["global_classes"] = copy.deepcopy(self.global_classes)
+        if self.wire is not None:
+            out["wire"] = copy.deepcopy(self.wire)
         return out
 
     def client_table(self) -> pd.DataFrame:

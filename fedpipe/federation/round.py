@@ -353,8 +353,13 @@ def run_round(
     steps = [step.start(inputs.round, inputs.sampled) for step in inputs.steps]
     selected = inputs.sampled(inputs.round)
     plan = _admitted(inputs, steps, _plan(inputs, selected))
-    returned = list(map_clients(client_jobs(inputs, list(plan.train), plan.train)))
+    jobs = client_jobs(inputs, list(plan.train), plan.train)
+    for step in [*steps, strategy]:  # what each reply carries on the wire
+        jobs = [step.client_job(inputs.round, job) for job in jobs]
+    returned = list(map_clients(jobs))
     _check_order(returned, list(plan.train))
+    for step in [*steps, strategy]:  # decoded (unmasked) as it arrives
+        returned = step.receive(inputs.round, inputs.global_weights, returned)
     results, excluded = _usable(returned, plan.excluded)
     usable = [r for r in results if r.client not in excluded]
     if len(usable) < max(1, inputs.failures.min_clients):
@@ -595,13 +600,16 @@ def _health(
     excluded: Mapping[int, str] | None = None,
     dead_units: Mapping[str, float | None] | None = None,
 ) -> dict[str, Any]:
+    # a reply without weights was never seen alone (secure aggregation's, whose
+    # server holds only the sum): the record has no row of its update
+    seen = [r for r in results if r.update.weights]
     health = round_health(
         inputs.round,
         before=inputs.global_weights,
         after=after,
-        client_weights={r.client: r.update.weights for r in results},
-        n_train={r.client: r.update.n_samples for r in results},
-        train_loss={r.client: r.train_loss for r in results},
+        client_weights={r.client: r.update.weights for r in seen},
+        n_train={r.client: r.update.n_samples for r in seen},
+        train_loss={r.client: r.train_loss for r in seen},
         layers=layer_info(runner.model),
         trainable=runner.trainable_indices(),
         probs=probs,
@@ -611,7 +619,7 @@ def _health(
         excluded=excluded,
         dead_units=dead_units,
     )
-    aggregated = [r.update for r in results if r.client not in (excluded or {})]
+    aggregated = [r.update for r in seen if r.client not in (excluded or {})]
     expected = inputs.strategy.weight_sum(aggregated) if after is not None else None
     if record is not None and record.kept:  # no server step: the weights sum to 0
         expected = 0.0

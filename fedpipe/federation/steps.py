@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the data layer is read by the steps that poison data
     from fedpipe.data.splits import ClientData
     from fedpipe.federation.clientstate import ClientStates
     from fedpipe.federation.failures import RoundPlan
+    from fedpipe.model.trainer import ClientJob
 
 Sampler = Callable[[int], Sequence[int]]
 """The clients a federation samples in a round (its sampling, for any round)."""
@@ -37,8 +38,9 @@ class RoundStep:
     Every hook's default returns its input unchanged; a step overrides the ones
     it needs. The round calls them in this order: :meth:`start` (before any
     work), :meth:`admit` (who of the sampled clients trains),
-    :meth:`client_data` (building each client's job), :meth:`on_results`
-    (the usable results, before aggregation), :meth:`after_aggregate`,
+    :meth:`client_data` and :meth:`client_job` (building each client's job),
+    :meth:`receive` (the replies as they arrive), :meth:`on_results` (the
+    usable results, before aggregation), :meth:`after_aggregate`,
     :meth:`record` and :meth:`health`.
     """
 
@@ -65,6 +67,18 @@ class RoundStep:
     def client_data(self, round_: int, data: ClientData, n_classes: int) -> ClientData:
         """What client ``data.client`` trains on in ``round_``."""
         return data
+
+    def client_job(self, round_: int, job: ClientJob) -> ClientJob:
+        """The job client ``job.task.client`` runs in ``round_`` (a step may give
+        it what its reply needs on the wire: a codec, secure aggregation's keys)."""
+        return job
+
+    def receive(
+        self, round_: int, before: Weights, returned: list[Any]
+    ) -> list[Any]:
+        """The replies (results and failures, in job order) as they arrive, before
+        any check: a step decodes what its :meth:`client_job` encoded."""
+        return returned
 
     def on_results(self, round_: int, before: Weights, results: list[R]) -> list[R]:
         """The round's usable client results, as the server receives them."""

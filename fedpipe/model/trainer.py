@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     # nor pandas
     from fedpipe.data.splits import ClientData
     from fedpipe.model.training import ModelRunner, ModelSpec
+    from fedpipe.wire.compression import Payload
+    from fedpipe.wire.uplink import Uplink
 
 log = logging.getLogger("fedpipe")
 
@@ -182,7 +184,9 @@ class ClientJob:
 
     A ``guarded`` job (every job of :func:`fedpipe.federation.round.run_round`)
     that raises returns a :class:`ClientFailure` instead: one failing client never
-    fails the others trained with it (in one Prefect task, one cohort).
+    fails the others trained with it (in one Prefect task, one cohort). Its
+    ``uplink`` (given by a round step: compression, secure aggregation) turns
+    the trained weights into what crosses the wire (:mod:`fedpipe.wire.uplink`).
     """
 
     spec: ModelSpec
@@ -191,6 +195,7 @@ class ClientJob:
     data: ClientData = field(repr=False)
     training: LocalTraining
     guarded: bool = False
+    uplink: Uplink | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,11 @@ class ClientResult:
         trained, before its job clipped and noised them into ``update``. Only
         the simulation's oracle reads them (the noise-free figures of the
         oracle view); they are never aggregated. None otherwise.
+    payload : Payload or None
+        With a job's ``uplink`` (``compression.*``, secure aggregation): what
+        crossed the wire in place of the weights (``update.weights`` is empty
+        until the round's step decodes it; under secure aggregation it stays
+        empty: the server holds only the sum). None otherwise.
     """
 
     update: ClientUpdate
@@ -222,6 +232,7 @@ class ClientResult:
     train_loss: float = float("nan")
     state: ClientState = field(default_factory=dict, repr=False)
     unnoised: Weights | None = field(default=None, repr=False)
+    payload: Payload | None = field(default=None, repr=False)
 
     @property
     def client(self) -> int:
@@ -305,6 +316,11 @@ def _run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult:
     dp = job.training.local_dp
     if dp is not None:  # local DP: clipped and noised here, in the client's job
         sent, unnoised = released(dp, job.task, sent), sent
+    state, payload = dict(reply.state), None
+    if job.uplink is not None:  # on the wire: the payload in place of the weights
+        out = job.uplink.send(job.task, sent, trainer.n_train)
+        sent, payload = [], out.payload
+        state.update(out.state)
     return ClientResult(
         update=ClientUpdate(
             job.task.client,
@@ -316,8 +332,9 @@ def _run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult:
         n_test=len(job.data.y_test),
         local=trainer.evaluate(local_model),
         train_loss=float(reply.train_loss),
-        state=dict(reply.state),
+        state=state,
         unnoised=unnoised,
+        payload=payload,
     )
 
 

@@ -120,7 +120,7 @@ def public_leaks(project_root: Path, params: Params) -> list[str]:
     promise). Round files past ``federation.rounds`` are not this run's (an
     earlier, longer run left them) and are not looked at.
     """
-    if params.privacy.mechanism is None:
+    if not params.split_views():
         return []
     root = Path(project_root)
     deliberate = (

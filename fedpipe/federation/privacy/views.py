@@ -78,6 +78,12 @@ ORACLE_PRIVACY_KEYS = (
     "stopped",
 )
 
+#: ``wire`` keys of the round summary that only the oracle knows: the round's
+#: byte totals, which are the per-client figures times the clients that sent
+#: (who and how many took part is the oracle's; the per-client bytes and the
+#: ratio, properties of the codec and the model, stay public)
+ORACLE_WIRE_KEYS = ("uplink_bytes", "downlink_bytes", "clients_sent")
+
 #: health-record keys the server view keeps (the published model on the server's
 #: own held-out set, and its units); the rest (per-client norms, cosines, losses,
 #: the aggregation's fit to the client updates, per-layer client statistics) is
@@ -97,6 +103,7 @@ SERVER_TABLE_COLUMNS = ("client",)
 #: every key the oracle view adds (what a published file must not contain)
 ORACLE_KEYS = (
     *ORACLE_SUMMARY_KEYS,
+    *ORACLE_WIRE_KEYS,
     # the health record's own "stopped" (why a round stopped) is the server's
     *(k for k in ORACLE_PRIVACY_KEYS if k not in SERVER_HEALTH_KEYS),
     "clients",
@@ -183,6 +190,8 @@ def server_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
     if "privacy" in out:
         kept = {k: v for k, v in out["privacy"].items() if k not in ORACLE_PRIVACY_KEYS}
         out["privacy"] = {**kept, "view": "server"}
+    if "wire" in out:
+        out["wire"] = {k: v for k, v in out["wire"].items() if k not in ORACLE_WIRE_KEYS}
     return out
 
 
