@@ -102,7 +102,7 @@ class Codec(ABC):
     def decode(self, payload: Payload) -> Weights:
         """The update a payload stands for: float64 arrays of ``payload.shapes``."""
 
-    def checked(self, payload: Payload, n_arrays: int) -> None:
+    def check_payload(self, payload: Payload, n_arrays: int) -> None:
         """Refuse a payload that another codec made or that is malformed."""
         if payload.codec != self.tag or len(payload.arrays) != n_arrays:
             raise ValueError(
@@ -209,7 +209,7 @@ class Int8Codec(Codec):
         return Payload(self.tag, (flat, scales), shapes_of(arrays))
 
     def decode(self, payload: Payload) -> Weights:
-        self.checked(payload, 2)
+        self.check_payload(payload, 2)
         codes, scales = payload.arrays
         per_coordinate = np.repeat(scales.astype(np.float64), sizes_of(payload.shapes))
         return split(codes.astype(np.float64) * per_coordinate, payload.shapes)
@@ -281,7 +281,7 @@ class QSGDCodec(Codec):
         return Payload(self.tag, (norms, packed), shapes_of(arrays))
 
     def decode(self, payload: Payload) -> Weights:
-        self.checked(payload, 2)
+        self.check_payload(payload, 2)
         norms, packed = payload.arrays
         sizes = sizes_of(payload.shapes)
         codes = unpack_codes(packed, self.bits, sum(sizes))
@@ -356,7 +356,7 @@ class TopKCodec(Codec):
         return Payload(self.tag, (values, kept.astype(np.uint32)), shapes_of(arrays))
 
     def decode(self, payload: Payload) -> Weights:
-        self.checked(payload, 2)
+        self.check_payload(payload, 2)
         values, indices = payload.arrays
         flat = np.zeros(sum(sizes_of(payload.shapes)), dtype=np.float64)
         flat[indices.astype(np.int64)] = values.astype(np.float64)

@@ -31,6 +31,13 @@ STOCHASTIC = [Int8Codec(), QSGDCodec(bits=4), QSGDCodec(bits=2), QSGDCodec(bits=
 EVERY = [*STOCHASTIC, TopKCodec(fraction=0.01), TopKCodec(fraction=1.0)]
 
 
+def label(codec: Codec) -> str:
+    """A test id: the codec's tag, and a top-k codec's fraction."""
+    if isinstance(codec, TopKCodec):
+        return f"{codec.tag}-{codec.fraction:g}"
+    return codec.tag
+
+
 def update(seed: int = 0, shapes=SHAPES, dtype=np.float32) -> list[np.ndarray]:
     """A heavy-tailed update of ``shapes`` (Student t, layers of unequal scale)."""
     rng = np.random.default_rng(seed)
@@ -77,7 +84,7 @@ def test_topk_1_percent_payload_with_indices_is_within_0_05_of_plain() -> None:
     assert ratio(TopKCodec(fraction=0.01)) <= 0.05
 
 
-@pytest.mark.parametrize("codec", STOCHASTIC, ids=lambda c: c.tag)
+@pytest.mark.parametrize("codec", STOCHASTIC, ids=label)
 def test_stochastic_codecs_are_unbiased(codec: Codec) -> None:
     x = np.array([0.3, -1.7, 0.01, 2.2, -0.45, 0.0, 1e-3, -2.5], dtype=np.float64)
     rng = np.random.default_rng(7)
@@ -86,7 +93,7 @@ def test_stochastic_codecs_are_unbiased(codec: Codec) -> None:
     assert np.all(np.abs(decodes.mean(axis=0) - x) <= 4 * standard_error(step, x, 2000))
 
 
-@pytest.mark.parametrize("codec", STOCHASTIC, ids=lambda c: c.tag)
+@pytest.mark.parametrize("codec", STOCHASTIC, ids=label)
 def test_decoded_values_are_within_one_quantization_step(codec: Codec) -> None:
     delta = update(seed=3)
     decoded = codec.decode(codec.encode(delta, np.random.default_rng(3)))
@@ -124,7 +131,7 @@ def test_topk_counts_the_fraction_as_written() -> None:
     assert payload.arrays[0].size == 7
 
 
-@pytest.mark.parametrize("codec", EVERY, ids=lambda c: c.tag)
+@pytest.mark.parametrize("codec", EVERY, ids=label)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_decode_gives_float64_arrays_of_the_layers_shapes(codec: Codec, dtype) -> None:
     payload = codec.encode(update(dtype=dtype), np.random.default_rng(0))
@@ -133,7 +140,7 @@ def test_decode_gives_float64_arrays_of_the_layers_shapes(codec: Codec, dtype) -
     assert all(d.dtype == np.float64 for d in decoded)
 
 
-@pytest.mark.parametrize("codec", EVERY, ids=lambda c: c.tag)
+@pytest.mark.parametrize("codec", EVERY, ids=label)
 def test_error_feedback_telescopes_over_20_rounds(codec: Codec) -> None:
     shapes = ((30, 4), (4,), (7,))
     rng = np.random.default_rng(5)
@@ -150,7 +157,7 @@ def test_error_feedback_telescopes_over_20_rounds(codec: Codec) -> None:
         np.testing.assert_allclose(s + r, d, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("codec", EVERY, ids=lambda c: c.tag)
+@pytest.mark.parametrize("codec", EVERY, ids=label)
 def test_the_same_seed_gives_the_same_payload_bytes(codec: Codec) -> None:
     def payload_bytes(seed: int) -> list[bytes]:
         payload = codec.encode(update(), np.random.default_rng(seed))
@@ -159,7 +166,7 @@ def test_the_same_seed_gives_the_same_payload_bytes(codec: Codec) -> None:
     assert payload_bytes(11) == payload_bytes(11)
 
 
-@pytest.mark.parametrize("codec", STOCHASTIC, ids=lambda c: c.tag)
+@pytest.mark.parametrize("codec", STOCHASTIC, ids=label)
 def test_another_seed_gives_other_stochastic_rounding(codec: Codec) -> None:
     def payload_bytes(seed: int) -> list[bytes]:
         payload = codec.encode(update(), np.random.default_rng(seed))
@@ -168,7 +175,7 @@ def test_another_seed_gives_other_stochastic_rounding(codec: Codec) -> None:
     assert payload_bytes(11) != payload_bytes(12)
 
 
-@pytest.mark.parametrize("codec", EVERY, ids=lambda c: c.tag)
+@pytest.mark.parametrize("codec", EVERY, ids=label)
 def test_a_payload_pickles_to_within_1_kb_of_its_nbytes(codec: Codec) -> None:
     payload = codec.encode(update(), np.random.default_rng(0))
     pickled = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
@@ -177,7 +184,7 @@ def test_a_payload_pickles_to_within_1_kb_of_its_nbytes(codec: Codec) -> None:
     assert [a.tobytes() for a in again.arrays] == [a.tobytes() for a in payload.arrays]
 
 
-@pytest.mark.parametrize("codec", EVERY, ids=lambda c: c.tag)
+@pytest.mark.parametrize("codec", EVERY, ids=label)
 def test_all_zero_empty_and_single_coordinate_arrays_work(codec: Codec) -> None:
     delta = [np.zeros((3, 2)), np.zeros(0), np.array([0.7]), np.zeros(1)]
     decoded = codec.decode(codec.encode(delta, np.random.default_rng(0)))
@@ -186,7 +193,7 @@ def test_all_zero_empty_and_single_coordinate_arrays_work(codec: Codec) -> None:
     assert abs(decoded[2][0] - 0.7) <= step_of(codec, delta[2]) * (1 + 1e-6)
 
 
-@pytest.mark.parametrize("codec", EVERY, ids=lambda c: c.tag)
+@pytest.mark.parametrize("codec", EVERY, ids=label)
 def test_an_all_zero_update_decodes_to_zeros(codec: Codec) -> None:
     delta = [np.zeros((4, 3)), np.zeros(5)]
     decoded = codec.decode(codec.encode(delta, np.random.default_rng(0)))
@@ -243,6 +250,6 @@ def test_make_codec_refuses_in_one_line_naming_the_key(name, settings, key) -> N
     assert "allowed" in message or "needs" in message
 
 
-def test_a_payload_is_what_it_says() -> None:
+def test_payload_nbytes_sums_its_arrays_nbytes() -> None:
     payload = Payload("int8", (np.zeros(3, np.int8), np.zeros(1, np.float32)), ((3,),))
     assert payload.nbytes == 7
