@@ -35,6 +35,7 @@ import yaml
 from fedpipe.core.seeds import rng_for
 from fedpipe.wire.secagg import (
     ProtocolResult,
+    SecAggSettings,
     default_settings,
     quantize,
     run_protocol,
@@ -53,7 +54,7 @@ def default_model_length(params: Path = Path("params.yaml")) -> tuple[str, int]:
     return name, int(build_model(name, (28, 28, 1), 10).count_params())
 
 
-def _vectors(n: int, length: int, settings) -> dict[int, np.ndarray]:
+def _vectors(n: int, length: int, settings: SecAggSettings) -> dict[int, np.ndarray]:
     rng = np.random.default_rng(SEED)
     return {
         u: quantize(

@@ -141,8 +141,11 @@ def settings_problem(settings: SecAggSettings, n_clients: int) -> str | None:
         return f"secure aggregation: quantization_bits is {b}; allowed: 2 to 30"
     if not c > 0:
         return f"secure aggregation: clipping_range is {c}; allowed: > 0"
-    if n_clients < 1:
-        return "secure aggregation: no clients"
+    if n_clients < 2:
+        return (
+            f"secure aggregation: {n_clients} client(s); it needs at least 2 (a "
+            "client's masks are rebuilt from its neighbours' shares)"
+        )
     if k > n_clients - 1:
         return (
             f"secure aggregation: num_shares {k} exceeds the {n_clients - 1} other "

@@ -299,3 +299,9 @@ def test_settings_problem_catches_a_threshold_above_k() -> None:
     settings = SecAggSettings(num_shares=4, reconstruction_threshold=5)
     problem = settings_problem(settings, 10)
     assert problem is not None and "reconstruction_threshold 5" in problem
+
+
+def test_settings_problem_refuses_a_single_client() -> None:
+    settings = SecAggSettings(num_shares=0, reconstruction_threshold=1)
+    problem = settings_problem(settings, 1)
+    assert problem is not None and "at least 2" in problem
