@@ -65,6 +65,8 @@ from fedpipe.federation.build import (
     private_strategy,
     round_steps,
     round_steps_for,
+    secure_strategy,
+    wire_step,
 )
 from fedpipe.federation.failures import FailurePolicy
 from fedpipe.federation.faults import PlantedFaults
@@ -131,6 +133,9 @@ def run_federation(
     weights_out: list[Weights] | None = None,
     dp_key: bytes | None = None,
     save_models: bool = False,
+    wire: Mapping[str, Any] | None = None,
+    min_clients: int = 1,
+    map_clients: Callable[[Any], Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Run a small federation through the library's round and write its files.
 
@@ -201,6 +206,8 @@ def run_federation(
         strategy_settings=strategy_settings or {},
         personalization=dict(personalization or {}),
         partition_settings=dict(partition_settings or {}),
+        wire=dict(wire or {}),
+        min_clients=min_clients,
     )
     (root / "params.yaml").write_text(
         yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False)
@@ -264,11 +271,20 @@ def run_federation(
     if dp_key is None and needs_key(params):
         dp_key = load_or_create_key(root / layout.DP_KEY)
     server = private_strategy(strategy_, privacy_for(params), seed=seed, key=dp_key)
+    if params.secure_aggregation.name is not None:
+        server = secure_strategy(
+            server, params, key=dp_key,
+            max_weight=max(len(c.y_train) for c in data.clients),
+            dimension=sum(int(np.size(w)) for w in initial_weights(model_spec, seed)),
+        )  # fmt: skip
     record_privacy = next(
         (s for s in round_steps_for(params) if isinstance(s, RecordPrivacy)), None
     )
     steps = round_steps(
-        attack=attack, weight_sum_fault=weight_sum_fault, record_privacy=record_privacy
+        wire=wire_step(params) if wire else None,
+        attack=attack,
+        weight_sum_fault=weight_sum_fault,
+        record_privacy=record_privacy,
     )
     trained = local_training(params, dp_key)
     record_dp, local_dp = trained.record_dp, trained.local_dp
@@ -280,7 +296,7 @@ def run_federation(
     summaries = []
     if save_models:
         save_weights(root / layout.model_weights(0), weights)
-    private = params.privacy.mechanism is not None
+    private = params.split_views()
     publish_oracle = params.privacy.publish_oracle
     for k in range(1, rounds + 1):
         inputs = RoundInputs(
@@ -297,13 +313,16 @@ def run_federation(
                 epochs, batch_size, lr, record_dp=record_dp, local_dp=local_dp
             ),
             clients_per_round=params.federation.clients_per_round(),
-            failures=failures or FailurePolicy(),
+            failures=failures or FailurePolicy(min_clients=min_clients),
             planted=planted or PlantedFaults(),
             steps=steps,
             sampling=client_sampling(params, dp_key),
         )
         try:
-            out = run_round(inputs, map_clients=run_here(runner), runner=runner)
+            mapped = run_here(runner)
+            if map_clients is not None:
+                mapped = map_clients(mapped)
+            out = run_round(inputs, map_clients=mapped, runner=runner)
         except RoundFailed as failed:
             write_round_records(
                 root, k, summary=None, health=failed.health, table=None,
@@ -379,6 +398,8 @@ def _params(
     strategy_settings: Mapping[str, Any],
     personalization: dict[str, Any],
     partition_settings: dict[str, Any],
+    wire: dict[str, Any],
+    min_clients: int,
 ) -> Params:
     return Params.model_validate(
         {
@@ -392,7 +413,7 @@ def _params(
             "federation": {
                 "clients": clients,
                 "rounds": rounds,
-                "min_clients": 1,
+                "min_clients": min_clients,
                 "fraction_fit": fraction_fit,
                 "sampling": sampling,
             },
@@ -406,6 +427,7 @@ def _params(
             "strategy": {"name": strategy, **dict(strategy_settings)},
             "privacy": privacy,
             "personalization": personalization,
+            **wire,
             # the rows train as stored: this loop fits no preprocess transform
             "preprocess": {"numeric": "none"},
             "round_chain": round_chain(rounds),

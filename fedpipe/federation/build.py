@@ -33,6 +33,7 @@ from fedpipe.federation.round import (
     FixedSampling,
     PoissonSampling,
 )
+from fedpipe.federation.secure import SecureAggregation
 from fedpipe.federation.steps import RoundStep
 from fedpipe.federation.wire import WireStep
 from fedpipe.model.training import ModelSpec, model_spec_for
@@ -87,13 +88,55 @@ def private_strategy(
     so its server step gets no key."""
     if privacy is None or privacy.level == "record":
         return strategy
+    if privacy.mechanism == "distributed":  # the clients noise: secure_strategy
+        return strategy
     server_key = None if privacy.noised_by_clients else key
     return PrivateStrategy(strategy, privacy, seed=seed, key=server_key)
 
 
+def secure_strategy(
+    strategy: Strategy,
+    params: Params,
+    *,
+    key: bytes | None,
+    max_weight: int,
+    dimension: int,
+) -> Strategy:
+    """``strategy`` under ``secure_aggregation.*`` (itself when off): the server
+    sees only the sum of each round's updates; with ``privacy.mechanism:
+    distributed`` the clients noise their share of it. ``key``: the project's
+    secret key (the clients' secrets derive from it); ``max_weight``: the
+    federation's largest client (training records); ``dimension``: the model's
+    coordinates."""
+    s = params.secure_aggregation
+    if s.name is None:
+        return strategy
+    if key is None:
+        raise ValueError("secure aggregation needs the project's secret key (bytes)")
+    privacy = privacy_for(params)
+    return SecureAggregation(
+        strategy,
+        num_shares=s.num_shares,
+        threshold=s.reconstruction_threshold,
+        clipping_range=s.clipping_range,
+        quantization_bits=s.quantization_bits,
+        seed=params.seed,
+        key=key,
+        max_weight=max_weight,
+        min_clients=params.federation.min_clients,
+        privacy=privacy
+        if privacy is not None and privacy.mechanism == "distributed"
+        else None,
+        dimension=dimension,
+    )
+
+
 def needs_key(params: Params) -> bool:
-    """Whether the run's noise is keyed by the secret key file (DP on, with
-    ``privacy.noise_key: secret``)."""
+    """Whether the run needs the project's secret key file: DP on with
+    ``privacy.noise_key: secret`` (its noise is keyed), or secure aggregation
+    (the clients' secrets derive from it)."""
+    if params.secure_aggregation.name is not None:  # the clients' secrets
+        return True
     return params.privacy.mechanism is not None and params.privacy.noise_key == "secret"
 
 

@@ -625,6 +625,6 @@ def _health(
         expected = 0.0
     if expected is not None:  # the doctor's reference for this round's weights
         health["aggregation"]["expected_weight_sum"] = expected
-    for step in inputs.steps:
+    for step in [*inputs.steps, wrapped(inputs.strategy)]:
         health = step.health(inputs.round, [r.client for r in results], health)
     return health

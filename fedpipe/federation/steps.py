@@ -73,9 +73,7 @@ class RoundStep:
         it what its reply needs on the wire: a codec, secure aggregation's keys)."""
         return job
 
-    def receive(
-        self, round_: int, before: Weights, returned: list[Any]
-    ) -> list[Any]:
+    def receive(self, round_: int, before: Weights, returned: list[Any]) -> list[Any]:
         """The replies (results and failures, in job order) as they arrive, before
         any check: a step decodes what its :meth:`client_job` encoded."""
         return returned

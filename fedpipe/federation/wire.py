@@ -66,7 +66,9 @@ class WireStep(RoundStep):
         out and adds it to its next update.
     """
 
-    def __init__(self, codec: Codec | None = None, *, error_feedback: bool = False) -> None:
+    def __init__(
+        self, codec: Codec | None = None, *, error_feedback: bool = False
+    ) -> None:
         self.codec, self.error_feedback = codec, error_feedback
         self.down: list[int] = []
         self.up: list[int] = []
@@ -114,7 +116,9 @@ class WireStep(RoundStep):
             "uplink_bytes": int(sum(self.up)),
             "downlink_bytes": int(sum(self.down)),
             "uplink_bytes_per_client": round(up, 1),
-            "downlink_bytes_per_client": round(sum(self.down) / jobs, 1) if jobs else 0.0,
+            "downlink_bytes_per_client": round(sum(self.down) / jobs, 1)
+            if jobs
+            else 0.0,
             "uplink_ratio": round(up / plain, 6) if plain and sent else None,
         }
 

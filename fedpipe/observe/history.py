@@ -93,7 +93,9 @@ def wire_text(summary: Mapping[str, Any]) -> str:
     if not w:
         return ""
     if "uplink_bytes" in w:
-        text = f"  ↑ {human_bytes(w['uplink_bytes'])} ↓ {human_bytes(w['downlink_bytes'])}"
+        text = (
+            f"  ↑ {human_bytes(w['uplink_bytes'])} ↓ {human_bytes(w['downlink_bytes'])}"
+        )
     else:
         up, down = w["uplink_bytes_per_client"], w["downlink_bytes_per_client"]
         text = f"  ↑ {human_bytes(up)}/client ↓ {human_bytes(down)}/client"

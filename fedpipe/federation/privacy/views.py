@@ -191,7 +191,9 @@ def server_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
         kept = {k: v for k, v in out["privacy"].items() if k not in ORACLE_PRIVACY_KEYS}
         out["privacy"] = {**kept, "view": "server"}
     if "wire" in out:
-        out["wire"] = {k: v for k, v in out["wire"].items() if k not in ORACLE_WIRE_KEYS}
+        out["wire"] = {
+            k: v for k, v in out["wire"].items() if k not in ORACLE_WIRE_KEYS
+        }
     return out
 
 
