@@ -1,8 +1,8 @@
 """Every feature with every other: a pairwise matrix of settings through the real
 `fedpipe run`.
 
-Ten factors (the data, the partition, feature skew, the strategy,
-personalization, privacy, an attack, failures, evaluation, the runner) make
+Eleven factors (the data, the partition, feature skew, the strategy,
+personalization, privacy, an attack, failures, evaluation, the wire, the runner) make
 millions of combinations; a covering array from ``allpairspy`` holds every *pair*
 of their levels in a few dozen rows, and most defects where two features meet
 need only that pair. Each row is a tiny federation (6 clients, 2 rounds, an MLP; a
@@ -210,6 +210,9 @@ FACTORS: dict[str, dict[str, Params | Callable[[Path], Params]]] = {
         },
         "local": {"privacy": {"mechanism": "local", "noise_multiplier": 0.1}},
         "dpsgd": {"privacy": {"mechanism": "dpsgd", "noise_multiplier": 0.5}},
+        # the clients' Skellam noise under secure aggregation (wire: secagg)
+        "distributed": {"privacy": {"mechanism": "distributed",
+                                    "noise_multiplier": 0.5}},
     },
     "attack": {
         "none": {},
@@ -229,6 +232,13 @@ FACTORS: dict[str, dict[str, Params | Callable[[Path], Params]]] = {
         "auto": {},
         "participants": {"evaluation": {"clients": "participants"}},
         "sample": {"evaluation": {"clients": "sample", "sample_size": 2}},
+    },
+    "wire": {
+        "none": {},
+        "int8": {"compression": {"uplink": "int8"}},
+        "qsgd": {"compression": {"uplink": "qsgd", "bits": 4}},
+        "topk": {"compression": {"uplink": "topk", "fraction": 0.05}},
+        "secagg": {"secure_aggregation": {"name": "secagg_plus"}},
     },
     "runner": {
         "local": {},

@@ -38,6 +38,7 @@ from fedpipe.federation.build import (
     privacy_for,
     private_strategy,
     round_steps_for,
+    secure_strategy,
     strategy_for,
 )
 from fedpipe.federation.clientstate import (
@@ -139,16 +140,23 @@ def load_round(params: Params, round_: int) -> RoundInputs:
     )
     strategy = strategy_for(params)
     key = noise_key(params)
+    data = data_for(layout.PREPARED_DIR, layout.MANIFEST, layout.TRANSFORM)
+    weights = load_weights(layout.model_weights(round_ - 1))
+    server = private_strategy(strategy, privacy_for(params), seed=params.seed, key=key)
     return RoundInputs(
         round=round_,
         seed=params.seed,
         spec=spec,
-        data=data_for(layout.PREPARED_DIR, layout.MANIFEST, layout.TRANSFORM),
-        global_weights=load_weights(layout.model_weights(round_ - 1)),
+        data=data,
+        global_weights=weights,
         server_state=load_state(layout.server_state(round_ - 1)),
         client_states=load_round_client_states(Path("."), round_ - 1),
-        strategy=private_strategy(
-            strategy, privacy_for(params), seed=params.seed, key=key
+        strategy=secure_strategy(
+            server,
+            params,
+            key=key,
+            max_weight=max(len(c.y_train) for c in data.clients),
+            dimension=sum(int(w.size) for w in weights),
         ),
         algorithm=client_algorithm_for(params, spec, strategy),
         training=local_training(params, key),
@@ -157,7 +165,8 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         failures=failure_policy(params),
         planted=planted_faults(params),
         steps=round_steps_for(params),
-        sampling=client_sampling(params, key),
+        # keyed (secret) under DP only: amplification by sampling assumes it
+        sampling=client_sampling(params, key if params.privacy.mechanism else None),
     )
 
 
