@@ -282,20 +282,84 @@ def refusals() -> Refusals:
                 except ParamsError as exc:
                     line = str(exc).splitlines()[0].removeprefix("params.yaml: ")
                     out[(data, fa, la, fb, lb)] = line
+            _lift_pairs(out, data, base, parse_params, ParamsError)
     return out
+
+
+def _lift_pairs(
+    out: Refusals, data: str, base: Params, parse: Callable, error: type
+) -> None:
+    """Drop the refusal of a pair whose level is refused alone only for want of
+    a third factor's level (``privacy=distributed`` without ``wire=secagg``):
+    the pair runs when a lifting level (:func:`lifters`) joins it."""
+    for (d, fa, la, fb, lb) in list(out):
+        if d != data or (fa, la) == (fb, lb):
+            continue
+        for f, lv in ((fa, la), (fb, lb)):
+            for other, ok in lifters(data, f, lv, out).items():
+                if other in (fa, fb):
+                    continue
+                for level in ok:
+                    raw = merge(merge(base, FACTORS[fa][la]), FACTORS[fb][lb])
+                    try:
+                        parse(merge(raw, FACTORS[other][level]))
+                    except error:
+                        continue
+                    out.pop((d, fa, la, fb, lb), None)
+                    break
 
 
 def refused_by(row: dict[str, str], refused: Refusals) -> str | None:
     """The rule that refuses a (partial) row: a level, or a pair of levels, of
-    its other factors on its data level (None: no rule does)."""
+    its other factors on its data level (None: no rule does). A level refused
+    alone that another factor's level makes runnable (``privacy=distributed``
+    with ``wire=secagg``) counts only once that factor's level in the row does
+    not (:func:`lifted`)."""
     data = row.get("data")
     others = [(f, lv) for f, lv in row.items() if f != "data"]
     for i, (fa, la) in enumerate(others):
         for fb, lb in others[i:]:
             for key in ((data, fa, la, fb, lb), (data, fb, lb, fa, la)):
-                if key in refused:
-                    return refused[key]
+                if key not in refused:
+                    continue
+                if (fa, la) == (fb, lb) and lifted(data, fa, la, row, refused):
+                    continue
+                return refused[key]
     return None
+
+
+def lifters(
+    data: str | None, factor: str, level: str, refused: Refusals
+) -> dict[str, list[str]]:
+    """For a level refused alone on ``data``: each other factor's levels with
+    which the pair runs (the level needs one of them), by factor; empty when no
+    level lifts it (FedBN on the tables' MLP)."""
+    if (data, factor, level, factor, level) not in refused:
+        return {}
+    out = {}
+    for other in FACTORS:
+        if other in ("data", factor):
+            continue
+        ok = [
+            lv
+            for lv in FACTORS[other]
+            if (data, factor, level, other, lv) not in refused
+            and (data, other, lv, factor, level) not in refused
+        ]
+        if ok:
+            out[other] = ok
+    return out
+
+
+def lifted(
+    data: str | None, factor: str, level: str, row: dict[str, str], refused: Refusals
+) -> bool:
+    """Whether a level refused alone is made runnable in ``row``: a factor that
+    lifts it is not in the (partial) row yet, or is at a lifting level."""
+    for other, ok in lifters(data, factor, level, refused).items():
+        if other not in row or row[other] in ok:
+            return True
+    return False
 
 
 def rows(seed: int = 0, refused: Refusals | None = None) -> list[dict[str, str]]:
@@ -390,10 +454,12 @@ def refused_pairs(refused: Refusals) -> dict[tuple[str, str, str, str], str]:
     import itertools
 
     data_levels = list(FACTORS["data"])
+    # levels refused alone that no other level makes runnable (a pair with
+    # them is refused by their rule; one that some level lifts is a pair's)
     singles = {
         (d, fa, la): rule
         for (d, fa, la, fb, lb), rule in refused.items()
-        if (fa, la) == (fb, lb)
+        if (fa, la) == (fb, lb) and not lifters(d, fa, la, refused)
     }
     out: dict[tuple[str, str, str, str], str] = {
         ("data", d, f, lv): rule for (d, f, lv), rule in singles.items()
@@ -405,9 +471,10 @@ def refused_pairs(refused: Refusals) -> dict[tuple[str, str, str, str], str]:
         rules = []
         for d in data_levels:
             rule = (
-                refused.get((d, fa, la, fb, lb))
-                or singles.get((d, fa, la))
+                singles.get((d, fa, la))
                 or singles.get((d, fb, lb))
+                or refused.get((d, fa, la, fb, lb))
+                or refused.get((d, fb, lb, fa, la))
             )
             if rule is None:
                 break
