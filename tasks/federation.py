@@ -28,17 +28,9 @@ from fedpipe.core.weights import load_state, load_weights, save_state, save_weig
 from fedpipe.data.splits import input_spec
 from fedpipe.federation.build import (
     client_algorithm_for,
-    client_evaluation,
-    client_sampling,
-    failure_policy,
-    local_training,
     model_spec,
     needs_key,
-    planted_faults,
-    privacy_for,
-    private_strategy,
-    round_steps_for,
-    secure_strategy,
+    round_inputs,
     strategy_for,
 )
 from fedpipe.federation.clientstate import (
@@ -138,35 +130,15 @@ def load_round(params: Params, round_: int) -> RoundInputs:
         input_spec(layout.PREPARED_DIR, layout.TRANSFORM),
         read_json(layout.MANIFEST),  # the label counts, for train.class_weight
     )
-    strategy = strategy_for(params)
-    key = noise_key(params)
-    data = data_for(layout.PREPARED_DIR, layout.MANIFEST, layout.TRANSFORM)
-    weights = load_weights(layout.model_weights(round_ - 1))
-    server = private_strategy(strategy, privacy_for(params), seed=params.seed, key=key)
-    return RoundInputs(
-        round=round_,
-        seed=params.seed,
+    return round_inputs(
+        params,
+        round_=round_,
         spec=spec,
-        data=data,
-        global_weights=weights,
+        data=data_for(layout.PREPARED_DIR, layout.MANIFEST, layout.TRANSFORM),
+        weights=load_weights(layout.model_weights(round_ - 1)),
         server_state=load_state(layout.server_state(round_ - 1)),
         client_states=load_round_client_states(Path("."), round_ - 1),
-        strategy=secure_strategy(
-            server,
-            params,
-            key=key,
-            max_weight=max(len(c.y_train) for c in data.clients),
-            dimension=sum(int(w.size) for w in weights),
-        ),
-        algorithm=client_algorithm_for(params, spec, strategy),
-        training=local_training(params, key),
-        clients_per_round=params.federation.clients_per_round(),
-        evaluation=client_evaluation(params),
-        failures=failure_policy(params),
-        planted=planted_faults(params),
-        steps=round_steps_for(params),
-        # keyed (secret) under DP only: amplification by sampling assumes it
-        sampling=client_sampling(params, key if params.privacy.mechanism else None),
+        key=noise_key(params),
     )
 
 

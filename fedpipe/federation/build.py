@@ -16,12 +16,14 @@ from fedpipe.config.params import Params, ParamsError
 from fedpipe.config.privacy import Privacy
 from fedpipe.core.plugins import is_reference
 from fedpipe.data.sources import DatasetSpec
+from fedpipe.data.splits import FederatedData
 from fedpipe.federation.attacks import (
     AttackPlan,
     AttackStep,
     choose_malicious,
     make_attack,
 )
+from fedpipe.federation.clientstate import ClientStates
 from fedpipe.federation.failures import FailurePolicy
 from fedpipe.federation.faults import MisweightedAggregation, PlantedFaults
 from fedpipe.federation.personalization import Personalization, resolve
@@ -32,13 +34,15 @@ from fedpipe.federation.round import (
     ClientSampling,
     FixedSampling,
     PoissonSampling,
+    RoundInputs,
 )
 from fedpipe.federation.secure import SecureAggregation
 from fedpipe.federation.steps import RoundStep
 from fedpipe.federation.wire import WireStep
 from fedpipe.model.training import ModelSpec, model_spec_for
 from fedpipe.model.zoo import layer_groups, normalization_layers
-from fedpipe.strategy import Strategy, make_strategy, strategy_class
+from fedpipe.strategy import State, Strategy, make_strategy, strategy_class
+from fedpipe.strategy.aggregate import Weights
 from fedpipe.wire.compression import make_codec
 
 
@@ -379,3 +383,48 @@ def check_code(params: Params) -> None:
                 f"params.yaml: model.name={params.model.name!r} is a "
                 f"{type(builder).__name__}, not a function returning a keras.Model"
             )
+
+
+def round_inputs(
+    params: Params,
+    *,
+    round_: int,
+    spec: ModelSpec,
+    data: FederatedData,
+    weights: Weights,
+    server_state: State,
+    client_states: ClientStates,
+    key: bytes | None,
+) -> RoundInputs:
+    """Round ``round_``'s inputs from ``params`` and the state after the round
+    before it: the one place a round is assembled (the round stage reads the
+    state from the project's files; :func:`fedpipe.federation.loop.run_rounds`
+    carries it in memory). ``key``: the project's secret key when
+    :func:`needs_key`, else None."""
+    strategy = strategy_for(params)
+    server = private_strategy(strategy, privacy_for(params), seed=params.seed, key=key)
+    return RoundInputs(
+        round=round_,
+        seed=params.seed,
+        spec=spec,
+        data=data,
+        global_weights=weights,
+        server_state=server_state,
+        client_states=client_states,
+        strategy=secure_strategy(
+            server,
+            params,
+            key=key,
+            max_weight=max(len(c.y_train) for c in data.clients),
+            dimension=sum(int(np.size(w)) for w in weights),
+        ),
+        algorithm=client_algorithm_for(params, spec, strategy),
+        training=local_training(params, key),
+        clients_per_round=params.federation.clients_per_round(),
+        evaluation=client_evaluation(params),
+        failures=failure_policy(params),
+        planted=planted_faults(params),
+        steps=round_steps_for(params),
+        # keyed (secret) under DP only: amplification by sampling assumes it
+        sampling=client_sampling(params, key if params.privacy.mechanism else None),
+    )
