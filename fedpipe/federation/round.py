@@ -353,13 +353,7 @@ def run_round(
     steps = [step.start(inputs.round, inputs.sampled) for step in inputs.steps]
     selected = inputs.sampled(inputs.round)
     plan = _admitted(inputs, steps, _plan(inputs, selected))
-    jobs = client_jobs(inputs, list(plan.train), plan.train)
-    for step in [*steps, strategy]:  # what each reply carries on the wire
-        jobs = [step.client_job(inputs.round, job) for job in jobs]
-    returned = list(map_clients(jobs))
-    _check_order(returned, list(plan.train))
-    for step in [*steps, strategy]:  # decoded (unmasked) as it arrives
-        returned = step.receive(inputs.round, inputs.global_weights, returned)
+    returned = _exchanged(inputs, [*steps, strategy], plan, map_clients)
     results, excluded = _usable(returned, plan.excluded)
     usable = [r for r in results if r.client not in excluded]
     if len(usable) < max(1, inputs.failures.min_clients):
@@ -401,6 +395,26 @@ def run_round(
                      dead_units=dead)  # fmt: skip
     seconds = float(health.pop("seconds"))
     return RoundOutputs(weights, server_state, states, record, health, seconds)
+
+
+def _exchanged(
+    inputs: RoundInputs,
+    steps: Sequence[RoundStep],
+    plan: RoundPlan,
+    map_clients: MapClients,
+) -> list[ClientResult | ClientFailure]:
+    """The planned clients' replies, in job order: their jobs given what each
+    step puts on the wire (:meth:`RoundStep.client_job`), run by
+    ``map_clients``, and received by each step (:meth:`RoundStep.receive`:
+    decoded, unmasked)."""
+    jobs = client_jobs(inputs, list(plan.train), plan.train)
+    for step in steps:
+        jobs = [step.client_job(inputs.round, job) for job in jobs]
+    returned = list(map_clients(jobs))
+    _check_order(returned, list(plan.train))
+    for step in steps:
+        returned = step.receive(inputs.round, inputs.global_weights, returned)
+    return returned
 
 
 def _aggregate(
