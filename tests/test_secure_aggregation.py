@@ -179,6 +179,19 @@ def test_no_published_file_and_no_oracle_record_holds_one_clients_update(
         assert list((secure_run / f"models/round-{k}").glob("clients/client-*")) == []
 
 
+def test_the_doctor_says_what_it_cannot_see_and_every_check_runs(
+    secure_run: Path,
+) -> None:
+    from fedpipe.observe.doctor import diagnose
+    from fedpipe.observe.runfiles import SECURE_TEXT, load_run
+
+    run = load_run(secure_run)
+    assert SECURE_TEXT in (run.view_text or "")
+    findings = diagnose(run)
+    unreadable = [f for f in findings if f.code == "records-unreadable"]
+    assert unreadable == [], [e for f in unreadable for e in f.evidence]
+
+
 def test_the_round_records_the_protocol_and_its_bytes(secure_run: Path) -> None:
     summary = json.loads((secure_run / "metrics/rounds/round-2.json").read_text())
     protocol = summary["wire"]["secure_aggregation"]

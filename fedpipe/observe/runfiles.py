@@ -213,8 +213,18 @@ class RunFiles:
     def view_text(self) -> str | None:
         """One line saying which view of a DP run was read (None: ``full``), and
         one more naming the files left unread as not of this run, if any."""
-        lines = [VIEW_TEXT.get(self.view), ignored_text(self.ignored)]
+        lines = [VIEW_TEXT.get(self.view), self.secure_text, ignored_text(self.ignored)]
         return "\n".join(line for line in lines if line) or None
+
+    @property
+    def secure_text(self) -> str | None:
+        """What the doctor and the report cannot see under secure aggregation
+        (None without it): the server, and so every record, holds only the sum
+        of each round's updates."""
+        rounds = self.rounds.values()
+        if not any("secure_aggregation" in (r.get("wire") or {}) for r in rounds):
+            return None
+        return SECURE_TEXT
 
     @property
     def n_classes(self) -> int | None:
@@ -243,18 +253,27 @@ class RunFiles:
 #: what the doctor and the report say of the view they read (none for ``full``)
 VIEW_TEXT = {
     "oracle": (
-        "View: oracle. This DP run's per-client diagnostics (norms, losses, the "
+        "View: oracle. This private run's per-client diagnostics (norms, losses, the "
         f"sampled clients) were read from {layout.ORACLE_DIR}/, which is not "
         "published (git- and dvc-ignored); the published records hold the "
         "server's view only."
     ),
     "server": (
-        "View: server. This DP run's published records hold only what the server "
-        "may release (the noised model, epsilon, its own held-out evaluation); "
+        "View: server. This private run's published records hold only what the server "
+        "may release (the model, epsilon under DP, its own held-out evaluation); "
         f"without the oracle records ({layout.ORACLE_DIR}/) the per-client "
         "diagnostics are not available, so findings that need them are silent."
     ),
 }
+
+
+#: what the doctor and the report say under secure aggregation
+SECURE_TEXT = (
+    "Secure aggregation: the server saw only the sum of each round's updates, so "
+    "no record holds a client's update; the checks that read one (update norms "
+    "and cosines, aggregation weights, outlying and attacking clients, "
+    "per-client norm statistics) have nothing to read and are silent."
+)
 
 
 # ---------------------------------------------------------------- reading
