@@ -68,6 +68,15 @@ def round_summary(k: int, *, clients: list[int], rng: np.random.Generator) -> di
         "local_std": {
             name: round(float(rng.uniform(0.01, 0.06)), 6) for name in METRIC_NAMES
         },
+        "wire": {  # a 10,000-weight model sent as float32 both ways
+            "uplink": "none",
+            "clients_sent": len(clients),
+            "uplink_bytes": 40_000 * len(clients),
+            "downlink_bytes": 40_000 * len(clients),
+            "uplink_bytes_per_client": 40_000.0,
+            "downlink_bytes_per_client": 40_000.0,
+            "uplink_ratio": 1.0,
+        },
     }
 
 

@@ -69,9 +69,9 @@ def test_every_section_present_in_order(full_page: str) -> None:
     assert headings == [report.html.escape(t) for t in SECTION_TITLES.values()]
 
 
-def test_complete_run_has_five_plots_and_no_missing_notes(full_page: str) -> None:
+def test_complete_run_has_six_plots_and_no_missing_notes(full_page: str) -> None:
     plots = re.findall(r'<figure class="plot" data-plot="(\w+)"><svg ', full_page)
-    assert plots == ["metrics", "divergence", "norms", "labels", "skew"]
+    assert plots == ["metrics", "divergence", "norms", "labels", "skew", "wire"]
     assert 'class="missing"' not in full_page
 
 
@@ -212,7 +212,9 @@ def test_run_without_health_records_keeps_the_other_plots(tmp_path: Path) -> Non
     write_run(tmp_path)
     shutil.rmtree(tmp_path / "metrics/health")
     page = build_report(tmp_path, findings=[])
-    assert re.findall(r'data-plot="(\w+)"', page) == ["metrics", "labels", "skew"]
+    assert re.findall(r'data-plot="(\w+)"', page) == [
+        "metrics", "labels", "skew", "wire",
+    ]  # fmt: skip
     assert "rerun the rounds" in _section(page, "norms")
 
 
@@ -260,7 +262,9 @@ def test_unreadable_file_is_named_and_other_sections_render(tmp_path: Path) -> N
     assert "could not read the health records: JSONDecodeError" in _section(
         page, "divergence"
     )
-    assert re.findall(r'data-plot="(\w+)"', page) == ["metrics", "labels", "skew"]
+    assert re.findall(r'data-plot="(\w+)"', page) == [
+        "metrics", "labels", "skew", "wire",
+    ]  # fmt: skip
 
 
 def test_null_values_do_not_break_plots(tmp_path: Path) -> None:
@@ -283,6 +287,7 @@ def test_null_values_do_not_break_plots(tmp_path: Path) -> None:
         "norms",
         "labels",
         "skew",
+        "wire",
     ]
 
 

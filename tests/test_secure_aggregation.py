@@ -192,6 +192,15 @@ def test_the_doctor_says_what_it_cannot_see_and_every_check_runs(
     assert unreadable == [], [e for f in unreadable for e in f.evidence]
 
 
+def test_the_report_shows_the_bytes_and_the_protocol(secure_run: Path) -> None:
+    from fedpipe.observe.report import build_report
+
+    page = build_report(secure_run, findings=[])
+    assert 'data-plot="wire"' in page
+    assert "secure aggregation (secagg_plus): 4 neighbours, 3 shares" in page
+    assert "Secure aggregation: the server saw only the sum" in page
+
+
 def test_the_round_records_the_protocol_and_its_bytes(secure_run: Path) -> None:
     summary = json.loads((secure_run / "metrics/rounds/round-2.json").read_text())
     protocol = summary["wire"]["secure_aggregation"]

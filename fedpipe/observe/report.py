@@ -91,6 +91,7 @@ SECTION_TITLES = {
     "validation": "Data validation warnings",
     "labels": "Label distribution per client",
     "stats": "Federated statistics and feature skew",
+    "wire": "What crossed the wire",
     "doctor": "Doctor's findings",
     "lineage": "Lineage",
 }
@@ -719,6 +720,10 @@ def _note(text: str) -> str:
     return f'<p class="missing">{html.escape(text)}</p>'
 
 
+def _paragraph(text: str) -> str:
+    return f"<p>{html.escape(text)}</p>"
+
+
 def _fmt(value: Any, digits: int = 4) -> str:
     """A table cell: ``digits`` decimals, ``n/a`` for None / NaN, HTML-escaped."""
     return html.escape(fmt(value, digits, decimals=True))
@@ -1013,6 +1018,96 @@ _NO_HEALTH = (
 )
 
 
+def _wire_rows(run: RunFiles) -> list[tuple[int, dict[str, Any], float | None]]:
+    """``(round, wire block, global accuracy)`` of each round that counted its
+    bytes."""
+    out = []
+    for k, summary in sorted(run.rounds.items()):
+        wire = summary.get("wire")
+        if isinstance(wire, dict) and "uplink_bytes_per_client" in wire:
+            accuracy = (summary.get("global") or {}).get("accuracy")
+            out.append((k, wire, accuracy))
+    return out
+
+
+def wire_svg(rows: Sequence[tuple[int, Mapping[str, Any], float | None]]) -> str:
+    """The global model's held-out accuracy against the uplink bytes sent so far
+    (the round's total, or per client when only that is published)."""
+    total = all("uplink_bytes" in w for _, w, _ in rows)
+    key = "uplink_bytes" if total else "uplink_bytes_per_client"
+    sent = np.cumsum([float(w[key]) for _, w, _ in rows]) / 1e6
+    accuracy = [np.nan if a is None else a for *_, a in rows]
+    fig = _new_figure(6.0, 3.6)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.plot(sent, accuracy, marker="o", markersize=3, color="#1f77b4")
+    for (k, _, a), x in zip(rows, sent, strict=True):
+        if a is not None and (k == rows[0][0] or k == rows[-1][0]):
+            ax.annotate(f"round {k}", (x, a), fontsize=7, xytext=(3, -10),
+                        textcoords="offset points")  # fmt: skip
+    ax.set_xlabel("uplink MB sent so far" + ("" if total else " (per client)"))
+    ax.set_ylabel("global accuracy (held-out)")
+    ax.set_title("accuracy against bytes sent", y=1.0)
+    ax.grid(alpha=0.3)
+    _arrange(fig, [ax])
+    return _svg(fig, label="accuracy against uplink bytes")
+
+
+def _wire_section(run: RunFiles) -> str:
+    """Bytes up and down per round, the codec and its ratio, secure
+    aggregation's protocol bytes; accuracy against the bytes sent."""
+    from fedpipe.observe.history import human_bytes
+
+    rows = _wire_rows(run)
+    if not rows:
+        return _note(
+            f"not recorded: no round in {layout.ROUND_METRICS_DIR} counted its bytes "
+            "(rounds written before fedpipe did)"
+        )
+    last = rows[-1][1]
+    secure = last.get("secure_aggregation")
+    table_rows = []
+    for k, w, _ in rows:
+        up = (
+            human_bytes(w["uplink_bytes"])
+            if "uplink_bytes" in w
+            else f"{human_bytes(w['uplink_bytes_per_client'])}/client"
+        )
+        down = (
+            human_bytes(w["downlink_bytes"])
+            if "downlink_bytes" in w
+            else f"{human_bytes(w['downlink_bytes_per_client'])}/client"
+        )
+        ratio = w.get("uplink_ratio")
+        table_rows.append([
+            str(k), str(w.get("uplink", "none")), up, down,
+            human_bytes(w["uplink_bytes_per_client"]),
+            "-" if ratio is None else f"{ratio:.3g}",
+        ])  # fmt: skip
+    caption = (
+        f"uplink: {last.get('uplink', 'none')}; the ratio is a client's reply "
+        "against the model's float32 weights."
+    )
+    note = ""
+    if secure:
+        note = _paragraph(
+            f"secure aggregation ({secure['protocol']}): {secure['num_shares']} "
+            f"neighbours, {secure['reconstruction_threshold']} shares rebuild a "
+            f"secret, {secure['quantization_bits']} bits per value; beside its "
+            f"masked vector a client sends "
+            f"{human_bytes(secure['key_bytes_per_client'])} of keys and shares "
+            f"and {human_bytes(secure['reveal_bytes_per_client'])} to unmask; "
+            f"{secure['dropped_after_sharing']} client(s) dropped after sharing "
+            "in the last round."
+        )
+    return (
+        _plot(wire_svg(rows), caption, name="wire")
+        + _table(
+            ["round", "uplink", "up", "down", "up per client", "ratio"], table_rows
+        )
+        + note
+    )
+
+
 def _divergence_section(run: RunFiles) -> str:
     health = read_health(run)
     if not any(record.get("layers") for record in health):
@@ -1215,6 +1310,7 @@ def build_report(
         "validation": (lambda: _validation_section(root), "the validation"),
         "labels": (lambda: _labels_section(run), "the partition"),
         "stats": (lambda: _stats_section(root), "the client statistics"),
+        "wire": (lambda: _wire_section(run), "the round metrics' wire blocks"),
         "doctor": (lambda: render_findings(found, doctor_note), "the findings"),
         "lineage": (
             lambda: render_lineage(read_lineage(run)),
