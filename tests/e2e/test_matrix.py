@@ -6,6 +6,7 @@ docs/matrix.md, from the script)."""
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -49,15 +50,22 @@ def test_every_pair_of_levels_runs_in_some_row_or_is_refused_by_a_rule(
 def test_a_row_runs_and_keeps_the_invariants_or_is_refused_by_name(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
+    # secure aggregation with the clients' distributed DP noise, through the CLI
+    # (the round stage's load_round, a Prefect run, DVC), the same bits twice
     row = {name: next(iter(levels)) for name, levels in matrix.FACTORS.items()}
-    row |= {"data": "mixed", "privacy": "central_fixed", "evaluation": "participants"}
+    row |= {"data": "mixed", "privacy": "distributed", "wire": "secagg",
+            "evaluation": "participants"}  # fmt: skip
     done = matrix.run_row(0, row, tmp_path, cli_env, repeat=True)
     assert done.outcome == "ok", done.detail
     assert "same bits" in done.detail
+    summary = json.loads((tmp_path / "row-00/p/metrics/rounds/round-2.json").read_text())
+    assert summary["privacy"]["accountant"] == "rdp-skellam"
+    assert summary["wire"]["secure_aggregation"]["protocol"] == "secagg_plus"
     refused = row | {"attack": "ipm"}  # reads raw updates that DP keeps private
     done = matrix.run_row(1, refused, tmp_path, cli_env, repeat=False)
     assert done.outcome == "refused", done.detail
-    assert "privacy.mechanism=central" in done.detail and "attack.name" in done.detail
+    assert "privacy.mechanism=distributed" in done.detail
+    assert "attack.name" in done.detail
     assert not (tmp_path / "row-01/p/dvc.lock").exists()
     assert "\n" not in done.detail
 
