@@ -292,7 +292,7 @@ def _lift_pairs(
     """Drop the refusal of a pair whose level is refused alone only for want of
     a third factor's level (``privacy=distributed`` without ``wire=secagg``):
     the pair runs when a lifting level (:func:`lifters`) joins it."""
-    for (d, fa, la, fb, lb) in list(out):
+    for d, fa, la, fb, lb in list(out):
         if d != data or (fa, la) == (fb, lb):
             continue
         for f, lv in ((fa, la), (fb, lb)):

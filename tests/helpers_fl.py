@@ -316,7 +316,9 @@ def run_federation(
             failures=failures or FailurePolicy(min_clients=min_clients),
             planted=planted or PlantedFaults(),
             steps=steps,
-            sampling=client_sampling(params, dp_key if params.privacy.mechanism else None),
+            sampling=client_sampling(
+                params, dp_key if params.privacy.mechanism else None
+            ),
         )
         try:
             mapped = run_here(runner)

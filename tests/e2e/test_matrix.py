@@ -58,7 +58,9 @@ def test_a_row_runs_and_keeps_the_invariants_or_is_refused_by_name(
     done = matrix.run_row(0, row, tmp_path, cli_env, repeat=True)
     assert done.outcome == "ok", done.detail
     assert "same bits" in done.detail
-    summary = json.loads((tmp_path / "row-00/p/metrics/rounds/round-2.json").read_text())
+    summary = json.loads(
+        (tmp_path / "row-00/p/metrics/rounds/round-2.json").read_text()
+    )
     assert summary["privacy"]["accountant"] == "rdp-skellam"
     assert summary["wire"]["secure_aggregation"]["protocol"] == "secagg_plus"
     refused = row | {"attack": "ipm"}  # reads raw updates that DP keeps private
