@@ -20,8 +20,9 @@ Per run cell: the global model's held-out accuracy after the last round (mean ±
 std over seeds); from the last round record's ``wire`` block the uplink bytes per
 client (what each reply carried), SecAgg+'s key-agreement and reveal bytes per
 client (its ``secure_aggregation`` block, apart), the uplink's ratio to float32
-weights and the downlink bytes per client; wall seconds per round (mean over
-rounds and seeds); and epsilon at delta (the last round's ``privacy`` block).
+weights and the downlink bytes per client; wall seconds per round (the median
+over a run's rounds, mean over seeds); and epsilon at delta with its accountant
+(the last round's ``privacy`` block).
 
     python scripts/wire_table.py [--seeds 0 1 2] [--rounds 10]
         [--datasets mnist5k breast_cancer] [--uplinks none int8 qsgd4 topk1]
@@ -299,7 +300,8 @@ def run_cell(params: Params, data: Any, spec: Any, scratch: Path) -> dict[str, A
         else None
     )
     runner = runner_for(spec)
-    seconds, last = [], None
+    seconds: list[float] = []
+    last = None
     started = time.perf_counter()
     for out in run_rounds(
         params, spec=spec, data=data, runner=runner,
@@ -325,7 +327,8 @@ def run_cell(params: Params, data: Any, spec: Any, scratch: Path) -> dict[str, A
             else None
         ),
         "epsilon": (last.get("privacy") or {}).get("epsilon"),
-        "seconds_per_round": statistics.mean(seconds),
+        "seconds_per_round": statistics.median(seconds),
+        "seconds_by_round": [round(t, 3) for t in seconds],
         "wire": wire,
         "privacy": last.get("privacy"),
     }
@@ -397,6 +400,7 @@ def _summarized(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "downlink_bytes_per_client": last["downlink_bytes_per_client"],
         "seconds_per_round": statistics.mean(r["seconds_per_round"] for r in runs),
         "epsilon": max(eps) if eps else None,
+        "accountant": (last["privacy"] or {}).get("accountant"),
         "runs": runs,
     }
 
@@ -457,7 +461,9 @@ def markdown_row(row: dict[str, Any]) -> str:
     )
     if _not_run(row):
         return f"{head} {_not_run(row)} | | | | | | |"
-    eps = "-" if row["epsilon"] is None else f"{row['epsilon']:.3g}"
+    eps = "-"
+    if row["epsilon"] is not None:
+        eps = f"{row['epsilon']:.3g} ({row['accountant']})"
     ratio = "-" if row["uplink_ratio"] is None else f"{row['uplink_ratio']:.4f}"
     return (
         f"{head} {_accuracy(row)} | {_bytes(row['uplink_bytes_per_client'])} "
@@ -489,12 +495,25 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "feedback.",
         "",
         "Bytes are from the last round record's `wire` block: uplink B/client is "
-        "what each reply carried (under SecAgg+ the masked vector), the SecAgg+ "
-        "column its key agreement (public keys, share ciphertexts) and its "
-        "reveal of shares; uplink / float32 the reply against the model's "
-        "float32 weights. s/round: wall seconds, mean over rounds and seeds, "
-        "on 2 shared CPU cores. A refused cell names the params rule "
+        "what each reply carried (under SecAgg+ the masked vector: every "
+        "quantized value in a 32-bit word modulo 2^32, and without DP one more "
+        "word for the client's weight, so its ratio is 1), the SecAgg+ column "
+        "its key agreement (public keys, share ciphertexts) and its reveal of "
+        "shares; uplink / float32 the reply against the model's float32 "
+        "weights; the downlink is the float32 model either way. s/round: wall "
+        "seconds, the median over a run's rounds (the first round of the first "
+        "cell compiles the model), mean over seeds, on 2 CPU cores shared with "
+        "other work: compare them loosely. A refused cell names the params rule "
         "(fedpipe/config/wire.py) and is not run.",
+        "",
+        "ε is not comparable between the two mechanisms at the same σ: central "
+        "DP's accountant (`rdp-fixed`, m of n clients sampled without "
+        "replacement) bounds replace-one neighbours (one client's data swapped "
+        "for another's: sensitivity 2C), distributed DP's (`rdp-skellam`, no "
+        "amplification by sampling) add/remove-one (sensitivity C, plus the "
+        "rounding to integers). With every client in every round neither gets "
+        "amplification; at these settings ε is large either way: it is reported, "
+        "not a privacy claim.",
     ]
     for name in meta["datasets"]:
         lines += ["", f"## {name}: {DATASETS[name].label}", "", HEADER]
