@@ -506,14 +506,16 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "other work: compare them loosely. A refused cell names the params rule "
         "(fedpipe/config/wire.py) and is not run.",
         "",
-        "ε is not comparable between the two mechanisms at the same σ: central "
-        "DP's accountant (`rdp-fixed`, m of n clients sampled without "
-        "replacement) bounds replace-one neighbours (one client's data swapped "
-        "for another's: sensitivity 2C), distributed DP's (`rdp-skellam`, no "
-        "amplification by sampling) add/remove-one (sensitivity C, plus the "
-        "rounding to integers). With every client in every round neither gets "
-        "amplification; at these settings ε is large either way: it is reported, "
-        "not a privacy claim.",
+        "ε compares between the two mechanisms at one σ: both accountants bound "
+        "replace-one neighbours (one client's data swapped for another's, "
+        "sensitivity 2C): central DP's `rdp-fixed` (m of n clients without "
+        "replacement; with every client in every round, no amplification) and "
+        "distributed DP's `rdp-skellam` (the Skellam bound, on the integers, so "
+        "slightly above). At these settings ε is large either way: it is "
+        "reported, not a privacy claim. The secret key is made afresh in each "
+        "invocation's scratch folder, so the cells with DP or secure aggregation "
+        "draw other noise (and other roundings) each time the table is made; "
+        "the other cells are the same bits every time.",
     ]
     for name in meta["datasets"]:
         lines += ["", f"## {name}: {DATASETS[name].label}", "", HEADER]

@@ -16,6 +16,8 @@ import pytest
 from helpers_fl import run_federation, runner_for
 
 from fedpipe.config.params import ParamsError, parse_params
+from fedpipe.config.privacy import Privacy
+from fedpipe.federation.privacy.accountant import central_epsilon
 from fedpipe.federation.secure import HEALTH_NOTE
 from fedpipe.model.trainer import ClientFailure, ClientJob, ClientResult, run_client
 from fedpipe.strategy import ClientUpdate, make_strategy
@@ -257,7 +259,7 @@ def _independent_epsilon(
 def test_distributed_dp_epsilon_matches_an_independent_computation(
     tmp_path: Path,
 ) -> None:
-    z, clip, delta, clients, min_clients = 1.2, 1.0, 1e-3, 5, 4
+    z, clip, delta, clients, min_clients = 1.2, 1.0, 1e-3, 5, 5
     weights: list = []
     summaries = run_federation(
         tmp_path, clients=clients, rounds=3, n_samples=500, wire=SECURE,
@@ -267,9 +269,10 @@ def test_distributed_dp_epsilon_matches_an_independent_computation(
     )  # fmt: skip
     d = sum(w.size for w in weights[0])
     s = ((1 << 19) - 1) / 8.0  # defaults: 20 bits, clipping range 8
-    l2 = s * clip + math.sqrt(d)
+    l2 = s * clip + math.sqrt(d)  # one client's contribution, integers
     l1 = min(math.sqrt(d) * l2, l2 * l2)
     mu_client = (z * l2) ** 2 / 2 / clients
+    l1, l2 = 2 * l1, 2 * l2  # replace-one, as central DP's rdp-fixed
     for k, summary in enumerate(summaries, start=1):
         p = summary["privacy"]
         assert p["accountant"] == "rdp-skellam" and p["mechanism"] == "distributed"
@@ -278,6 +281,12 @@ def test_distributed_dp_epsilon_matches_an_independent_computation(
         )
         assert p["epsilon"] == pytest.approx(expected, rel=1e-6)
     assert summaries[0]["privacy"]["epsilon"] < summaries[2]["privacy"]["epsilon"]
+    # every client every round, every share counted: the Gaussian mechanism's
+    # epsilon at the same sigma (central DP, replace-one), within 5 %
+    central = Privacy(mechanism="central", clip_norm=clip, noise_multiplier=z,
+                      delta=delta, n_clients=clients, per_round=clients)  # fmt: skip
+    gaussian = central_epsilon(central, 3)
+    assert summaries[2]["privacy"]["epsilon"] == pytest.approx(gaussian, rel=0.05)
 
 
 # ---------------------------------------------------------------- the rules

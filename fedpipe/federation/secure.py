@@ -316,9 +316,17 @@ class SecureAggregation(StrategyWrapper):
     # ------------------------------------------------------------ distributed DP
 
     def _sensitivity(self) -> tuple[float, float]:
+        """One client's (l1, l2) in the integer domain (add or remove it)."""
         assert self.privacy is not None
         s = secagg.scale(self.clipping_range, self.quantization_bits)
         return integer_sensitivity(self.privacy.clip_norm, s, self.dimension)
+
+    def _accounted_sensitivity(self) -> tuple[float, float]:
+        """What the accountant bounds: replace one client by another, twice
+        :meth:`_sensitivity` (as central DP's fixed-size accountant,
+        ``rdp-fixed``, does: at one noise multiplier the two epsilons compare)."""
+        l1, l2 = self._sensitivity()
+        return 2 * l1, 2 * l2
 
     def _sum_mu(self) -> float:
         """The Skellam mu of the sum of the expected clients' noise."""
@@ -345,7 +353,7 @@ class SecureAggregation(StrategyWrapper):
         from fedpipe.federation.privacy.distributed import skellam_epsilon
 
         assert self.privacy is not None
-        l1, l2 = self._sensitivity()
+        l1, l2 = self._accounted_sensitivity()
         epsilon, _ = skellam_epsilon(
             rounds=[self._round_mu()] * round_, l1=l1, l2=l2, delta=self.privacy.delta
         )
@@ -371,7 +379,7 @@ class SecureAggregation(StrategyWrapper):
         assert self.privacy is not None and self.epsilon is not None
         p = self.privacy
         value = finite_or_inf(self.epsilon)
-        l1, l2 = self._sensitivity()
+        l1, l2 = self._accounted_sensitivity()
         return {
             "epsilon": None if value is None else round(value, 6),
             "delta": p.delta,
@@ -382,6 +390,7 @@ class SecureAggregation(StrategyWrapper):
             "clip_norm": round(p.clip_norm, 6),
             "skellam_mu_per_client": round(self._client_mu(), 3),
             "skellam_mu_accounted": round(self._round_mu(), 3),
+            "neighbours": "replace one client",
             "l2_sensitivity": round(l2, 3),
             "l1_sensitivity": round(l1, 3),
         }
