@@ -80,6 +80,7 @@ def test_full_report_renders_every_plot(page: Page, tmp_path: Path) -> None:
         "norms",
         "labels",
         "skew",
+        "wire",
     ]
     for plot in seen["plots"]:
         assert plot["width"] > 100 and plot["height"] > 100, plot

@@ -112,7 +112,8 @@ def test_int8_sends_under_0_3_and_topk_1_percent_under_0_05_of_float32(
 
 def test_the_round_line_shows_the_bytes(byte_runs: dict) -> None:
     line = progress_line(byte_runs["topk"][0], 2, 1.0)
-    assert "↑ " in line and "↓ " in line and "(topk 0.02" in line
+    assert "↑ " in line and "↓ " in line and ", topk 0.02" in line
+    assert line.endswith("×)")  # inside the line's parentheses
 
 
 def test_error_feedback_keeps_the_residual_as_client_state(tmp_path: Path) -> None:

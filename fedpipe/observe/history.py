@@ -78,29 +78,29 @@ def progress_line(summary: Mapping[str, Any], rounds: int, seconds: float) -> st
         f"global acc {fmt(g['accuracy'])} loss {fmt(g['loss'])}  |  "
         f"local acc {fmt(lo['accuracy'])} ± {fmt(sd['accuracy'])} "
         f"loss {fmt(lo['loss'])}  "
-        f"({clients}, {seconds:.1f} s)"
-        + wire_text(summary)
+        f"({clients}, {seconds:.1f} s{wire_text(summary)})"
         + privacy_text(summary, short=True)
     )
 
 
 def wire_text(summary: Mapping[str, Any]) -> str:
-    """``"  ↑ 1.2 MB ↓ 4.7 MB"``: the round's bytes up and down (with the
-    codec and its ratio to float32 weights when the uplink is compressed);
-    empty for a record without them. Under DP the published record keeps only
-    the per-client figures: then those, marked ``/client``."""
+    """``", ↑ 1.2 MB ↓ 4.7 MB"``: the round's bytes up and down (with the
+    codec and its ratio to float32 weights when the uplink is compressed), for
+    the round line's parentheses; empty for a record without them. Under DP
+    the published record keeps only the per-client figures: then those,
+    marked ``/client``."""
     w = summary.get("wire")
     if not w:
         return ""
     if "uplink_bytes" in w:
-        text = (
-            f"  ↑ {human_bytes(w['uplink_bytes'])} ↓ {human_bytes(w['downlink_bytes'])}"
-        )
+        up, down = human_bytes(w["uplink_bytes"]), human_bytes(w["downlink_bytes"])
+        text = f", ↑ {up} ↓ {down}"
     else:
-        up, down = w["uplink_bytes_per_client"], w["downlink_bytes_per_client"]
-        text = f"  ↑ {human_bytes(up)}/client ↓ {human_bytes(down)}/client"
+        up = human_bytes(w["uplink_bytes_per_client"])
+        down = human_bytes(w["downlink_bytes_per_client"])
+        text = f", ↑ {up}/client ↓ {down}/client"
     if w.get("uplink", "none") != "none" and w.get("uplink_ratio") is not None:
-        text += f" ({w['uplink']} {w['uplink_ratio']:.3g}×)"
+        text += f", {w['uplink']} {w['uplink_ratio']:.3g}×"
     return text
 
 

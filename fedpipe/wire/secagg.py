@@ -52,6 +52,7 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from fedpipe.core.errors import FedpipeError
 from fedpipe.core.secretkey import derived_key
 from fedpipe.wire import shamir
 
@@ -78,7 +79,7 @@ _NONCE = bytes(12)  # every AEAD key encrypts one message (see _aead_key)
 _STREAM_NONCE = bytes(16)  # every PRG key gives one stream
 
 
-class UnmaskError(ValueError):
+class UnmaskError(FedpipeError, ValueError):
     """Too few shares to rebuild a client's mask: too many clients dropped out."""
 
 
