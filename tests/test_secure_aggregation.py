@@ -141,17 +141,38 @@ def test_quantization_error_against_float_fedavg_is_within_its_bound(
     assert 0 < error <= bound, (error, bound)
 
 
-def test_too_many_dropouts_stop_the_round_naming_the_client(tmp_path: Path) -> None:
+def test_too_many_dropouts_keep_the_model_naming_the_client(tmp_path: Path) -> None:
+    """Three of five dropped after sharing: each survivor's self-mask has two
+    shares left, threshold three. Nothing is revealed; the round keeps the
+    previous model and says why, and the federation goes on."""
     recorder = Recorder((0, 1, 2))
+    weights: list = []
     summaries = run_federation(
         tmp_path, clients=5, rounds=1, n_samples=500, map_clients=recorder,
+        weights_out=weights,
         wire={"secure_aggregation": {"name": "secagg_plus", "num_shares": 4,
                                      "reconstruction_threshold": 3}},
     )  # fmt: skip
-    assert summaries == []
-    oracle = json.loads((tmp_path / ".fedpipe/oracle/round-1.json").read_text())
-    stopped = oracle["health"]["stopped"]
-    assert "secure aggregation: client" in stopped and "threshold 3" in stopped
+    kept = summaries[0]["model_kept"]
+    assert kept.startswith("secure aggregation: client") and "threshold 3" in kept
+    assert summaries[0]["wire"]["secure_aggregation"]["unmasked"] is False
+    for before, after in zip(weights[0], weights[1], strict=True):
+        assert before.tobytes() == after.tobytes()
+
+
+def test_a_data_attack_trains_poisoned_and_is_summed_like_any_client(
+    tmp_path: Path,
+) -> None:
+    """A label flip poisons the client's data; its masked reply is summed as
+    sent (there is no update for the server to tamper with)."""
+    from fedpipe.federation.attacks import AttackPlan, make_attack
+
+    plan = AttackPlan(make_attack("label_flip_all"), (1,), seed=0)
+    summaries = run_federation(
+        tmp_path, clients=5, rounds=1, n_samples=500, wire=SECURE, attack=plan
+    )
+    assert summaries[0]["malicious"] == [1]
+    assert "model_kept" not in summaries[0]
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,9 @@ round never learns what it does. In each round it plays the SecAgg+ protocol
    2^32; the surviving neighbours reveal their shares (of a survivor's self-mask,
    of a dropped client's mask key: clients that dropped out, failed or missed
    the deadline after sharing), and the server removes the masks. It keeps only
-   the sum; each reply it passes on has no weights.
+   the sum; each reply it passes on has no weights. When some secret has fewer
+   than t shares left, nothing is revealed and the round keeps the previous
+   model (:meth:`~SecureAggregation.too_few`, recorded as ``model_kept``).
 4. :meth:`~SecureAggregation.aggregate_round`: the inner strategy's server step
    on one update, the mean the sum gives (weighted by the clients' samples; under
    distributed DP over the expected clients, as central DP's).
@@ -118,6 +120,7 @@ class SecureAggregation(StrategyWrapper):
         self.total: np.ndarray | None = None
         self.survivors: list[int] = []
         self.dropped: list[int] = []
+        self.unmasked: str | None = None  # why the sum could not be unmasked
 
     def __repr__(self) -> str:
         return f"SecureAggregation({self.inner!r})"
@@ -227,11 +230,19 @@ class SecureAggregation(StrategyWrapper):
                 round_=round_,
             )
         except secagg.UnmaskError as exc:
-            message = f"round {round_}: {exc}"
-            raise RoundFailed(
-                message, {"round": round_, "clients": [], "stopped": message}
-            ) from None
+            # nothing was revealed: the round keeps the previous model, as one
+            # with too few updates for its strategy does (recorded), and the
+            # next round draws a new graph
+            self.total, self.unmasked = None, str(exc)
         return out
+
+    def too_few(self, n_updates: int) -> str | None:
+        """Why the round keeps the previous model: the sum could not be
+        unmasked (too many clients dropped out after sharing), or the inner
+        strategy's own reason."""
+        if self.unmasked is not None:
+            return self.unmasked
+        return self.inner.too_few(n_updates)
 
     def aggregate_round(
         self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State
@@ -307,6 +318,7 @@ class SecureAggregation(StrategyWrapper):
             "quantization_bits": self.settings.quantization_bits,
             "clipping_range": self.settings.clipping_range,
             "dropped_after_sharing": len(self.dropped),
+            "unmasked": self.unmasked is None,
             "key_bytes_per_client": per_client.public_keys + per_client.ciphertexts,
             "masked_vector_bytes": per_client.masked_vector,
             "reveal_bytes_per_client": per_client.revealed_shares,

@@ -201,6 +201,11 @@ class AttackStep(RoundStep):
     def on_results(self, round_: int, before: Weights, results: list[D]) -> list[D]:
         # after the non-finite results were left out: an omniscient attack
         # computed over a NaN would be NaN
+        if any(not r.update.weights for r in results):
+            # replies the server never saw alone (secure aggregation's masked
+            # ones): nothing to forge; a data attack already trained poisoned
+            # (fedpipe.config.wire refuses a forging attack with it)
+            return results
         return tampered_results(self.plan, round_, before, results)
 
     def record(self, fields: dict[str, Any]) -> dict[str, Any]:
