@@ -1,5 +1,5 @@
 """What every fedpipe command pays before it starts: importing TensorFlow and Keras,
-with and without :mod:`fedpipe.app.deferred` (the API modules fedpipe never uses
+with and without :mod:`fedpipe_app.deferred` (the API modules fedpipe never uses
 loaded on first use).
 
 Two variants, each in a fresh interpreter, alternating, ``--repeats`` times:
@@ -9,7 +9,7 @@ Two variants, each in a fresh interpreter, alternating, ``--repeats`` times:
   project where every stage is up to date (the whole process, start to exit): the
   start-up a person waits for when nothing needs doing.
 
-The *shipped* side runs the same code with :func:`fedpipe.app.deferred.install`
+The *shipped* side runs the same code with :func:`fedpipe_app.deferred.install`
 replaced by a no-op. Medians are reported, with the ratio deferred / shipped. Run
 from the repository root:
 
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 IMPORT = """
 import json, sys, time
-from fedpipe.app import deferred, tfnotices
+from fedpipe_app import deferred, tfnotices
 tfnotices.install()
 if {defer}:
     deferred.install()
@@ -44,7 +44,7 @@ print(json.dumps({{"s": time.perf_counter() - t,
 
 NOOP_RUN = """
 import sys
-from fedpipe.app import cli, deferred
+from fedpipe_app import cli, deferred
 if not {defer}:
     deferred.install = lambda *a, **k: None
 sys.exit(cli.main(["run", "--no-server-start", "--no-report"]))

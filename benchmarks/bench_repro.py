@@ -35,7 +35,7 @@ from pathlib import Path
 import yaml
 from bench_cache import QUIET, private_prefect_server
 
-from fedpipe.app.stageclient import DIR_ENV, stop_workers
+from fedpipe_app.stageclient import DIR_ENV, stop_workers
 
 BIN = Path(sys.executable).parent
 FEDPIPE = str(BIN / "fedpipe")

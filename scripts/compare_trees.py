@@ -19,8 +19,8 @@ How a variant runs
 With ``sys.executable -m <cli> ...``, the environment's ``PYTHONPATH`` set to the
 tree (it takes precedence over an editable install of fedpipe; a module a tree
 lacks would still come from that install) and the project directory as working
-directory. ``<cli>`` is ``fedpipe.app.cli`` when the tree has
-``fedpipe/app/cli.py``, else ``fedpipe.cli``.
+directory. ``<cli>`` is ``fedpipe_app.cli`` when the tree has
+``fedpipe_app/cli.py``, else ``fedpipe.cli``.
 
 * A *fresh* variant: ``<cli> init project`` (git, DVC, the tree's own
   ``dvc.yaml`` and ``params.yaml`` templates), its data copied in (``table``,
@@ -122,7 +122,7 @@ import yaml
 EXIT_SAME, EXIT_DIFFERENT, EXIT_USAGE = 0, 1, 2
 TREES = ("before", "after")
 CLI_MODULES = (
-    ("fedpipe/app/cli.py", "fedpipe.app.cli"),
+    ("fedpipe_app/cli.py", "fedpipe_app.cli"),
     ("fedpipe/cli.py", "fedpipe.cli"),
 )
 RUN_TIMEOUT_S = 600.0  # one command (init or run) of one variant
@@ -555,7 +555,7 @@ def resolve_tree(label: str, raw: str) -> Tree:
     Raises
     ------
     UsageError
-        Not a directory, or neither ``fedpipe/app/cli.py`` nor ``fedpipe/cli.py``
+        Not a directory, or neither ``fedpipe_app/cli.py`` nor ``fedpipe/cli.py``
         in it.
     """
     path = Path(raw).expanduser()

@@ -262,8 +262,8 @@ def refusals() -> Refusals:
     """
     import itertools
 
-    from fedpipe.app.project import template_text
     from fedpipe.config.params import ParamsError, parse_params
+    from fedpipe_app.project import template_text
 
     raw = yaml.safe_load(template_text("params.yaml"))
     raw["round_chain"] = {k: k - 1 for k in range(1, BASE["federation"]["rounds"] + 1)}

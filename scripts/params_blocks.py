@@ -3,7 +3,7 @@
 Prints, per section, every setting the registered components declare, with its
 ``params.yaml`` default and a comment naming the components that read it and
 what it means (its ``help``), in the layout of the commented ``params.yaml``:
-what to paste into ``params.yaml`` and ``fedpipe/app/templates/params.yaml.in``
+what to paste into ``params.yaml`` and ``fedpipe_app/templates/params.yaml.in``
 for a new component's key. ``tests/test_registry.py`` checks both files list
 every declared key with its default.
 

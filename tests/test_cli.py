@@ -70,7 +70,7 @@ def test_init_refuses_to_overwrite(tmp_path: Path) -> None:
 
 
 def test_no_command_prints_where_to_start(capsys: pytest.CaptureFixture) -> None:
-    from fedpipe.app.cli import main
+    from fedpipe_app.cli import main
 
     assert main([]) == 0
     out = capsys.readouterr().out
@@ -79,7 +79,7 @@ def test_no_command_prints_where_to_start(capsys: pytest.CaptureFixture) -> None
     steps = [line.split()[1] for line in lines if line.startswith("  fedpipe")]
     assert len(steps) == len(set(steps)), f"a command listed twice: {steps}"
     # every command named there exists
-    from fedpipe.app.cli import build_parser
+    from fedpipe_app.cli import build_parser
 
     for command in steps:
         build_parser().parse_args([command] if command != "init" else [command, "x"])
@@ -90,7 +90,7 @@ def test_every_command_help_ends_with_examples_that_parse() -> None:
     import argparse
     import shlex
 
-    from fedpipe.app.cli import EXAMPLES, _with_examples, build_parser
+    from fedpipe_app.cli import EXAMPLES, _with_examples, build_parser
 
     parser = build_parser()
     _with_examples(parser)

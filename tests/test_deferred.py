@@ -1,4 +1,4 @@
-"""fedpipe.app.deferred: the API modules fedpipe never uses are not executed by
+"""fedpipe_app.deferred: the API modules fedpipe never uses are not executed by
 ``import tensorflow, keras``, and still work when a user's code reads them.
 
 Each case runs in a fresh interpreter (what is imported is the point)."""
@@ -11,14 +11,14 @@ import sys
 
 import pytest
 
-from fedpipe.app import deferred
+from fedpipe_app import deferred
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 PROBE = """
 import json, sys
 if {install}:
-    from fedpipe.app import deferred
+    from fedpipe_app import deferred
     deferred.install()
 import tensorflow as tf, keras
 seen = {{
@@ -68,7 +68,7 @@ seen["pyplot_now"] = "matplotlib.pyplot" in sys.modules
 def test_install_is_once_and_the_cli_installs_it() -> None:
     code = """
 import sys
-from fedpipe.app import cli, deferred
+from fedpipe_app import cli, deferred
 cli._quiet_env()
 deferred.install()
 print(sum(isinstance(f, deferred._Deferring) for f in sys.meta_path))
@@ -94,7 +94,7 @@ def test_the_run_imports_no_privacy_accountant_until_a_run_has_privacy() -> None
     which the privacy rounds import when they first spend."""
     code = """
 import json, sys
-from fedpipe.app import deferred, tfnotices
+from fedpipe_app import deferred, tfnotices
 tfnotices.install()
 deferred.install()
 import flows.pipeline

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedpipe.app.exits import exit_code, known_failure
 from fedpipe.core import atomic
 from fedpipe.core.diskspace import DiskFullError, disk_full_in, human_bytes
 from fedpipe.core.errors import FedpipeError
+from fedpipe_app.exits import exit_code, known_failure
 
 
 def _full(filename: str | None = None) -> OSError:

@@ -92,7 +92,7 @@ def test_commands_parse(page: Path) -> None:
     from dvc.cli import DvcParserError
     from dvc.cli import parse_args as dvc_parse
 
-    from fedpipe.app.cli import _with_examples, build_parser
+    from fedpipe_app.cli import _with_examples, build_parser
 
     parser = build_parser()
     _with_examples(parser)

@@ -22,12 +22,12 @@ import pytest
 import yaml
 from helpers_fl import run_federation, scaled_inputs, shuffled_labels
 
-from fedpipe.app.cli import main
 from fedpipe.config import layout
 from fedpipe.config.params import round_chain
 from fedpipe.core.jsonio import write_json
 from fedpipe.federation.attacks import AttackPlan, make_attack
 from fedpipe.observe.doctor import SIDES, Finding, codes, diagnose, robust_z
+from fedpipe_app.cli import main
 
 TINY = {"lr": 0.1, "epochs": 2, "rounds": 4}
 SMALL = dict(TINY, n_samples=500, clients=5)

@@ -1,5 +1,5 @@
 """One error hierarchy (fedpipe.core.errors) and the exit status of each way a
-command ends (fedpipe.app.cli.main, fedpipe.app.exits)."""
+command ends (fedpipe_app.cli.main, fedpipe_app.exits)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from fedpipe.app import cli, exits
 from fedpipe.core.errors import EXIT_BAD_PARAMS, EXIT_FAILED, FedpipeError
+from fedpipe_app import cli, exits
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("fedpipe", "orchestration", "tasks", "flows")
 CLI_SOURCES = [
-    ROOT / "fedpipe/app/cli.py",
-    ROOT / "fedpipe/app/exits.py",
-    *sorted((ROOT / "fedpipe/app/commands").glob("*.py")),
+    ROOT / "fedpipe_app/cli.py",
+    ROOT / "fedpipe_app/exits.py",
+    *sorted((ROOT / "fedpipe_app/commands").glob("*.py")),
 ]
 
 
@@ -147,7 +147,7 @@ def test_a_fedpipe_error_ends_with_its_exit_code(
         exit_code = code
 
     monkeypatch.setattr(
-        "fedpipe.app.commands.status.cmd_status", _raising(Refused("no: why"))
+        "fedpipe_app.commands.status.cmd_status", _raising(Refused("no: why"))
     )
     assert _main(project, "status") == code
     assert capsys.readouterr().err == "error: no: why\n"
@@ -160,7 +160,7 @@ def test_a_value_or_missing_file_from_below_is_one_line_and_status_1(
     capsys: pytest.CaptureFixture[str],
     exc: Exception,
 ) -> None:
-    monkeypatch.setattr("fedpipe.app.commands.status.cmd_status", _raising(exc))
+    monkeypatch.setattr("fedpipe_app.commands.status.cmd_status", _raising(exc))
     assert _main(project, "status") == EXIT_FAILED
     assert capsys.readouterr().err == f"error: {exc}\n"
 
@@ -169,7 +169,7 @@ def test_a_bug_keeps_its_traceback(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bug = RuntimeError("a bug")
-    monkeypatch.setattr("fedpipe.app.commands.status.cmd_status", _raising(bug))
+    monkeypatch.setattr("fedpipe_app.commands.status.cmd_status", _raising(bug))
     with pytest.raises(RuntimeError, match="a bug"):
         _main(project, "status")
 
@@ -211,7 +211,7 @@ def test_a_stopped_run_ends_with_128_plus_the_signal(
     stop,  # type: ignore[no-untyped-def]
     code: int,
 ) -> None:
-    module = f"fedpipe.app.commands.{command}.cmd_{command}"
+    module = f"fedpipe_app.commands.{command}.cmd_{command}"
     monkeypatch.setattr(module, _raising(stop()))
     argv = [command, "partition"] if command == "stage" else [command]
     assert _main(project, *argv) == code
@@ -223,7 +223,7 @@ def test_an_interrupt_outside_run_and_stage_is_raised(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        "fedpipe.app.commands.status.cmd_status", _raising(KeyboardInterrupt())
+        "fedpipe_app.commands.status.cmd_status", _raising(KeyboardInterrupt())
     )
     with pytest.raises(KeyboardInterrupt):
         _main(project, "status")

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 from helpers_fl import run_federation
 
-from fedpipe.app.exits import known_failure as _known_failure
 from fedpipe.client import LocalTraining, make_client
 from fedpipe.config import layout
 from fedpipe.config.params import ParamsError, parse_params, round_chain
@@ -38,6 +37,7 @@ from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 from fedpipe.observe.doctor import codes, diagnose
 from fedpipe.observe.history import progress_line
 from fedpipe.strategy import make_strategy
+from fedpipe_app.exits import known_failure as _known_failure
 
 FEATURES, CLASSES, CLIENTS = 6, 3, 10
 SPEC = ModelSpec("mlp", (FEATURES,), CLASSES, "sgd", 0.05)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from fedpipe.app.experiments.sweep import expand
 from fedpipe.config.overrides import with_overrides
 from fedpipe.config.params import parse_params
+from fedpipe_app.experiments.sweep import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))

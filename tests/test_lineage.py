@@ -15,8 +15,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedpipe.app import cli
-from fedpipe.app.project import REMOTE_ROOT, default_remote_url, init_project
 from fedpipe.observe.lineage import (
     LineageError,
     audit,
@@ -25,6 +23,8 @@ from fedpipe.observe.lineage import (
     format_mermaid,
     format_text,
 )
+from fedpipe_app import cli
+from fedpipe_app.project import REMOTE_ROOT, default_remote_url, init_project
 
 PARAMS = {
     "seed": 7,
@@ -515,7 +515,7 @@ def test_cli_exit_codes(
 
 
 def test_cli_help_documents_targets_and_exit_codes() -> None:
-    from fedpipe.app.cli import build_parser
+    from fedpipe_app.cli import build_parser
 
     sub = build_parser()._subparsers._group_actions[0].choices["lineage"]  # type: ignore[union-attr]
     text = sub.format_help()

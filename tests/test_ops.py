@@ -64,7 +64,7 @@ def test_runtime_rejects_zero_workers() -> None:
 
 def test_no_stage_depends_on_the_runtime_section() -> None:
     # the runtime section must never change results, so no stage may track it
-    for path in (ROOT / "dvc.yaml", ROOT / "fedpipe/app/templates/dvc.yaml.in"):
+    for path in (ROOT / "dvc.yaml", ROOT / "fedpipe_app/templates/dvc.yaml.in"):
         stages = yaml.safe_load(path.read_text())["stages"]
         for name, stage in stages.items():
             body = stage.get("do", stage)
@@ -151,7 +151,7 @@ def test_flow_parameters_map_to_params_keys() -> None:
 
 
 def test_cli_has_deploy_and_serve_with_a_schedule() -> None:
-    from fedpipe.app.cli import build_parser
+    from fedpipe_app.cli import build_parser
 
     parser = build_parser()
     args = parser.parse_args(["deploy", "--pool", "p", "--cron", "0 3 * * *"])

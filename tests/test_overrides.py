@@ -190,7 +190,7 @@ def test_exp_finds_fedpipe_when_the_venv_is_not_on_path(tmp_path, monkeypatch):
     import subprocess
     import sys
 
-    from fedpipe.app.experiments import variants
+    from fedpipe_app.experiments import variants
 
     _params_copy(tmp_path)
     (tmp_path / ".git").mkdir()
@@ -214,7 +214,7 @@ def test_exp_finds_fedpipe_when_the_venv_is_not_on_path(tmp_path, monkeypatch):
 def test_exp_console_keeps_rounds_and_errors_not_dvc_chatter() -> None:
     """What ``fedpipe run --exp`` shows of ``dvc exp run``'s output (the rest
     goes to the log): the stages that ran are counted from DVC's lines."""
-    from fedpipe.app.experiments.variants import StageLines
+    from fedpipe_app.experiments.variants import StageLines
 
     transcript = [
         "Reproducing experiment 'lr-high'",

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fedpipe.app.project import TEMPLATE_FILES, template_text
 from fedpipe.config import layout
 from fedpipe.config.params import load_params, round_chain
+from fedpipe_app.project import TEMPLATE_FILES, template_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +91,7 @@ def test_the_demo_stage_only_for_the_demo_data(tmp_path: Path) -> None:
     dvc.yaml, and put it back, as the template has it, for the demo data."""
     import yaml
 
-    from fedpipe.app.project import sync_demo_stage
+    from fedpipe_app.project import sync_demo_stage
 
     path = tmp_path / "dvc.yaml"
     path.write_text(template_text("dvc.yaml"))

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedpipe.app.project import template_text
 from fedpipe.client.base import ClientAlgorithm
 from fedpipe.config.params import ParamsError, parse_params
 from fedpipe.core.plugins import (
@@ -20,6 +19,7 @@ from fedpipe.core.plugins import (
     load_subclass,
     sync_code_deps,
 )
+from fedpipe_app.project import template_text
 
 CLIENT = """
 from fedpipe.client.base import ClientAlgorithm, ClientReply

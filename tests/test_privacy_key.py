@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import yaml
 
-from fedpipe.app.project import init_project, template_text
 from fedpipe.client.base import ClientTask, LocalDP
 from fedpipe.client.localdp import released
 from fedpipe.config import layout
@@ -34,6 +33,7 @@ from fedpipe.federation.privacy.mechanism import (
 from fedpipe.federation.privacy.rounds import PrivateStrategy, aggregate_round
 from fedpipe.observe.history import final_table, progress_line
 from fedpipe.strategy import ClientUpdate, make_strategy
+from fedpipe_app.project import init_project, template_text
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers_fl import run_federation  # noqa: E402

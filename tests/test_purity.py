@@ -112,7 +112,7 @@ def test_config_import_does_not_load_tensorflow() -> None:
 def test_cli_import_loads_neither_matplotlib_nor_pandas() -> None:
     # `fedpipe --help` stays instant: `fedpipe report` imports its module lazily
     watched = ["matplotlib", "pandas", "tensorflow"]
-    assert _imported_after(["fedpipe.app.cli"], watched) == []
+    assert _imported_after(["fedpipe_app.cli"], watched) == []
 
 
 def test_report_import_does_not_load_tensorflow() -> None:
@@ -128,14 +128,14 @@ def test_runfiles_import_stays_light() -> None:
 def test_lineage_path_stays_light() -> None:
     # `fedpipe lineage` loads DVC, but no TensorFlow, pandas, NumPy or GX
     heavy = ["tensorflow", "keras", "pandas", "numpy", "great_expectations"]
-    assert _imported_after(["fedpipe.app.cli", "fedpipe.observe.lineage"], heavy) == []
+    assert _imported_after(["fedpipe_app.cli", "fedpipe.observe.lineage"], heavy) == []
 
 
 def test_status_path_loads_neither_tensorflow_nor_prefect() -> None:
     # `fedpipe status` reads DVC (lineage) and runs the doctor: nothing heavier
     heavy = ["tensorflow", "keras", "prefect", "great_expectations", "flows"]
     modules = [
-        "fedpipe.app.cli",
+        "fedpipe_app.cli",
         "fedpipe.observe.status",
         "fedpipe.observe.lineage",
         "fedpipe.observe.doctor",

@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedpipe.app.project import template_text
 from fedpipe.config.params import (
     AttackParams,
     ParamsError,
@@ -27,6 +26,7 @@ from fedpipe.config.sections import ComponentSection, declared_keys
 from fedpipe.core import registry
 from fedpipe.core.component import REQUIRED, Setting
 from fedpipe.data.splits import partition_table
+from fedpipe_app.project import template_text
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS: dict[str, type[ComponentSection]] = {

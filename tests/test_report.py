@@ -521,7 +521,7 @@ def test_cli_report_prints_the_path(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "fedpipe.app.cli",
+            "fedpipe_app.cli",
             "-C",
             str(tmp_path),
             "report",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fedpipe.app import stageclient
+from fedpipe_app import stageclient
 
 
 @pytest.mark.parametrize("value", ["0", "false", "No", "off "])
@@ -83,7 +83,7 @@ def test_no_stray_socket_breaks_a_stage_start(tmp_path: Path) -> None:
 
 def test_client_imports_nothing_heavy() -> None:
     code = (
-        "import sys, fedpipe.app.cli, fedpipe.app.stageclient\n"
+        "import sys, fedpipe_app.cli, fedpipe_app.stageclient\n"
         "heavy = {'prefect', 'tensorflow', 'keras', 'great_expectations', 'dvc',"
         " 'pandas', 'numpy', 'pydantic', 'yaml'}\n"
         "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))\n"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fedpipe.app.experiments.sweep import (
+from fedpipe.config.params import ParamsError
+from fedpipe_app.experiments.sweep import (
     abbreviations,
     centralized_args,
     check_name,
@@ -25,7 +26,6 @@ from fedpipe.app.experiments.sweep import (
     table,
     table_markdown,
 )
-from fedpipe.config.params import ParamsError
 
 DEFAULTS = {"model": {"depth": 2, "width": 32, "kernel_size": 3}, "seed": 7}
 
@@ -221,7 +221,7 @@ def test_progress_line() -> None:
 
 
 def test_results_files_skip_a_line_cut_by_a_kill(tmp_path: Path) -> None:
-    from fedpipe.app.experiments.sweeprun import ROWS, write_results
+    from fedpipe_app.experiments.sweeprun import ROWS, write_results
 
     keys, points = expand(parse_axes(["model.depth=1,2"]))
     runs = plan("t", keys, points, [0, 1, 2])
@@ -241,7 +241,7 @@ def test_results_files_skip_a_line_cut_by_a_kill(tmp_path: Path) -> None:
 
 
 def test_plot_lines_never_join_points_that_differ_beyond_x() -> None:
-    from fedpipe.app.experiments.sweepplot import _series, layer_curves
+    from fedpipe_app.experiments.sweepplot import _series, layer_curves
 
     rows = [
         {"point": p, "model.depth": d, "model.width": w, "model.kernel_size": k,
@@ -269,7 +269,7 @@ def test_a_metric_against_a_metric_is_a_scatter_with_both_error_bars(
 ) -> None:
     import matplotlib.image
 
-    from fedpipe.app.experiments.sweepplot import plot_metric
+    from fedpipe_app.experiments.sweepplot import plot_metric
 
     (tmp_path / "table.csv").write_text(
         "point,model.depth,n,gap_mean,gap_std,mean_divergence_mean,mean_divergence_std\n"
@@ -289,7 +289,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_a_bad_point_exits_2_naming_the_key_before_anything_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fedpipe.app.cli import main
+    from fedpipe_app.cli import main
 
     (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
     args = ["-C", str(tmp_path), "sweep", "--dry-run", "-S", "train.lr=0.1,-1"]
@@ -320,7 +320,7 @@ def test_a_bad_point_exits_2_naming_the_key_before_anything_runs(
 def test_dry_run_lists_every_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fedpipe.app.cli import main
+    from fedpipe_app.cli import main
 
     (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
     design = tmp_path / "design.yaml"
@@ -348,7 +348,7 @@ def test_the_documented_deeper_models_designs_are_valid_sweeps(
 ) -> None:
     """docs/deeper-models' grid files, as its commands run them: every point's
     settings pass params.yaml's checks, and the run counts the doc states."""
-    from fedpipe.app.cli import main
+    from fedpipe_app.cli import main
 
     (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
     grid = ROOT / "docs" / "deeper-models" / design
@@ -368,7 +368,7 @@ def test_the_legend_of_a_sweep_plot_never_covers_its_data(
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from fedpipe.app.experiments.sweepplot import plot_metric
+    from fedpipe_app.experiments.sweepplot import plot_metric
 
     shutil.copy(ROOT / "docs/deeper-models/results/table.csv", tmp_path)
     saved: list[Figure] = []

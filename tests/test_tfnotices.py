@@ -1,4 +1,4 @@
-"""TensorFlow's C++ start-up notices kept off stderr (fedpipe.app.tfnotices)."""
+"""TensorFlow's C++ start-up notices kept off stderr (fedpipe_app.tfnotices)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from fedpipe.app.tfnotices import without_notices
+from fedpipe_app.tfnotices import without_notices
 
 NOTICES = (
     b"WARNING: All log messages before absl::InitializeLog() is called are written"
@@ -44,7 +44,7 @@ def test_only_the_notices_are_dropped() -> None:
 def test_importing_tensorflow_through_the_cli_setup_prints_no_notice() -> None:
     script = (
         "import sys\n"
-        "from fedpipe.app import tfnotices\n"
+        "from fedpipe_app import tfnotices\n"
         "tfnotices.install()\n"
         "print('before', file=sys.stderr, flush=True)\n"
         "import tensorflow\n"

@@ -145,7 +145,7 @@ def test_model_package_imports_nothing_above_it() -> None:
     above = (
         "fedpipe.federation",
         "fedpipe.observe",
-        "fedpipe.app",
+        "fedpipe_app",
         "orchestration",
         "tasks",
         "flows",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fedpipe.app import warm
+from fedpipe_app import warm
 
 
 def _worker(tmp_path: Path) -> warm.Worker:

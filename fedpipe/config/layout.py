@@ -130,7 +130,7 @@ def unreached_outputs(first: int, rounds: int) -> list[Path]:
 DEMO_STAGE = "mnist5k"
 """The stage that writes the built-in demo data (``data.source: mnist5k``); a
 project whose data is its own has no such stage (:func:`stage_names`,
-:func:`fedpipe.app.project.sync_demo_stage`)."""
+:func:`fedpipe_app.project.sync_demo_stage`)."""
 
 
 def stage_names(rounds: int, source: str = DEMO_STAGE) -> list[str]:

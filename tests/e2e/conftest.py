@@ -96,7 +96,7 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def warm_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The session's folder of warm-worker sockets; its workers stop at the end."""
-    from fedpipe.app.stageclient import stop_workers
+    from fedpipe_app.stageclient import stop_workers
 
     path = tmp_path_factory.mktemp("fedpipe-warm")
     path.chmod(0o700)

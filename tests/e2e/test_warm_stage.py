@@ -1,5 +1,5 @@
-"""`fedpipe stage` through the project's warm worker (fedpipe/app/stageclient.py,
-fedpipe/app/warm.py): same bits, same errors, one worker, gone when idle.
+"""`fedpipe stage` through the project's warm worker (fedpipe_app/stageclient.py,
+fedpipe_app/warm.py): same bits, same errors, one worker, gone when idle.
 
 Real DVC, real Prefect server, real Keras (the tiny MLP, 2 rounds). What the
 worker did is read from its log in the session's FEDPIPE_WARM_DIR: one line when

@@ -129,7 +129,7 @@ def test_only_id_columns_is_refused_naming_the_keys(tmp_path: Path) -> None:
 
 
 def test_stats_names_the_kind(tmp_path: Path) -> None:
-    from fedpipe.app.commands.stats import id_like_lines
+    from fedpipe_app.commands.stats import id_like_lines
 
     _, out = _ingest(tmp_path, _sorted_by_class(), index=True)
     assert id_like_lines(read_schema(out)) == [

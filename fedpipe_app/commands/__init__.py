@@ -9,7 +9,7 @@ function, so ``fedpipe --help`` answers at once. :data:`COMMANDS` is the order
 
 from __future__ import annotations
 
-from fedpipe.app.commands import (
+from fedpipe_app.commands import (
     audit,
     centralized,
     deploy,

@@ -2,7 +2,7 @@
 
 ``fedpipe run`` runs the whole pipeline in one process; ``fedpipe stage NAME`` is
 what each ``dvc.yaml`` stage calls. Each command is a module of
-:mod:`fedpipe.app.commands`; this one assembles the parser and ends every command
+:mod:`fedpipe_app.commands`; this one assembles the parser and ends every command
 the same way: a :class:`~fedpipe.core.errors.FedpipeError` (and a missing file or
 bad value from below) with one line and its exit code, Ctrl-C and SIGTERM with
 where the run stopped, a bug with its traceback. Prefect, TensorFlow and DVC are
@@ -18,14 +18,15 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from fedpipe.app.commands import COMMANDS
-from fedpipe.app.commands.common import (
+from fedpipe.core import atomic
+from fedpipe_app.commands import COMMANDS
+from fedpipe_app.commands.common import (
     PARAMS,
     Examples,
     HelpWithExamples,
     examples_epilog,
 )
-from fedpipe.app.exits import (
+from fedpipe_app.exits import (
     EXIT_BAD_PARAMS,
     EXIT_FAILED,
     EXIT_SIGNAL,
@@ -34,7 +35,6 @@ from fedpipe.app.exits import (
     name_log,
     stop_signal,
 )
-from fedpipe.core import atomic
 
 __all__ = [
     "EXAMPLES",
@@ -113,7 +113,7 @@ def _with_examples(parser: argparse.ArgumentParser) -> None:
 def _quiet_env() -> None:
     for key, value in _QUIET_ENV.items():
         os.environ.setdefault(key, value)
-    from fedpipe.app import deferred, tfnotices
+    from fedpipe_app import deferred, tfnotices
 
     tfnotices.install()  # TF's C++ start-up lines ignore TF_CPP_MIN_LOG_LEVEL
     deferred.install()  # API modules fedpipe never uses: about 0.8 s of the import

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from fedpipe.app.commands.common import PARAMS, HelpWithExamples, examples_epilog, load
+from fedpipe_app.commands.common import PARAMS, HelpWithExamples, examples_epilog, load
 
 NAME = "centralized"
 EXAMPLES = [

@@ -22,7 +22,7 @@ from ``params.yaml`` (after ``base``), so points are compared on equal terms.
 Each point runs once per seed (``seed`` = 0..N-1 by default); a run is named
 ``NAME-<point id>-s<seed>``, the point id built from the swept keys
 (``d4-w32``). This module is pure: it computes, it runs nothing (see
-:mod:`fedpipe.app.experiments.sweeprun`).
+:mod:`fedpipe_app.experiments.sweeprun`).
 """
 
 from __future__ import annotations

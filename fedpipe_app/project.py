@@ -35,7 +35,7 @@ def template_text(name: str) -> str:
     for a second pipeline of the repository.
     """
     return (
-        resources.files("fedpipe.app").joinpath("templates", f"{name}.in").read_text()
+        resources.files("fedpipe_app").joinpath("templates", f"{name}.in").read_text()
     )
 
 

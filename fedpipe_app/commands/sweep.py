@@ -1,8 +1,8 @@
 """``fedpipe sweep`` and ``fedpipe sweep plot``: the command line of a sweep.
 
-:mod:`fedpipe.app.experiments.sweep` expands the grid and builds the table,
-:mod:`fedpipe.app.experiments.sweeprun` runs it,
-:mod:`fedpipe.app.experiments.sweepplot` draws it.
+:mod:`fedpipe_app.experiments.sweep` expands the grid and builds the table,
+:mod:`fedpipe_app.experiments.sweeprun` runs it,
+:mod:`fedpipe_app.experiments.sweepplot` draws it.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import signal
 import sys
 from pathlib import Path
 
-from fedpipe.app.commands.common import PARAMS, HelpWithExamples, examples_epilog
 from fedpipe.core.errors import ParamsError
+from fedpipe_app.commands.common import PARAMS, HelpWithExamples, examples_epilog
 
 NAME = "sweep"
 EXAMPLES = [
@@ -82,7 +82,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from fedpipe.app.experiments.sweep import (
+    from fedpipe.config.overrides import check_overrides, with_overrides
+    from fedpipe.data.preflight import preflight
+    from fedpipe_app.experiments.sweep import (
         SEED_KEY,
         check_name,
         default_name,
@@ -92,8 +94,6 @@ def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         plan,
         varying,
     )
-    from fedpipe.config.overrides import check_overrides, with_overrides
-    from fedpipe.data.preflight import preflight
 
     axes = parse_axes(args.set_param)
     base, grids = load_grid_file(args.grid) if args.grid else ({}, {})
@@ -146,7 +146,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"{len(runs)} runs ({len(runs) // max(1, len({r.seed for r in runs}))}"
               f" points x {len({r.seed for r in runs})} seeds)")  # fmt: skip
         return 0
-    from fedpipe.app.experiments.sweeprun import SweepSettings, run_sweep
+    from fedpipe_app.experiments.sweeprun import SweepSettings, run_sweep
     from orchestration.server import ensure_api
 
     ensure_api(start=not args.no_server_start)  # every run reports to this one
@@ -175,7 +175,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def _with_base(run, base):  # type: ignore[no-untyped-def]
     """``run`` whose settings include the grid file's fixed ``base``."""
-    from fedpipe.app.experiments.sweep import Point, Run
+    from fedpipe_app.experiments.sweep import Point, Run
 
     point = Point(run.point.id, {**base, **run.point.settings})
     return Run(run.name, point, run.seed)
@@ -183,7 +183,7 @@ def _with_base(run, base):  # type: ignore[no-untyped-def]
 
 def cmd_sweep_plot(args: argparse.Namespace) -> int:
     """``fedpipe sweep plot DIR --x KEY --y METRIC [--hue KEY]``."""
-    from fedpipe.app.experiments.sweepplot import plot_sweep
+    from fedpipe_app.experiments.sweepplot import plot_sweep
 
     for path in plot_sweep(args.dir, x=args.x, y=args.y, hue=args.hue):
         print(path)

@@ -1,6 +1,6 @@
 """How a command ends: its exit status, and the failures said in one line.
 
-:func:`fedpipe.app.cli.main` catches :class:`~fedpipe.core.errors.FedpipeError`
+:func:`fedpipe_app.cli.main` catches :class:`~fedpipe.core.errors.FedpipeError`
 once and ends with the error's ``exit_code``; :func:`known_failure` and
 :func:`stop_signal` say which other exceptions end with one line instead of a
 traceback. Nothing here imports Prefect: its ``TerminationSignal`` is known by its
@@ -87,7 +87,7 @@ def stop_signal(exc: BaseException) -> int | None:
 
 
 def said_by_cli(exc: BaseException) -> bool:
-    """Whether :func:`fedpipe.app.cli.main` ends on ``exc`` with one line of its
+    """Whether :func:`fedpipe_app.cli.main` ends on ``exc`` with one line of its
     own (the console then drops the errors the runs logged about it)."""
     return known_failure(exc) is not None or stop_signal(exc) is not None
 

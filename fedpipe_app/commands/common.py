@@ -38,7 +38,7 @@ def load(params_file: str, *, sync: bool) -> Params:
     if sync and Path("dvc.yaml").is_file() and sync_code_deps(code_files(params)):
         print("dvc.yaml: code dependencies updated for your code in params.yaml")
     if sync and Path("dvc.yaml").is_file():
-        from fedpipe.app.project import demo_stage_said, sync_demo_stage
+        from fedpipe_app.project import demo_stage_said, sync_demo_stage
 
         if sync_demo_stage(params.data.source):
             print(demo_stage_said(params.data.source))

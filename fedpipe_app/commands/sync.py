@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedpipe.app.commands.common import PARAMS, HelpWithExamples, examples_epilog
+from fedpipe_app.commands.common import PARAMS, HelpWithExamples, examples_epilog
 
 NAME = "sync"
 EXAMPLES = [
@@ -41,7 +41,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
         state = "updated" if sync_code_deps(files) else "already in sync"
         listed = sorted({f for fs in files.values() for f in fs})
         print(f"dvc.yaml: code dependencies {state} ({', '.join(listed) or 'none'})")
-        from fedpipe.app.project import demo_stage_said, sync_demo_stage
+        from fedpipe_app.project import demo_stage_said, sync_demo_stage
 
         if sync_demo_stage(params.data.source):
             print(demo_stage_said(params.data.source))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedpipe.app.commands.common import HelpWithExamples, examples_epilog
+from fedpipe_app.commands.common import HelpWithExamples, examples_epilog
 
 NAME = "doctor"
 EXAMPLES = [

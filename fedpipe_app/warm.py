@@ -1,9 +1,9 @@
 """The warm worker behind ``fedpipe stage`` (the client:
-:mod:`fedpipe.app.stageclient`).
+:mod:`fedpipe_app.stageclient`).
 
 One process per project and environment, started by the first ``fedpipe stage``
 that finds none. It runs one stage at a time, each through the same
-``fedpipe.app.cli.main`` a fresh process would run, with the client's stdin, stdout
+``fedpipe_app.cli.main`` a fresh process would run, with the client's stdin, stdout
 and stderr on its own descriptors 0-2 for the length of the stage, in the client's
 working directory; what it keeps between stages is what ``fedpipe run`` keeps
 between its stages in one process: the imported modules, the Prefect client, the
@@ -13,7 +13,7 @@ were made from).
 It exits (removing its socket) after ``$FEDPIPE_WARM_IDLE`` seconds without a
 stage, once the ``dvc`` process that ran its last stage has ended, after a stage
 that did not exit 0 (a process that saw an error or an interrupt is not reused),
-when asked to (:func:`fedpipe.app.stageclient.stop_workers`), or on SIGTERM; and it
+when asked to (:func:`fedpipe_app.stageclient.stop_workers`), or on SIGTERM; and it
 refuses a stage (the client then starts a new worker) when a Python file it has
 imported changed since.
 """
@@ -31,10 +31,10 @@ import time
 import traceback
 from pathlib import Path
 
-from fedpipe.app import stageclient
+from fedpipe_app import stageclient
 
 ACCEPT_POLL_S = 0.5  # how often an idle worker checks whether to exit
-_EXIT_SIGINT = 128 + signal.SIGINT  # fedpipe.app.cli's status after Ctrl-C
+_EXIT_SIGINT = 128 + signal.SIGINT  # fedpipe_app.cli's status after Ctrl-C
 
 
 class _Stop(SystemExit):
@@ -61,7 +61,7 @@ def _signature(path: str) -> tuple[int, int, int] | None:
 def run_cli(argv: list[str]) -> int:
     """``fedpipe ARGV`` as the ``fedpipe`` script runs it: its exit status, and on
     an exception nobody caught, the traceback on stderr and status 1."""
-    from fedpipe.app import cli
+    from fedpipe_app import cli
 
     sys.argv = ["fedpipe", *argv]
     try:
@@ -307,7 +307,7 @@ def _receive(conn: socket.socket) -> tuple[dict | None, list[int]]:
 
 def main() -> None:
     """The worker's entry point, run as
-    ``python -P -c 'from fedpipe.app.warm import main; main()' SOCKET KEY SYS_PATH``."""
+    ``python -P -c 'from fedpipe_app.warm import main; main()' SOCKET KEY SYS_PATH``."""
     path, key, search_path = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     sys.path[:] = search_path
     stageclient.IN_WORKER = True

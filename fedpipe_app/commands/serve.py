@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from fedpipe.app.commands.common import HelpWithExamples, examples_epilog
-from fedpipe.app.commands.deploy import (
+from fedpipe_app.commands.common import HelpWithExamples, examples_epilog
+from fedpipe_app.commands.deploy import (
     add_deployment_options,
     deployment_for,
     schedule_text,

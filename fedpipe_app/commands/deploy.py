@@ -1,7 +1,7 @@
 """``fedpipe deploy``: the project as a Prefect deployment on a process work pool.
 
 :func:`add_deployment_options` and :func:`deployment_for` are shared with
-``fedpipe serve`` (:mod:`fedpipe.app.commands.serve`).
+``fedpipe serve`` (:mod:`fedpipe_app.commands.serve`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedpipe.app.commands.common import (
+from fedpipe_app.commands.common import (
     PARAMS,
     HelpWithExamples,
     add_no_server_start,

@@ -8,8 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from fedpipe.app import exits
-from fedpipe.app.commands.common import (
+from fedpipe.core import stopping
+from fedpipe_app import exits
+from fedpipe_app.commands.common import (
     PARAMS,
     HelpWithExamples,
     add_console_options,
@@ -18,7 +19,6 @@ from fedpipe.app.commands.common import (
     load,
     verbosity,
 )
-from fedpipe.core import stopping
 
 NAME = "run"
 EXAMPLES = [
@@ -84,12 +84,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_experiment(args: argparse.Namespace) -> int:
     """``fedpipe run --exp NAME``: the ``-S`` values as a DVC experiment
-    (:func:`fedpipe.app.experiments.variants.run_experiment`), DVC's per-stage
+    (:func:`fedpipe_app.experiments.variants.run_experiment`), DVC's per-stage
     output in ``logs/`` and on the console only the round lines, warnings and
     errors; then, as ``fedpipe run`` ends, the stages that ran, the final
     table, the doctor's findings and the report, read from the experiment's
-    results (:mod:`fedpipe.app.experiments.results`)."""
-    from fedpipe.app.experiments.variants import StageLines, run_experiment
+    results (:mod:`fedpipe_app.experiments.results`)."""
+    from fedpipe_app.experiments.variants import StageLines, run_experiment
     from orchestration import console
 
     quiet = verbosity(args) == console.QUIET
@@ -147,12 +147,12 @@ def _experiment_results(
     named."""
     import dataclasses
 
-    from fedpipe.app.experiments.results import (
+    from fedpipe.observe.runfiles import Commit, load_run
+    from fedpipe_app.experiments.results import (
         EXPERIMENTS_DIR,
         experiment_commit,
         materialize,
     )
-    from fedpipe.observe.runfiles import Commit, load_run
 
     commit = experiment_commit(Path("."), args.exp)
     if commit is None:

@@ -2,9 +2,9 @@
 
 ``dvc repro`` starts one ``fedpipe stage`` process per stage; each would import
 TensorFlow, Prefect and Great Expectations and open a Prefect client again. Instead
-the command hands the stage to a worker process (:mod:`fedpipe.app.warm`) that stays up
+the command hands the stage to a worker process (:mod:`fedpipe_app.warm`) that stays up
 between the stages of one ``dvc repro`` and runs each stage exactly as a fresh
-process would (the same ``fedpipe.app.cli.main``), keeping what is already imported
+process would (the same ``fedpipe_app.cli.main``), keeping what is already imported
 and compiled.
 
 How it fits together:
@@ -226,7 +226,7 @@ def _start_worker(folder: Path, key: str, project: Path) -> socket.socket:
                 sys.executable,
                 "-P",  # no project folder at the front of sys.path: it is set below
                 "-c",
-                "from fedpipe.app.warm import main; main()",
+                "from fedpipe_app.warm import main; main()",
                 str(path),
                 key,
                 json.dumps(sys.path),

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from fedpipe.app import exits
-from fedpipe.app.commands.common import (
+from fedpipe.core import stopping
+from fedpipe_app import exits
+from fedpipe_app.commands.common import (
     PARAMS,
     HelpWithExamples,
     add_console_options,
@@ -15,7 +16,6 @@ from fedpipe.app.commands.common import (
     load,
     verbosity,
 )
-from fedpipe.core import stopping
 
 if TYPE_CHECKING:
     from fedpipe.config.params import Params
@@ -59,7 +59,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def cmd_stage(args: argparse.Namespace) -> int:
     """``fedpipe stage``: in the project's warm worker when one can be used
     (FEDPIPE_WARM=0: never), else in this process as its own Prefect flow run."""
-    from fedpipe.app import stageclient
+    from fedpipe_app import stageclient
 
     if stageclient.enabled():  # the project's warm worker runs it (FEDPIPE_WARM=0: no)
         code = stageclient.run_warm(_stage_argv(args), verbose=bool(args.verbose))
@@ -81,7 +81,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
 def _stage_argv(args: argparse.Namespace) -> list[str]:
     """The arguments of this ``fedpipe stage`` command, for the warm worker."""
-    from fedpipe.app.stageclient import stage_argv
+    from fedpipe_app.stageclient import stage_argv
 
     flags = [
         flag

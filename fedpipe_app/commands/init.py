@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from fedpipe.app.commands.common import HelpWithExamples, examples_epilog
+from fedpipe_app.commands.common import HelpWithExamples, examples_epilog
 
 NAME = "init"
 EXAMPLES = [
@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def cmd_init(args: argparse.Namespace) -> int:
     """``fedpipe init``: the project, and what to type next."""
-    from fedpipe.app.project import REMOTE_ENV, init_project
+    from fedpipe_app.project import REMOTE_ENV, init_project
 
     remote = args.remote or os.environ.get(REMOTE_ENV) or None
     path = init_project(Path(args.directory), git=not args.no_git, remote=remote)

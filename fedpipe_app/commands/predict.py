@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedpipe.app.commands.common import PARAMS, HelpWithExamples, examples_epilog, load
+from fedpipe_app.commands.common import PARAMS, HelpWithExamples, examples_epilog, load
 
 NAME = "predict"
 EXAMPLES = [
@@ -60,7 +60,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--round {round_}: this run has rounds 0..{rounds} (federation.rounds)"
         )
-    from fedpipe.app import tfnotices
+    from fedpipe_app import tfnotices
 
     with tfnotices.quiet():  # TensorFlow's E0000 line of a predict with strings
         result = score_table(params, args.table, round_=round_, out=args.out)

@@ -1,4 +1,4 @@
-"""Running a sweep (:mod:`fedpipe.app.experiments.sweep`): slots, processes, DVC
+"""Running a sweep (:mod:`fedpipe_app.experiments.sweep`): slots, processes, DVC
 experiments.
 
 How the runs happen, and why (measured on the tiny project of the e2e tests,
@@ -36,7 +36,7 @@ from scratch).
 Two sweeps of the same ``--out`` cannot run at once (an ``flock`` the kernel
 drops with the process).
 
-DVC and fedpipe run as commands (``dvc``, ``python -m fedpipe.app.cli``), not
+DVC and fedpipe run as commands (``dvc``, ``python -m fedpipe_app.cli``), not
 imported: fedpipe's core stays free of DVC and Prefect.
 """
 
@@ -58,7 +58,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedpipe.app.experiments.sweep import (
+from fedpipe.config import layout
+from fedpipe.config.overrides import set_params
+from fedpipe.config.params import ParamsError, load_params
+from fedpipe.core.errors import FedpipeError
+from fedpipe.core.git import git
+from fedpipe.core.jsonio import read_json
+from fedpipe_app.experiments.sweep import (
     METRICS,
     SEED_KEY,
     Run,
@@ -70,13 +76,7 @@ from fedpipe.app.experiments.sweep import (
     table_markdown,
     varying,
 )
-from fedpipe.app.experiments.variants import dvc_command
-from fedpipe.config import layout
-from fedpipe.config.overrides import set_params
-from fedpipe.config.params import ParamsError, load_params
-from fedpipe.core.errors import FedpipeError
-from fedpipe.core.git import git
-from fedpipe.core.jsonio import read_json
+from fedpipe_app.experiments.variants import dvc_command
 
 RUN_MARKER = ".dvc/tmp/sweep-run"  # in the slot; git ignores .dvc/tmp
 PID_FILE = ".dvc/tmp/sweep-pid"
@@ -225,7 +225,7 @@ def _call(cmd: list[str], slot: Path, log: Path) -> None:
 
 def fedpipe_command(*args: str) -> list[str]:
     """``fedpipe ARGS`` run by this interpreter."""
-    return [sys.executable, "-m", "fedpipe.app.cli", *args]
+    return [sys.executable, "-m", "fedpipe_app.cli", *args]
 
 
 def run_in_slot(

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from fedpipe.app.commands.common import HelpWithExamples, examples_epilog
+from fedpipe_app.commands.common import HelpWithExamples, examples_epilog
 
 NAME = "stats"
 EXAMPLES = [
