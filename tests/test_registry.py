@@ -44,7 +44,7 @@ FEDMIX = '''
 
 from fedpipe.core.component import Setting
 from fedpipe.strategy.aggregate import cast_like, weighted_average
-from fedpipe.strategy.base import Strategy, checked
+from fedpipe.strategy.base import Strategy
 
 MIX = Setting("mix", float, default=0.5, gt=0.0, le=1.0, help="share of the mean")
 
@@ -56,7 +56,7 @@ class FedMix(Strategy):
     rounds = 0
 
     def __init__(self, *, mix=0.5):
-        self.mix = checked(MIX, mix)
+        self.mix = self.checked(MIX, mix)
 
     def aggregate(self, global_weights, updates, state):
         type(self).rounds += 1
@@ -233,6 +233,46 @@ def test_builds_from_what_params_yaml_gives_it(kind: str, name: str) -> None:
     component = cls.from_params(**values)
     for setting in cls.declared():
         assert hasattr(component, setting)
+
+
+def _beyond(setting: Setting) -> Any:
+    """A value of the setting's kind just outside its range."""
+    if setting.ge is not None:
+        return setting.kind(setting.ge - 1)
+    if setting.gt is not None:
+        return setting.kind(setting.gt)
+    return setting.kind((setting.le if setting.le is not None else setting.lt) + 1)
+
+
+RANGED = [
+    (kind, name, setting)
+    for kind, name in COMPONENTS
+    for setting in registry.get(kind, name).declared()
+    if setting.bounds()
+]
+
+
+@pytest.mark.parametrize(("kind", "name", "setting"), RANGED)
+def test_a_value_out_of_range_is_refused_naming_its_key_and_range(
+    kind: str, name: str, setting: Setting
+) -> None:
+    """Every component's constructor refuses it the one way (Setting.check)."""
+    cls = registry.get(kind, name)
+    values: dict[str, Any] = {
+        s: s.params_default for s in cls.declared() if s.default is REQUIRED
+    }
+    if "total_clients" in cls.settings:
+        values["total_clients"] = 4
+    values[setting] = bad = _beyond(setting)
+    with pytest.raises(ValueError) as info:
+        cls(**values)
+    section = "strategy" if kind == "client" else cls.section  # passed on by it
+    assert str(info.value).startswith(
+        f"{section}.{setting}: {bad!r} is out of range; allowed: "
+    )
+    assert f"{setting} {'>' if setting.bounds().keys() & {'ge', 'gt'} else '<'}" in (
+        str(info.value)
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fedpipe.client.base import ClientAlgorithm, ClientReply, ClientTask, LocalTrainer
-from fedpipe.strategy.base import checked
 from fedpipe.strategy.fedprox import PROXIMAL_MU
 
 
@@ -22,7 +21,8 @@ class FedProxClient(ClientAlgorithm):
     proximal_setting = PROXIMAL_MU
 
     def __init__(self, *, proximal_mu: float = 0.01) -> None:
-        self.proximal_mu = checked(PROXIMAL_MU, proximal_mu)
+        # strategy.proximal_mu: FedProx passes it on
+        self.proximal_mu = PROXIMAL_MU.check(proximal_mu, "strategy")
 
     def train(self, task: ClientTask, trainer: LocalTrainer) -> ClientReply:
         fit = trainer.fit(

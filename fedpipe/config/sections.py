@@ -167,11 +167,8 @@ def _field(kind: str, setting: Setting) -> tuple[Any, Any]:
 
 
 def _in_range(setting: Setting, section: str, value: Any) -> Any:
-    """``value`` if the setting admits it; else a ValueError naming the key, the
-    range and the setting's note."""
-    if value is None or setting.admits(value):
-        return value
-    raise ValueError(
-        f"{section}.{setting}: {value!r} is out of range; allowed: "
-        f"{setting.allowed()} ({setting.note})"
-    )
+    """``value`` if the setting admits it (null aside); else the ValueError of
+    :meth:`Setting.check`, naming the key, the range and the setting's note."""
+    if value is not None:
+        setting.check(value, section)
+    return value

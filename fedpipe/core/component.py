@@ -143,21 +143,49 @@ class Setting(str):
         named = {"ge": self.ge, "gt": self.gt, "le": self.le, "lt": self.lt}
         return {k: v for k, v in named.items() if v is not None}
 
-    def allowed(self) -> str:
-        """The range in words: ``"> 0 and < 1"`` (``"any"`` without one)."""
+    def check(self, value: Any, section: str = "") -> Any:
+        """``value`` as this setting's kind (a float, an int, ...) when it admits
+        it; None stays None for a setting whose default is None.
+
+        The one check of a component's setting: constructors call it through
+        :meth:`Component.checked`, ``params.yaml`` through its section's schema.
+
+        Raises
+        ------
+        ValueError
+            Naming ``<section>.<key>``, the value and what is allowed.
+        """
+        if value is None and self.default is None:
+            return None
+        if self.admits(value):
+            return self.kind(value) if self.kind in (float, int) else value
+        key = f"{section}.{self}" if section else str(self)
+        words = {float: "a number", int: "an integer", bool: "true or false"}
+        kind = words.get(self.kind, f"a {getattr(self.kind, '__name__', self.kind)}")
         signs = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
-        parts = [f"{signs[k]} {v:g}" for k, v in self.bounds().items()]
-        return " and ".join(parts) or "any"
+        bounds = [f"{self} {signs[k]} {v:g}" for k, v in self.bounds().items()]
+        allowed = " and ".join(bounds)
+        if self.kind is int:
+            allowed = f"an integer {allowed}".strip()
+        allowed = allowed or ("a finite number" if self.kind is float else kind)
+        if self.note:
+            allowed = f"{allowed} ({self.note})"
+        wrong = "is out of range" if self._has_kind(value) else f"is not {kind}"
+        raise ValueError(f"{key}: {value!r} {wrong}; allowed: {allowed}")
+
+    def _has_kind(self, value: Any) -> bool:
+        """Whether ``value`` is of this setting's kind (range aside)."""
+        if self.kind is float:
+            return isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if self.kind is int:
+            return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        return isinstance(value, self.kind)
 
     def admits(self, value: Any) -> bool:
         """Whether ``value`` has this setting's type and lies in its range."""
-        if self.kind is float:
-            ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-            ok = ok and math.isfinite(float(value))
-        elif self.kind is int:
-            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-        else:
-            ok = isinstance(value, self.kind)
+        ok = self._has_kind(value)
+        if ok and self.kind is float:
+            ok = math.isfinite(float(value))
         if not ok or self.kind not in (float, int):
             return ok
         x = float(value)
@@ -190,11 +218,24 @@ class Component:
     settings : tuple of str
         The keys it reads: :class:`Setting` declarations, or plain names (a
         user's class may list ``("alpha",)``).
+    error : type
+        The ValueError a refused setting raises (a partitioner's PartitionError).
     """
 
     name: ClassVar[str]
     section: ClassVar[str] = ""
     settings: ClassVar[tuple[str, ...]] = ()
+    error: ClassVar[type[ValueError]] = ValueError
+
+    @classmethod
+    def checked(cls, setting: Setting, value: Any) -> Any:
+        """``value`` of a declared setting, checked (:meth:`Setting.check`): the
+        one place every constructor's settings are checked. Raises :attr:`error`
+        naming ``<section>.<key>``."""
+        try:
+            return setting.check(value, cls.section)
+        except ValueError as exc:
+            raise cls.error(str(exc)) from None
 
     @classmethod
     def declared(cls) -> tuple[Setting, ...]:

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import abc
 import itertools
-import math
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -88,63 +86,6 @@ def pack_state(**per_layer: Sequence[np.ndarray]) -> State:
 
 
 # ---------------------------------------------------------------- settings
-
-
-def check_float(
-    key: str,
-    value: Any,
-    *,
-    ge: float | None = None,
-    gt: float | None = None,
-    lt: float | None = None,
-) -> float:
-    """``value`` as a float, or ValueError naming ``strategy.<key>`` and the range."""
-    parts = []
-    if ge is not None:
-        parts.append(f"{key} >= {ge:g}")
-    if gt is not None:
-        parts.append(f"{key} > {gt:g}")
-    if lt is not None:
-        parts.append(f"{key} < {lt:g}")
-    allowed = " and ".join(parts) or "a finite number"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(
-            f"strategy.{key}: {value!r} is not a number; allowed: {allowed}"
-        )
-    x = float(value)
-    ok = math.isfinite(x)
-    ok = ok and (ge is None or x >= ge) and (gt is None or x > gt)
-    ok = ok and (lt is None or x < lt)
-    if not ok:
-        raise ValueError(
-            f"strategy.{key}: {value!r} is out of range; allowed: {allowed}"
-        )
-    return x
-
-
-def check_int(key: str, value: Any, *, ge: int) -> int:
-    """``value`` as an int, or ValueError naming ``strategy.<key>`` and the range."""
-    allowed = f"an integer {key} >= {ge}"
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(
-            f"strategy.{key}: {value!r} is not an integer; allowed: {allowed}"
-        )
-    if value < ge:
-        raise ValueError(
-            f"strategy.{key}: {value!r} is out of range; allowed: {allowed}"
-        )
-    return int(value)
-
-
-def checked(setting: Setting, value: Any) -> Any:
-    """``value`` checked against a declared setting's type and range (as
-    :func:`check_float` / :func:`check_int`, naming ``strategy.<key>``); None
-    stays None for a setting whose default is None."""
-    if value is None and setting.default is None:
-        return None
-    if setting.kind is int:
-        return check_int(setting, value, ge=int(setting.ge or 0))
-    return check_float(setting, value, ge=setting.ge, gt=setting.gt, lt=setting.lt)
 
 
 SERVER_LR = Setting("server_lr", float, gt=0.0, help="server learning rate")

@@ -15,7 +15,7 @@ from fedpipe.strategy.aggregate import (
     check_same_layout,
     pairwise_squared_distances,
 )
-from fedpipe.strategy.base import ClientUpdate, State, Strategy, checked
+from fedpipe.strategy.base import ClientUpdate, State, Strategy
 from fedpipe.strategy.krum import NUM_BYZANTINE
 
 
@@ -85,7 +85,7 @@ class Bulyan(Strategy):
     robust_share = 0.5
 
     def __init__(self, *, num_byzantine: int = 0) -> None:
-        self.num_byzantine = checked(NUM_BYZANTINE, num_byzantine)
+        self.num_byzantine = self.checked(NUM_BYZANTINE, num_byzantine)
 
     @classmethod
     def min_updates(cls, values: Mapping[str, Any]) -> tuple[int, str]:

@@ -15,7 +15,7 @@ from fedpipe.strategy.aggregate import (
     differences,
     weighted_average,
 )
-from fedpipe.strategy.base import ClientUpdate, State, Strategy, checked
+from fedpipe.strategy.base import ClientUpdate, State, Strategy
 
 CLIP_NORM = Setting(
     "clip_norm", float, default=None, gt=0.0, help="fixed L2 bound on each update"
@@ -84,8 +84,8 @@ class Clipping(Strategy):
     def __init__(
         self, *, clip_norm: float | None = None, clip_quantile: float | None = None
     ) -> None:
-        self.clip_norm = checked(CLIP_NORM, clip_norm)
-        self.clip_quantile = checked(CLIP_QUANTILE, clip_quantile)
+        self.clip_norm = self.checked(CLIP_NORM, clip_norm)
+        self.clip_quantile = self.checked(CLIP_QUANTILE, clip_quantile)
         if self.clip_quantile is not None and self.clip_quantile > CLIP_QUANTILE.le:
             raise ValueError(
                 f"strategy.clip_quantile: {clip_quantile!r} is out of range; "

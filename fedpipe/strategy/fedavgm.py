@@ -18,7 +18,6 @@ from fedpipe.strategy.base import (
     ClientUpdate,
     State,
     Strategy,
-    checked,
     pack_state,
     state_arrays,
 )
@@ -63,8 +62,8 @@ class FedAvgM(Strategy):
     weight_sum_setting = "server_lr"
 
     def __init__(self, *, server_lr: float = 1.0, server_momentum: float = 0.9) -> None:
-        self.server_lr = checked(SERVER_LR, server_lr)
-        self.server_momentum = checked(SERVER_MOMENTUM, server_momentum)
+        self.server_lr = self.checked(SERVER_LR, server_lr)
+        self.server_momentum = self.checked(SERVER_MOMENTUM, server_momentum)
 
     def aggregate(
         self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State

@@ -25,7 +25,6 @@ from fedpipe.strategy.base import (
     ClientUpdate,
     State,
     Strategy,
-    checked,
     pack_state,
     state_arrays,
 )
@@ -64,9 +63,9 @@ class FedOpt(Strategy):
     linear = True
 
     def __init__(self, *, server_lr: float, beta_1: float, tau: float) -> None:
-        self.server_lr = checked(SERVER_LR, server_lr)
-        self.beta_1 = checked(BETA_1, beta_1)
-        self.tau = checked(TAU, tau)
+        self.server_lr = self.checked(SERVER_LR, server_lr)
+        self.beta_1 = self.checked(BETA_1, beta_1)
+        self.tau = self.checked(TAU, tau)
 
     @abc.abstractmethod
     def second_moment(self, v: np.ndarray, delta_sq: np.ndarray) -> np.ndarray:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fedpipe.core.component import Setting
-from fedpipe.strategy.base import checked
 from fedpipe.strategy.fedavg import FedAvg
 
 PROXIMAL_MU = Setting(
@@ -36,7 +35,7 @@ class FedProx(FedAvg):
     client_algorithm = "fedprox"
 
     def __init__(self, *, proximal_mu: float = 0.01) -> None:
-        self.proximal_mu = checked(PROXIMAL_MU, proximal_mu)
+        self.proximal_mu = self.checked(PROXIMAL_MU, proximal_mu)
 
     def client_settings(self) -> dict[str, float]:
         """``{"proximal_mu": mu}`` for the clients' local objective."""

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from fedpipe.core.component import Setting
 from fedpipe.strategy.aggregate import Weights, cast_like, trimmed_mean
-from fedpipe.strategy.base import ClientUpdate, State, Strategy, checked
+from fedpipe.strategy.base import ClientUpdate, State, Strategy
 
 BETA = Setting(
     "beta", float, default=0.2, ge=0.0, lt=0.5, help="share trimmed at each end"
@@ -34,7 +34,7 @@ class FedTrimmedAvg(Strategy):
     robust_share = 0.5
 
     def __init__(self, *, beta: float = 0.2) -> None:
-        self.beta = checked(BETA, beta)
+        self.beta = self.checked(BETA, beta)
 
     def aggregate(
         self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedpipe.strategy.base import SERVER_LR, checked
+from fedpipe.strategy.base import SERVER_LR
 from fedpipe.strategy.fedopt import BETA_1, BETA_2, TAU, FedOpt
 
 
@@ -47,7 +47,7 @@ class FedYogi(FedOpt):
         tau: float = 1e-3,
     ) -> None:
         super().__init__(server_lr=server_lr, beta_1=beta_1, tau=tau)
-        self.beta_2 = checked(BETA_2, beta_2)
+        self.beta_2 = self.checked(BETA_2, beta_2)
 
     def second_moment(self, v: np.ndarray, delta_sq: np.ndarray) -> np.ndarray:
         return v - (1.0 - self.beta_2) * delta_sq * np.sign(v - delta_sq)

@@ -13,7 +13,7 @@ from fedpipe.strategy.aggregate import (
     krum_scores,
     lowest,
 )
-from fedpipe.strategy.base import ClientUpdate, State, Strategy, checked
+from fedpipe.strategy.base import ClientUpdate, State, Strategy
 
 NUM_BYZANTINE = Setting(
     "num_byzantine", int, default=0, ge=0, help="tolerated malicious clients"
@@ -45,7 +45,7 @@ class Krum(Strategy):
     robust_share = 0.5
 
     def __init__(self, *, num_byzantine: int = 0) -> None:
-        self.num_byzantine = checked(NUM_BYZANTINE, num_byzantine)
+        self.num_byzantine = self.checked(NUM_BYZANTINE, num_byzantine)
 
     @classmethod
     def min_updates(cls, values: Mapping[str, Any]) -> tuple[int, str]:

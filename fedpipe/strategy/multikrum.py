@@ -12,7 +12,7 @@ from fedpipe.strategy.aggregate import (
     cast_like,
     weighted_average,
 )
-from fedpipe.strategy.base import ClientUpdate, State, checked
+from fedpipe.strategy.base import ClientUpdate, State
 from fedpipe.strategy.krum import NUM_BYZANTINE, Krum
 
 NUM_SELECTED = Setting(
@@ -45,7 +45,7 @@ class MultiKrum(Krum):
         self, *, num_byzantine: int = 0, num_selected: int | None = None
     ) -> None:
         super().__init__(num_byzantine=num_byzantine)
-        self.num_selected = checked(NUM_SELECTED, num_selected)
+        self.num_selected = self.checked(NUM_SELECTED, num_selected)
 
     @classmethod
     def min_updates(cls, values: Mapping[str, Any]) -> tuple[int, str]:

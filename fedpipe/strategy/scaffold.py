@@ -19,7 +19,6 @@ from fedpipe.strategy.base import (
     ClientUpdate,
     State,
     Strategy,
-    checked,
     pack_state,
     state_arrays,
 )
@@ -92,13 +91,13 @@ class Scaffold(Strategy):
     def __init__(
         self, *, server_lr: float = 1.0, total_clients: int | None = None
     ) -> None:
-        self.server_lr = checked(SERVER_LR, server_lr)
+        self.server_lr = self.checked(SERVER_LR, server_lr)
         if total_clients is None:
             raise ValueError(
                 "strategy.total_clients: required for scaffold (N, the number of "
                 "clients in the federation); allowed: an integer total_clients >= 1"
             )
-        self.total_clients = checked(TOTAL_CLIENTS, total_clients)
+        self.total_clients = self.checked(TOTAL_CLIENTS, total_clients)
 
     def server_control(self, state: State) -> Weights:
         """The server control variate :math:`c_t` that clients need (float64)."""

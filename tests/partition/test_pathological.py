@@ -71,7 +71,10 @@ def test_class_sets_differ_between_seeds() -> None:
 
 @pytest.mark.parametrize("k", [0, -1, True, 1.5, None])
 def test_invalid_classes_per_client_names_key(k: object) -> None:
-    with pytest.raises(PartitionError, match=r"^partition\.classes_per_client must"):
+    with pytest.raises(
+        PartitionError,
+        match=r"^partition\.classes_per_client: .*; allowed: an integer",
+    ):
         PathologicalPartitioner(classes_per_client=k)  # type: ignore[arg-type]
 
 

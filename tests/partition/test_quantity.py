@@ -84,5 +84,8 @@ def test_client_sizes_water_fill() -> None:
 
 @pytest.mark.parametrize("sigma", [-0.1, math.nan, math.inf, True, "1", None])
 def test_invalid_sigma_names_key(sigma: object) -> None:
-    with pytest.raises(PartitionError, match=r"^partition\.quantity_sigma must be"):
+    with pytest.raises(
+        PartitionError,
+        match=r"^partition\.quantity_sigma: .*; allowed: quantity_sigma >= 0$",
+    ):
         QuantitySkewPartitioner(quantity_sigma=sigma)  # type: ignore[arg-type]

@@ -67,7 +67,10 @@ def test_min_samples_up_to_pool_over_clients_is_always_met() -> None:
 
 @pytest.mark.parametrize("s", [0, -1, True, 2.0, None])
 def test_invalid_shards_per_client_names_key(s: object) -> None:
-    with pytest.raises(PartitionError, match=r"^partition\.shards_per_client must"):
+    with pytest.raises(
+        PartitionError,
+        match=r"^partition\.shards_per_client: .*; allowed: an integer",
+    ):
         ShardsPartitioner(shards_per_client=s)  # type: ignore[arg-type]
 
 

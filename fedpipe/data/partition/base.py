@@ -67,6 +67,7 @@ class Partitioner(Component, abc.ABC):
     name: ClassVar[str]
     section: ClassVar[str] = "partition"
     settings: ClassVar[tuple[str, ...]] = ()
+    error: ClassVar[type[ValueError]] = PartitionError
     reads_inputs: ClassVar[bool] = False
     """True when :meth:`partition` needs ``values=``, one real number per sample
     computed from the inputs by the class's ``sample_values(chunks, *,
@@ -212,35 +213,6 @@ def validate_inputs(labels: np.ndarray, n_clients: int) -> np.ndarray:
     return arr
 
 
-def validate_min_samples(min_samples: int) -> int:
-    """Check ``partition.min_samples`` and return it as a Python ``int``.
-
-    Parameters
-    ----------
-    min_samples : int
-        Candidate minimum number of samples per client; must be ``>= 0``.
-
-    Returns
-    -------
-    int
-        The validated value.
-
-    Raises
-    ------
-    PartitionError
-        If it is not an integer ``>= 0``.
-    """
-    if (
-        isinstance(min_samples, bool)
-        or not isinstance(min_samples, numbers.Integral)
-        or min_samples < 0
-    ):
-        raise PartitionError(
-            f"partition.min_samples must be an integer >= 0, got {min_samples!r}"
-        )
-    return int(min_samples)
-
-
 def check_min_samples_feasible(
     n_samples: int, n_clients: int, min_samples: int
 ) -> None:
@@ -268,39 +240,6 @@ def check_min_samples_feasible(
             f"samples over {n_clients} clients give at most {best} per client; "
             f"use partition.min_samples <= {best} or fewer clients"
         )
-
-
-def validate_int_setting(value: object, key: str, *, minimum: int) -> int:
-    """Check an integer ``partition.*`` setting and return it as a Python ``int``.
-
-    Parameters
-    ----------
-    value : object
-        Candidate value; must be an integer (not a bool) ``>= minimum``.
-    key : str
-        Setting name without the ``partition.`` prefix, used in the message.
-    minimum : int
-        Smallest accepted value.
-
-    Returns
-    -------
-    int
-        The validated value.
-
-    Raises
-    ------
-    PartitionError
-        If ``value`` is not an integer ``>= minimum``; names ``partition.<key>``.
-    """
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Integral)
-        or value < minimum
-    ):
-        raise PartitionError(
-            f"partition.{key} must be an integer >= {minimum}, got {value!r}"
-        )
-    return int(value)
 
 
 def as_shares(pieces: list[list[np.ndarray]]) -> list[np.ndarray]:

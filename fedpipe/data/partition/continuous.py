@@ -11,8 +11,6 @@ skew: the darkest images on one client, the brightest on another).
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
@@ -25,7 +23,6 @@ from fedpipe.data.partition.base import (
     PartitionError,
     check_min_samples_feasible,
     validate_inputs,
-    validate_min_samples,
 )
 
 STRICTNESS = Setting(
@@ -80,23 +77,14 @@ class ContinuousPartitioner(Partitioner):
         continuous_by: str = "mean_intensity",
         min_samples: int = 0,
     ) -> None:
-        if (
-            isinstance(strictness, bool)
-            or not isinstance(strictness, numbers.Real)
-            or not math.isfinite(strictness)
-            or not 0.0 <= strictness <= 1.0
-        ):
-            raise PartitionError(
-                f"partition.strictness must be in [0, 1], got {strictness!r}"
-            )
+        self.strictness = self.checked(STRICTNESS, strictness)
         if not isinstance(continuous_by, str) or not continuous_by:
             raise PartitionError(
                 "partition.continuous_by must name mean_intensity, contrast or a "
                 f"table column, got {continuous_by!r}"
             )
-        self.strictness = float(strictness)
         self.continuous_by = continuous_by
-        self.min_samples = validate_min_samples(min_samples)
+        self.min_samples = self.checked(MIN_SAMPLES, min_samples)
 
     def __repr__(self) -> str:
         return (

@@ -8,7 +8,6 @@ Unlike flwr-datasets there is no "self-balancing" step.
 
 from __future__ import annotations
 
-import math
 import numbers
 from typing import ClassVar
 
@@ -22,7 +21,6 @@ from fedpipe.data.partition.base import (
     as_shares,
     check_min_samples_feasible,
     validate_inputs,
-    validate_min_samples,
 )
 
 ALPHA = Setting(
@@ -64,13 +62,7 @@ class DirichletPartitioner(Partitioner):
     )
 
     def __init__(self, *, alpha: float, min_samples: int, max_tries: int = 100) -> None:
-        if (
-            isinstance(alpha, bool)
-            or not isinstance(alpha, numbers.Real)
-            or not math.isfinite(alpha)
-            or alpha <= 0
-        ):
-            raise PartitionError(f"partition.alpha must be > 0, got {alpha!r}")
+        self.alpha = self.checked(ALPHA, alpha)
         if (
             isinstance(max_tries, bool)
             or not isinstance(max_tries, numbers.Integral)
@@ -80,8 +72,7 @@ class DirichletPartitioner(Partitioner):
                 f"DirichletPartitioner max_tries must be an integer >= 1, "
                 f"got {max_tries!r}"
             )
-        self.alpha = float(alpha)
-        self.min_samples = validate_min_samples(min_samples)
+        self.min_samples = self.checked(MIN_SAMPLES, min_samples)
         self.max_tries = int(max_tries)
 
     def __repr__(self) -> str:

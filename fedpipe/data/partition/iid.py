@@ -11,7 +11,6 @@ from fedpipe.data.partition.base import (
     Partitioner,
     check_min_samples_feasible,
     validate_inputs,
-    validate_min_samples,
 )
 
 
@@ -35,7 +34,7 @@ class IidPartitioner(Partitioner):
     settings: ClassVar[tuple[str, ...]] = (MIN_SAMPLES,)
 
     def __init__(self, *, min_samples: int = 0) -> None:
-        self.min_samples = validate_min_samples(min_samples)
+        self.min_samples = self.checked(MIN_SAMPLES, min_samples)
 
     def __repr__(self) -> str:
         return f"IidPartitioner(min_samples={self.min_samples})"

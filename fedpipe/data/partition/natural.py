@@ -31,8 +31,6 @@ from fedpipe.data.partition.base import (
     as_python,
     check_min_samples_feasible,
     validate_inputs,
-    validate_int_setting,
-    validate_min_samples,
 )
 
 NATURAL_MAPPING = Setting(
@@ -90,7 +88,7 @@ class NaturalIdPartitioner(Partitioner):
         natural_mapping: str | None = None,
         natural_level: int | None = None,
     ) -> None:
-        self.min_samples = validate_min_samples(min_samples)
+        self.min_samples = self.checked(MIN_SAMPLES, min_samples)
         if natural_mapping is not None and natural_level is not None:
             raise PartitionError(
                 "partition.natural_mapping and partition.natural_level are both "
@@ -105,9 +103,7 @@ class NaturalIdPartitioner(Partitioner):
                 f"got {natural_mapping!r}"
             )
         if natural_level is not None:
-            natural_level = validate_int_setting(
-                natural_level, "natural_level", minimum=0
-            )
+            natural_level = self.checked(NATURAL_LEVEL, natural_level)
         self.natural_mapping = natural_mapping
         self.natural_level = natural_level
 

@@ -24,8 +24,6 @@ from fedpipe.data.partition.base import (
     as_shares,
     check_min_samples_feasible,
     validate_inputs,
-    validate_int_setting,
-    validate_min_samples,
 )
 
 CLASSES_PER_CLIENT = Setting(
@@ -68,10 +66,8 @@ class PathologicalPartitioner(Partitioner):
     settings: ClassVar[tuple[str, ...]] = (CLASSES_PER_CLIENT, MIN_SAMPLES)
 
     def __init__(self, *, classes_per_client: int, min_samples: int = 0) -> None:
-        self.classes_per_client = validate_int_setting(
-            classes_per_client, "classes_per_client", minimum=1
-        )
-        self.min_samples = validate_min_samples(min_samples)
+        self.classes_per_client = self.checked(CLASSES_PER_CLIENT, classes_per_client)
+        self.min_samples = self.checked(MIN_SAMPLES, min_samples)
 
     def __repr__(self) -> str:
         return (

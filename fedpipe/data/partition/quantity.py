@@ -10,8 +10,6 @@ shows in the coefficient of variation of client sizes (see
 
 from __future__ import annotations
 
-import math
-import numbers
 from typing import ClassVar
 
 import numpy as np
@@ -20,10 +18,8 @@ from fedpipe.core.component import REQUIRED, Setting
 from fedpipe.data.partition.base import (
     MIN_SAMPLES,
     Partitioner,
-    PartitionError,
     check_min_samples_feasible,
     validate_inputs,
-    validate_min_samples,
 )
 
 QUANTITY_SIGMA = Setting(
@@ -65,18 +61,8 @@ class QuantitySkewPartitioner(Partitioner):
     settings: ClassVar[tuple[str, ...]] = (QUANTITY_SIGMA, MIN_SAMPLES)
 
     def __init__(self, *, quantity_sigma: float, min_samples: int = 0) -> None:
-        if (
-            isinstance(quantity_sigma, bool)
-            or not isinstance(quantity_sigma, numbers.Real)
-            or not math.isfinite(quantity_sigma)
-            or quantity_sigma < 0
-        ):
-            raise PartitionError(
-                "partition.quantity_sigma must be a finite number >= 0, "
-                f"got {quantity_sigma!r}"
-            )
-        self.quantity_sigma = float(quantity_sigma)
-        self.min_samples = validate_min_samples(min_samples)
+        self.quantity_sigma = self.checked(QUANTITY_SIGMA, quantity_sigma)
+        self.min_samples = self.checked(MIN_SAMPLES, min_samples)
 
     def __repr__(self) -> str:
         return (

@@ -19,8 +19,6 @@ from fedpipe.data.partition.base import (
     as_shares,
     check_min_samples_feasible,
     validate_inputs,
-    validate_int_setting,
-    validate_min_samples,
 )
 
 SHARDS_PER_CLIENT = Setting(
@@ -66,10 +64,8 @@ class ShardsPartitioner(Partitioner):
     settings: ClassVar[tuple[str, ...]] = (SHARDS_PER_CLIENT, MIN_SAMPLES)
 
     def __init__(self, *, shards_per_client: int, min_samples: int = 0) -> None:
-        self.shards_per_client = validate_int_setting(
-            shards_per_client, "shards_per_client", minimum=1
-        )
-        self.min_samples = validate_min_samples(min_samples)
+        self.shards_per_client = self.checked(SHARDS_PER_CLIENT, shards_per_client)
+        self.min_samples = self.checked(MIN_SAMPLES, min_samples)
 
     def __repr__(self) -> str:
         return (

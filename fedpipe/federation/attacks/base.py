@@ -11,10 +11,8 @@ handled as deltas ``Δ_i = w_i - w_global`` in float64.
 from __future__ import annotations
 
 import abc
-import math
-import numbers
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -24,18 +22,6 @@ if TYPE_CHECKING:  # the data layer (pandas) is imported when data is poisoned
     from fedpipe.data.splits import ClientData
 
 Weights = list[np.ndarray]
-
-
-def check_positive(key: str, value: Any, *, allow_zero: bool = False) -> float:
-    """``value`` as a finite float > 0 (>= 0 with ``allow_zero``), or ValueError
-    naming ``attack.<key>``."""
-    bound = ">= 0" if allow_zero else "> 0"
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    x = float(value) if ok else math.nan
-    ok = ok and math.isfinite(x) and (x >= 0 if allow_zero else x > 0)
-    if not ok:
-        raise ValueError(f"attack.{key}: {value!r} is out of range; allowed: {bound}")
-    return x
 
 
 SCALE = Setting(

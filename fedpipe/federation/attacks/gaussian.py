@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedpipe.core.component import Setting
-from fedpipe.federation.attacks.base import Attack, Weights, check_positive
+from fedpipe.federation.attacks.base import Attack, Weights
 
 NOISE_STD = Setting(
     "noise_std", float, default=1.0, gt=0.0, help="std of the noise update"
@@ -36,7 +36,7 @@ class Gaussian(Attack):
     settings = (NOISE_STD,)
 
     def __init__(self, *, noise_std: float = 1.0) -> None:
-        self.noise_std = check_positive(NOISE_STD, noise_std)
+        self.noise_std = self.checked(NOISE_STD, noise_std)
 
     def forge(
         self,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedpipe.core.component import Setting
-from fedpipe.federation.attacks.base import Attack, Weights, check_positive
+from fedpipe.federation.attacks.base import Attack, Weights
 
 EPSILON = Setting(
     "epsilon",
@@ -63,7 +63,7 @@ class Ipm(Attack):
     omniscient = True
 
     def __init__(self, *, epsilon: float | None = None) -> None:
-        self.epsilon = None if epsilon is None else check_positive(EPSILON, epsilon)
+        self.epsilon = self.checked(EPSILON, epsilon)
 
     def forge(
         self,

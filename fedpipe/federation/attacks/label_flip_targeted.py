@@ -46,21 +46,14 @@ class TargetedLabelFlip(Attack):
     settings = (SOURCE_CLASS, TARGET_CLASS)
 
     def __init__(self, *, source_class: int = 5, target_class: int = 3) -> None:
-        for setting, value in (
-            (SOURCE_CLASS, source_class),
-            (TARGET_CLASS, target_class),
-        ):
-            if not setting.admits(value):
-                raise ValueError(
-                    f"attack.{setting}: {value!r} is out of range; allowed: a class "
-                    "index >= 0"
-                )
+        source_class = self.checked(SOURCE_CLASS, source_class)
+        target_class = self.checked(TARGET_CLASS, target_class)
         if source_class == target_class:
             raise ValueError(
                 f"attack.source_class and attack.target_class are both {source_class};"
                 " allowed: two different class indices"
             )
-        self.source_class, self.target_class = int(source_class), int(target_class)
+        self.source_class, self.target_class = source_class, target_class
 
     @classmethod
     def check_section(cls, values: dict[str, Any]) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedpipe.federation.attacks.base import SCALE, Attack, Weights, check_positive
+from fedpipe.federation.attacks.base import SCALE, Attack, Weights
 
 
 class Scaling(Attack):
@@ -28,7 +28,7 @@ class Scaling(Attack):
     settings = (SCALE.but(help="boost (null: n, the updates of the round)"),)
 
     def __init__(self, *, scale: float | None = None) -> None:
-        self.scale = None if scale is None else check_positive(SCALE, scale)
+        self.scale = self.checked(SCALE, scale)
 
     def forge(
         self,

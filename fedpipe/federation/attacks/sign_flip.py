@@ -6,7 +6,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedpipe.federation.attacks.base import SCALE, Attack, Weights, check_positive
+from fedpipe.federation.attacks.base import SCALE, Attack, Weights
+
+FLIP_SCALE = SCALE.but(default=1.0, help="sends -scale x the update")
 
 
 class SignFlip(Attack):
@@ -22,10 +24,10 @@ class SignFlip(Attack):
     """
 
     name = "sign_flip"
-    settings = (SCALE.but(default=1.0, help="sends -scale x the update"),)
+    settings = (FLIP_SCALE,)
 
     def __init__(self, *, scale: float = 1.0) -> None:
-        self.scale = check_positive(SCALE, scale)
+        self.scale = self.checked(FLIP_SCALE, scale)
 
     def forge(
         self,
