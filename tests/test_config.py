@@ -3,6 +3,7 @@ preflight."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
@@ -547,3 +548,37 @@ def test_dpsgd_with_a_batch_norm_model_is_refused_before_any_stage() -> None:
         parse_params(raw)
     raw["model"]["batch_norm"] = False
     parse_params(raw)
+
+
+def test_a_section_builds_the_library_dataclass_from_the_keys_it_shares() -> None:
+    from fedpipe.config.privacy import Privacy
+    from fedpipe.federation.build import privacy_for
+
+    params = _params_with(
+        privacy={"mechanism": "central", "clip_lr": 0.3, "target_epsilon": 2.0},
+        federation={"clients": 10, "fraction_fit": 0.5, "sampling": "poisson"},
+    )
+    privacy = privacy_for(params)
+    assert isinstance(privacy, Privacy)
+    shared = {f.name for f in dataclasses.fields(Privacy)} & set(
+        type(params.privacy).model_fields
+    )
+    assert len(shared) == 10  # a key of both is passed on with no edit in build.py
+    for key in shared:
+        assert getattr(privacy, key) == getattr(params.privacy, key), key
+    assert (privacy.n_clients, privacy.per_round) == (10, 5)
+    assert (privacy.sampling, privacy.sampling_rate) == ("poisson", 0.5)
+
+
+def test_into_takes_what_the_section_lacks_from_its_caller() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Rounds:
+        rounds: int
+        clients: int
+        total: int
+
+    federation = _params_with(federation={"clients": 4}).federation
+    assert federation.into(Rounds, total=7) == Rounds(10, 4, 7)
+    assert federation.into(Rounds, total=7, clients=2).clients == 2
+    with pytest.raises(TypeError):
+        federation.into(Rounds)  # total: in neither

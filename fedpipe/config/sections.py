@@ -13,9 +13,10 @@ the dotted key).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -32,6 +33,8 @@ from pydantic_core import InitErrorDetails
 from fedpipe.core import registry
 from fedpipe.core.component import Setting
 
+T = TypeVar("T")
+
 
 class Section(BaseModel):
     """A section of ``params.yaml``: unknown keys refused, values frozen."""
@@ -46,6 +49,14 @@ class Section(BaseModel):
         out = {k: v for k, v in values.items() if v is not None}
         out.update(getattr(self, "options", None) or {})
         return out
+
+    def into(self, cls: type[T], **extra: Any) -> T:
+        """``cls`` (a dataclass the library takes) from this section's keys of the
+        same names, and ``extra`` for the fields the section does not hold: the
+        section's values are passed on as they are, not copied field by field."""
+        names = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+        own = {k: getattr(self, k) for k in names & set(type(self).model_fields)}
+        return cls(**{**own, **extra})
 
     @classmethod
     def allowed_keys(cls) -> list[str]:

@@ -254,27 +254,14 @@ def local_training(params: Params, key: bytes | None = None) -> LocalTraining:
         record_dp = RecordDP(p.clip_norm, p.noise_multiplier, key=key)
     if p.mechanism == "local":
         local_dp = LocalDP(p.clip_norm, p.noise_multiplier, key=key)
-    return LocalTraining(
-        epochs=t.epochs,
-        batch_size=t.batch_size,
-        lr=t.lr,
-        max_steps=t.local_steps,
-        record_dp=record_dp,
-        local_dp=local_dp,
+    return t.into(
+        LocalTraining, max_steps=t.local_steps, record_dp=record_dp, local_dp=local_dp
     )
 
 
 def failure_policy(params: Params) -> FailurePolicy:
     """How rounds treat unreliable clients (``federation.*``)."""
-    f = params.federation
-    return FailurePolicy(
-        dropout=f.dropout,
-        min_clients=f.min_clients,
-        round_deadline_steps=f.round_deadline_steps,
-        stragglers=f.stragglers,
-        slow_clients=f.slow_clients,
-        slow_speed=f.slow_speed,
-    )
+    return params.federation.into(FailurePolicy)
 
 
 def planted_faults(params: Params) -> PlantedFaults:
@@ -289,28 +276,15 @@ def planted_faults(params: Params) -> PlantedFaults:
 
 def privacy_for(params: Params) -> Privacy | None:
     """The run's differential privacy (``privacy.*``), None when it has none."""
-    p = params.privacy
-    if p.mechanism is None:
+    f = params.federation
+    if params.privacy.mechanism is None:
         return None
-    return Privacy(
-        mechanism=p.mechanism,
-        clip_norm=p.clip_norm,
-        noise_multiplier=p.noise_multiplier,
-        delta=p.delta,
-        n_clients=params.federation.clients,
-        per_round=params.federation.clients_per_round(),
-        target_epsilon=p.target_epsilon,
-        adaptive_clip=p.adaptive_clip,
-        target_quantile=p.target_quantile,
-        clip_lr=p.clip_lr,
-        count_noise_multiplier=p.count_noise_multiplier,
-        noise_key=p.noise_key,
-        sampling=params.federation.sampling,
-        sampling_rate=(
-            params.federation.fraction_fit
-            if params.federation.sampling == "poisson"
-            else None
-        ),
+    return params.privacy.into(
+        Privacy,
+        n_clients=f.clients,
+        per_round=f.clients_per_round(),
+        sampling=f.sampling,
+        sampling_rate=f.fraction_fit if f.sampling == "poisson" else None,
     )
 
 
@@ -325,13 +299,7 @@ def client_sampling(params: Params, key: bytes | None = None) -> ClientSampling:
 
 def client_evaluation(params: Params) -> ClientEvaluation:
     """Which clients each round scores the global model on (``evaluation.*``)."""
-    e = params.evaluation
-    return ClientEvaluation(
-        clients=e.clients,
-        sample_size=e.sample_size,
-        full_every=e.full_every,
-        rounds=params.federation.rounds,
-    )
+    return params.evaluation.into(ClientEvaluation, rounds=params.federation.rounds)
 
 
 def attack_plan_for(params: Params) -> AttackPlan | None:
