@@ -175,7 +175,7 @@ def central_accuracy(project: Path) -> float:
         y_test,
         [ClientData(0, x_tr, y_train, empty, np.zeros(0, np.int32))],
     )
-    runner = ModelRunner(model_spec_for(params, spec))
+    runner = ModelRunner(model_spec_for(params.model, params.train, spec))
     _, record = train_centralized(
         runner,
         load_weights(project / "models/round-0/weights.npz"),
@@ -388,7 +388,7 @@ def _train_central(project: Path, x_tr: np.ndarray, x_te: np.ndarray) -> float:
             )
         ],
     )
-    runner = ModelRunner(model_spec_for(params, spec))
+    runner = ModelRunner(model_spec_for(params.model, params.train, spec))
     _, record = train_centralized(
         runner,
         load_weights(project / "models/round-0/weights.npz"),

@@ -111,7 +111,7 @@ def federation(
             logger.info("%s: %s set to %s", PARAMS_FILE, key, value)
         sync_round_chain(PARAMS_FILE)
         params = load_params(PARAMS_FILE)
-        preflight(params)
+        preflight(params.data, params.federation, params.partition)
         # imported here: TensorFlow loads with it, and `fedpipe deploy` needs none
         from flows.pipeline import run_pipeline
 

@@ -74,7 +74,7 @@ def _what_the_run_says(project: Path) -> tuple[str, str]:
     training: params, preflight, ingest, validation."""
     try:
         params = load_params("params.yaml")
-        preflight(params)
+        preflight(params.data, params.federation, params.partition)
     except ParamsError as exc:
         return "params", str(exc)
     prepared = project / "data/prepared"

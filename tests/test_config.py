@@ -420,14 +420,15 @@ def test_clients_per_round(
 
 
 def test_preflight_accepts_repo_params() -> None:
-    preflight(load_params(REPO_PARAMS))
+    params = load_params(REPO_PARAMS)
+    preflight(params.data, params.federation, params.partition)
 
 
 def test_preflight_rejects_more_clients_than_training_samples() -> None:
     # 5000 samples, 20% held out -> 4000 training samples
     params = _params_with(federation={"clients": 4001}, partition={"min_samples": 1})
     with pytest.raises(ParamsError) as info:
-        preflight(params)
+        preflight(params.data, params.federation, params.partition)
     msg = str(info.value)
     assert "federation.clients=4001" in msg
     assert "4000 training samples" in msg
@@ -435,13 +436,14 @@ def test_preflight_rejects_more_clients_than_training_samples() -> None:
 
 
 def test_preflight_accepts_one_sample_per_client() -> None:
-    preflight(_params_with(federation={"clients": 4000}, partition={"min_samples": 1}))
+    params = _params_with(federation={"clients": 4000}, partition={"min_samples": 1})
+    preflight(params.data, params.federation, params.partition)
 
 
 def test_preflight_rejects_min_samples_times_clients_above_training_samples() -> None:
     params = _params_with(federation={"clients": 10}, partition={"min_samples": 401})
     with pytest.raises(ParamsError) as info:
-        preflight(params)
+        preflight(params.data, params.federation, params.partition)
     msg = str(info.value)
     assert "partition.min_samples=401" in msg
     assert "federation.clients=10" in msg
@@ -460,14 +462,15 @@ def test_preflight_counts_training_samples_like_split_heldout(
     n_train = len(train)
     data = {"test_fraction": test_fraction}
     partition = {"min_samples": 1}
-    preflight(
-        _params_with(data=data, partition=partition, federation={"clients": n_train})
+    enough = _params_with(
+        data=data, partition=partition, federation={"clients": n_train}
     )
+    preflight(enough.data, enough.federation, enough.partition)
     too_many = _params_with(
         data=data, partition=partition, federation={"clients": n_train + 1}
     )
     with pytest.raises(ParamsError, match=f"the {n_train} training samples"):
-        preflight(too_many)
+        preflight(too_many.data, too_many.federation, too_many.partition)
 
 
 def test_config_names_match_the_registries() -> None:

@@ -10,10 +10,9 @@ import pytest
 import yaml
 
 from fedpipe.client.base import ClientAlgorithm
-from fedpipe.config.params import ParamsError, parse_params
+from fedpipe.config.params import ParamsError, code_files_of, parse_params
 from fedpipe.core.plugins import (
     check_code_deps,
-    code_files,
     listed_code_deps,
     load_object,
     load_subclass,
@@ -99,12 +98,12 @@ def test_each_file_feeds_exactly_the_stages_that_use_it(project: Path) -> None:
         model={"name": "code/model.py:build"},
         client={"algorithm": "code/client.py:Mine"},
     )
-    assert code_files(params) == {
+    assert code_files_of(params) == {
         "init": ["code/model.py"],
         "round": ["code/client.py", "code/model.py"],
         "partition": [],
     }
-    assert code_files(_params()) == {"init": [], "round": [], "partition": []}
+    assert code_files_of(_params()) == {"init": [], "round": [], "partition": []}
 
 
 def test_sync_writes_the_deps_keeps_comments_and_removes_stale_ones(
@@ -112,9 +111,9 @@ def test_sync_writes_the_deps_keeps_comments_and_removes_stale_ones(
 ) -> None:
     params = _params(client={"algorithm": "code/client.py:Mine"})
     with pytest.raises(ParamsError, match="run `fedpipe sync`"):
-        check_code_deps(params)
+        check_code_deps(code_files_of(params))
     before = (project / "dvc.yaml").read_text()
-    assert sync_code_deps(code_files(params)) is True
+    assert sync_code_deps(code_files_of(params)) is True
     after = (project / "dvc.yaml").read_text()
     assert listed_code_deps() == {
         "init": [],
@@ -123,10 +122,10 @@ def test_sync_writes_the_deps_keeps_comments_and_removes_stale_ones(
     }
     assert "# Each federation round is a stage of its own" in after  # comments kept
     assert len(after.splitlines()) == len(before.splitlines()) + 1
-    check_code_deps(params)  # in step now
-    assert sync_code_deps(code_files(params)) is False  # idempotent
+    check_code_deps(code_files_of(params))  # in step now
+    assert sync_code_deps(code_files_of(params)) is False  # idempotent
     # back to built-ins: the file is no longer a dependency, the file as it was
-    assert sync_code_deps(code_files(_params())) is True
+    assert sync_code_deps(code_files_of(_params())) is True
     assert (project / "dvc.yaml").read_text() == before
 
 
@@ -203,11 +202,13 @@ def test_a_natural_mapping_file_is_a_dependency_of_the_partition_stage(
         data={"source": "images", "path": "data/images"},
         partition={"method": "natural", "natural_mapping": "data/writers.csv"},
     )
-    assert code_files(params)["partition"] == ["data/writers.csv"]
+    assert code_files_of(params)["partition"] == ["data/writers.csv"]
     with pytest.raises(ParamsError, match="run `fedpipe sync`"):
-        check_code_deps(params)  # an edited mapping would not rerun the partition
+        check_code_deps(
+            code_files_of(params)
+        )  # an edited mapping would not rerun the partition
     before = (project / "dvc.yaml").read_text()
-    assert sync_code_deps(code_files(params)) is True
+    assert sync_code_deps(code_files_of(params)) is True
     assert listed_code_deps()["partition"] == ["data/writers.csv"]
     stages = yaml.safe_load((project / "dvc.yaml").read_text())["stages"]
     assert stages["partition"]["deps"] == [
@@ -215,6 +216,6 @@ def test_a_natural_mapping_file_is_a_dependency_of_the_partition_stage(
         "reports/validation/summary.json",
         "data/writers.csv",
     ]
-    check_code_deps(params)
-    assert sync_code_deps(code_files(_params())) is True  # back: the fixed deps
+    check_code_deps(code_files_of(params))
+    assert sync_code_deps(code_files_of(_params())) is True  # back: the fixed deps
     assert (project / "dvc.yaml").read_text() == before

@@ -27,6 +27,7 @@ from fedpipe.config.sections import ComponentSection, Section
 from fedpipe.config.skew import DOMAIN_TRANSFORMS, FEATURE_SKEWS
 from fedpipe.core import atomic, registry
 from fedpipe.core.errors import ParamsError
+from fedpipe.core.plugins import code_files
 
 PARAMS_FILE = "params.yaml"
 
@@ -1087,6 +1088,17 @@ class Params(Section):
             ),
         )
         return self
+
+
+def code_files_of(params: Params) -> dict[str, list[str]]:
+    """The user code and mapping files each stage depends on, from the keys that
+    name them (:func:`fedpipe.core.plugins.code_files`)."""
+    return code_files(
+        model=params.model.name,
+        strategy=params.strategy.name,
+        client=params.client.algorithm,
+        natural_mapping=params.partition.settings().get("natural_mapping"),
+    )
 
 
 def round_chain(rounds: int) -> dict[int, int]:

@@ -228,8 +228,15 @@ named here is managed by ``fedpipe sync``); other stages' managed deps are their
 ``.py`` files."""
 
 
-def code_files(params: Any) -> dict[str, list[str]]:
-    """The user's code files each stage depends on, from a :class:`Params`.
+def code_files(
+    *,
+    model: str,
+    strategy: str,
+    client: str | None = None,
+    natural_mapping: str | None = None,
+) -> dict[str, list[str]]:
+    """The user's code files each stage depends on, from ``model.name``,
+    ``strategy.name``, ``client.algorithm`` and ``partition.natural_mapping``.
 
     The model's file and the strategy's file feed ``init`` (the initial weights and
     server state) and every round; the client algorithm's file (``client.algorithm``,
@@ -237,20 +244,18 @@ def code_files(params: Any) -> dict[str, list[str]]:
     partition's mapping file (``partition.natural_mapping``) feeds ``partition``,
     so editing it reruns the partition as editing code reruns its stages.
     """
-    model = reference_file(params.model.name)
-    strategy = reference_file(params.strategy.name)
-    client_ref = params.client.algorithm
-    if client_ref is None and is_reference(params.strategy.name):
+    client_ref: Any = client
+    if client_ref is None and is_reference(strategy):
         # the user's strategy class (fedpipe.strategy checks it is one when the
         # run is built); its client algorithm may be a reference of its own
-        strategy_cls = load_object(params.strategy.name, key="strategy.name")
+        strategy_cls = load_object(strategy, key="strategy.name")
         client_ref = getattr(strategy_cls, "client_algorithm", None)
     # a class object lives in the strategy's own file, which is tracked already
-    client = reference_file(client_ref) if isinstance(client_ref, str) else None
-    both = [_dep_path(p) for p in (model, strategy) if p is not None]
-    rounds = both + [_dep_path(client)] if client is not None else list(both)
-    mapping = params.partition.settings().get("natural_mapping")
-    partition = [_dep_path(Path(mapping))] if mapping else []
+    client_file = reference_file(client_ref) if isinstance(client_ref, str) else None
+    files = (reference_file(model), reference_file(strategy))
+    both = [_dep_path(p) for p in files if p is not None]
+    rounds = both + [_dep_path(client_file)] if client_file is not None else both
+    partition = [_dep_path(Path(natural_mapping))] if natural_mapping else []
     return {
         "init": sorted(set(both)),
         "round": sorted(set(rounds)),
@@ -331,12 +336,14 @@ def sync_code_deps(
     return True
 
 
-def check_code_deps(params: Any, path: Path = Path(PIPELINE_FILE)) -> None:
+def check_code_deps(
+    wanted: dict[str, list[str]], path: Path = Path(PIPELINE_FILE)
+) -> None:
     """Stop when ``dvc.yaml`` does not track the user code (or the mapping file)
-    ``params`` names (a stage would read a file whose edits DVC cannot see)."""
+    the params name, ``wanted`` (:func:`code_files`): a stage would read a file
+    whose edits DVC cannot see."""
     if not path.is_file():
         return
-    wanted = code_files(params)
     if listed_code_deps(path) != wanted:
         files = sorted({f for fs in wanted.values() for f in fs})
         raise ParamsError(

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fedpipe.config.params import DataParams, FederationParams, PartitionParams
 
 
-def preflight(params: Any) -> None:
-    """Checks that need no work: stop before anything runs.
+def preflight(
+    data: DataParams, federation: FederationParams, partition: PartitionParams
+) -> None:
+    """Checks that need no work: stop before anything runs (``data.*``,
+    ``federation.clients``, ``partition.min_samples``).
 
     Raises
     ------
@@ -19,7 +25,6 @@ def preflight(params: Any) -> None:
     from fedpipe.config.params import ParamsError
     from fedpipe.data.sources import MNIST5K
 
-    data = params.data
     if data.source != "mnist5k":
         path = Path(data.path)
         if not path.exists():
@@ -38,8 +43,8 @@ def preflight(params: Any) -> None:
     n = MNIST5K.n_samples
     n_test = min(max(math.floor(data.test_fraction * n + 0.5), 1), n - 1)
     n_train = n - n_test
-    clients = params.federation.clients
-    need = clients * params.partition.min_samples
+    clients = federation.clients
+    need = clients * partition.min_samples
     if clients > n_train:
         raise ParamsError(
             f"params.yaml: federation.clients={clients} exceeds the {n_train} training "
@@ -47,7 +52,7 @@ def preflight(params: Any) -> None:
         )
     if need > n_train:
         raise ParamsError(
-            f"params.yaml: partition.min_samples={params.partition.min_samples} x "
+            f"params.yaml: partition.min_samples={partition.min_samples} x "
             f"federation.clients={clients} = {need} exceeds the {n_train} training "
             f"samples; allowed: partition.min_samples <= {n_train // clients}"
         )

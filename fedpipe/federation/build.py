@@ -53,7 +53,7 @@ def model_spec(
     with the partition ``manifest`` (the clients' label counts) the loss's class
     weights under ``train.class_weight`` (:func:`federated_class_counts`)."""
     counts = None if manifest is None else federated_class_counts(manifest)
-    return model_spec_for(params, dataset, counts)
+    return model_spec_for(params.model, params.train, dataset, counts)
 
 
 def federated_class_counts(manifest: Mapping[str, Any]) -> list[int]:

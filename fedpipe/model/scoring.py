@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
 import numpy as np
@@ -19,6 +19,9 @@ import numpy as np
 from fedpipe.config import layout
 from fedpipe.core import atomic
 from fedpipe.core.errors import FedpipeError
+
+if TYPE_CHECKING:
+    from fedpipe.config.params import ModelParams, TrainParams
 
 __all__ = ["MODEL_FILE", "Scored", "export_round", "predictions_table", "score_table"]
 
@@ -40,9 +43,11 @@ def model_file(round_: int) -> Path:
     return layout.model_dir(round_) / MODEL_FILE
 
 
-def export_round(params: Any, round_: int, root: Path = Path(".")) -> keras.Model:
-    """Round ``round_``'s global model with the transform in front, saved as
-    :func:`model_file` under ``root``; the model."""
+def export_round(
+    model: ModelParams, train: TrainParams, round_: int, root: Path = Path(".")
+) -> keras.Model:
+    """Round ``round_``'s global model (``model.*``, ``train.*``) with the transform
+    in front, saved as :func:`model_file` under ``root``; the model."""
     from fedpipe.core.weights import load_weights
     from fedpipe.data.preprocess import read_transform
     from fedpipe.data.sources import prepared_spec
@@ -63,9 +68,9 @@ def export_round(params: Any, round_: int, root: Path = Path(".")) -> keras.Mode
         )
     spec = prepared_spec(root / layout.PREPARED_DIR)
     spec = dataclasses.replace(spec, input_shape=(transform.n_outputs,))
-    model = model_spec_for(params, spec).build()
-    model.set_weights(load_weights(weights_file))
-    raw = raw_input_model(model, transform)
+    built = model_spec_for(model, train, spec).build()
+    built.set_weights(load_weights(weights_file))
+    raw = raw_input_model(built, transform)
     save_raw_input_model(raw, root / model_file(round_))
     return raw
 
@@ -87,10 +92,19 @@ def predictions_table(
     return table
 
 
-def score_table(params: Any, table: Path, *, round_: int, out: Path) -> Scored:
-    """Score ``table`` with round ``round_``'s model; write ``out`` (CSV): the
-    id, the prediction, the probabilities and ``notes`` (per row, each blank cell
-    the model filled and each categorical value it read as "other":
+def score_table(
+    table: Path,
+    *,
+    model: ModelParams,
+    train: TrainParams,
+    id_column: str | None,
+    round_: int,
+    out: Path,
+) -> Scored:
+    """Score ``table`` with round ``round_``'s model (``model.*``, ``train.*``);
+    write ``out`` (CSV): the id (``id_column``, ``data.id_column``; null: the
+    row), the prediction, the probabilities and ``notes`` (per row, each blank
+    cell the model filled and each categorical value it read as "other":
     :func:`fedpipe.data.scoring.row_notes`).
 
     Raises
@@ -113,16 +127,16 @@ def score_table(params: Any, table: Path, *, round_: int, out: Path) -> Scored:
     ids, columns = read_scoring_columns(
         table,
         columns=transform.columns,
-        id_column=params.data.id_column,
+        id_column=id_column,
         allow_missing=transform.scaling_for(None).fill is not None,
         strings={e.name for e in transform.encodings},
         kinds=read_schema(layout.PREPARED_DIR).get("column_types"),
     )
     x = raw_inputs(transform, columns)
-    model = export_round(params, round_)
-    probs = model.predict(x, batch_size=1024, verbose=0)
+    raw = export_round(model, train, round_)
+    probs = raw.predict(x, batch_size=1024, verbose=0)
     names = [str(c) for c in read_schema(layout.PREPARED_DIR)["class_names"]]
-    frame = predictions_table(ids, probs, names, params.data.id_column or "row")
+    frame = predictions_table(ids, probs, names, id_column or "row")
     notes = row_notes(transform, columns)
     frame[NOTES] = notes.notes
     with atomic.writing(out) as tmp:

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
@@ -36,6 +36,10 @@ from fedpipe.core.secretkey import derived_key  # noqa: E402
 from fedpipe.core.seeds import derive_seed, keyed_rng, rng_for  # noqa: E402
 from fedpipe.model.metrics import classification_metrics  # noqa: E402
 from fedpipe.model.zoo import build_model, loss_for  # noqa: E402
+
+if TYPE_CHECKING:
+    from fedpipe.config.params import ModelParams, TrainParams
+    from fedpipe.data.sources import DatasetSpec
 
 _determinism_enabled = False
 
@@ -134,14 +138,15 @@ def balanced_class_weights(counts: Sequence[int]) -> tuple[float, ...]:
 
 
 def model_spec_for(
-    params: Any, dataset: Any, class_counts: Sequence[int] | None = None
+    model: ModelParams,
+    train: TrainParams,
+    dataset: DatasetSpec,
+    class_counts: Sequence[int] | None = None,
 ) -> ModelSpec:
-    """The model an experiment trains: ``model.*`` and ``train.*`` of ``params``
-    (a :class:`fedpipe.config.params.Params`) on data described by ``dataset`` (a
-    :class:`fedpipe.data.sources.DatasetSpec`). ``class_counts`` (training
-    samples per class, summed over the clients) gives the loss its class weights
-    under ``train.class_weight: balanced``; a spec that only builds the model
-    (scoring) needs none.
+    """The model an experiment trains: ``model.*`` and ``train.*`` on data
+    described by ``dataset``. ``class_counts`` (training samples per class, summed
+    over the clients) gives the loss its class weights under ``train.class_weight:
+    balanced``; a spec that only builds the model (scoring) needs none.
 
     Raises
     ------
@@ -149,9 +154,7 @@ def model_spec_for(
         ``class_counts`` whose length is not the number of classes.
     """
     weights = None
-    if getattr(params.train, "class_weight", None) == "balanced" and (
-        class_counts is not None
-    ):
+    if train.class_weight == "balanced" and class_counts is not None:
         if len(class_counts) != len(dataset.classes):
             raise ValueError(
                 f"train.class_weight: {len(class_counts)} class counts for "
@@ -159,14 +162,12 @@ def model_spec_for(
             )
         weights = balanced_class_weights(class_counts)
     return ModelSpec(
-        name=params.model.name,
+        name=model.name,
         input_shape=tuple(dataset.input_shape),
         n_classes=len(dataset.classes),
-        optimizer=params.train.optimizer,
-        lr=params.train.lr,
-        settings=tuple(
-            sorted((k, _hashable(v)) for k, v in params.model.settings().items())
-        ),
+        optimizer=train.optimizer,
+        lr=train.lr,
+        settings=tuple(sorted((k, _hashable(v)) for k, v in model.settings().items())),
         class_weights=weights,
     )
 

@@ -70,7 +70,9 @@ def cmd_centralized(args: argparse.Namespace) -> int:
         transform=read_transform(layout.TRANSFORM),
     )
     # train.class_weight: the same class weights as the federation's
-    model = model_spec_for(params, data.spec, federated_class_counts(manifest))
+    model = model_spec_for(
+        params.model, params.train, data.spec, federated_class_counts(manifest)
+    )
     epochs = args.epochs or params.federation.rounds * params.train.epochs
     _, record = train_centralized(
         ModelRunner(model),

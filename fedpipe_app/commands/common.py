@@ -24,8 +24,8 @@ def load(params_file: str, *, sync: bool) -> Params:
     With ``sync``, params.yaml's round_chain and dvc.yaml's code dependencies are
     brought up to date first (each change said in one line).
     """
-    from fedpipe.config.params import load_params, sync_round_chain
-    from fedpipe.core.plugins import check_code_deps, code_files, sync_code_deps
+    from fedpipe.config.params import code_files_of, load_params, sync_round_chain
+    from fedpipe.core.plugins import check_code_deps, sync_code_deps
     from fedpipe.data.preflight import preflight
 
     if sync and Path(params_file).is_file() and sync_round_chain(params_file):
@@ -35,15 +35,16 @@ def load(params_file: str, *, sync: bool) -> Params:
         from fedpipe.federation.build import check_code  # imports TensorFlow
 
         check_code(params)
-    if sync and Path("dvc.yaml").is_file() and sync_code_deps(code_files(params)):
+    files = code_files_of(params)
+    if sync and Path("dvc.yaml").is_file() and sync_code_deps(files):
         print("dvc.yaml: code dependencies updated for your code in params.yaml")
     if sync and Path("dvc.yaml").is_file():
         from fedpipe_app.project import demo_stage_said, sync_demo_stage
 
         if sync_demo_stage(params.data.source):
             print(demo_stage_said(params.data.source))
-    check_code_deps(params)
-    preflight(params)
+    check_code_deps(files)
+    preflight(params.data, params.federation, params.partition)
     return params
 
 

@@ -63,7 +63,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from fedpipe_app import tfnotices
 
     with tfnotices.quiet():  # TensorFlow's E0000 line of a predict with strings
-        result = score_table(params, args.table, round_=round_, out=args.out)
+        result = score_table(
+            args.table,
+            model=params.model,
+            train=params.train,
+            id_column=params.data.id_column,
+            round_=round_,
+            out=args.out,
+        )
     print(
         f"predict: {result.rows} rows of {args.table} scored by round {round_}'s "
         f"global model ({result.model_file}) -> {args.out}"

@@ -121,7 +121,8 @@ def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     runs = plan(name, keys, points, seeds)
     for run in runs[: len(points)]:  # every point, before anything runs
         try:
-            preflight(check_overrides(PARAMS, {**base, **run.overrides}))
+            point = check_overrides(PARAMS, {**base, **run.overrides})
+            preflight(point.data, point.federation, point.partition)
         except ParamsError as exc:
             raise ParamsError(f"{exc} (sweep point {run.point.id})") from None
     return name, runs, keys, base

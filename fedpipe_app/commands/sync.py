@@ -29,14 +29,14 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     """``fedpipe sync``: each file said updated or already in sync."""
-    from fedpipe.config.params import load_params, sync_round_chain
-    from fedpipe.core.plugins import code_files, sync_code_deps
+    from fedpipe.config.params import code_files_of, load_params, sync_round_chain
+    from fedpipe.core.plugins import sync_code_deps
 
     changed = sync_round_chain(PARAMS)
     params = load_params(PARAMS)
     state = "updated" if changed else "already in sync"
     print(f"{PARAMS}: round_chain {state} ({params.federation.rounds} rounds)")
-    files = code_files(params)
+    files = code_files_of(params)
     if Path("dvc.yaml").is_file():
         state = "updated" if sync_code_deps(files) else "already in sync"
         listed = sorted({f for fs in files.values() for f in fs})
