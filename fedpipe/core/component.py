@@ -160,7 +160,12 @@ class Setting(str):
         if self.admits(value):
             return self.kind(value) if self.kind in (float, int) else value
         key = f"{section}.{self}" if section else str(self)
-        words = {float: "a number", int: "an integer", bool: "true or false"}
+        words = {
+            float: "a number",
+            int: "an integer",
+            bool: "true or false",
+            str: "a string",
+        }
         kind = words.get(self.kind, f"a {getattr(self.kind, '__name__', self.kind)}")
         signs = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
         bounds = [f"{self} {signs[k]} {v:g}" for k, v in self.bounds().items()]
