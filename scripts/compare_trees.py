@@ -35,10 +35,13 @@ directory. ``<cli>`` is ``fedpipe_app.cli`` when the tree has
   ``partition`` runs again when its params changed, ``init``, every round and
   ``summary`` always run.
 
-The tiny settings (:data:`TINY`) and the seeded data (:func:`write_table`,
-:func:`write_image_folder`) are copies of ``scripts/tiny_data.py`` at commit
-b3bcadc, generated once by this script and copied into both trees' projects: the
-inputs are the same bytes whatever a refactor does with that file.
+A variant's settings are written in the sweep's ``-S`` syntax and laid on as
+``-S`` lays them (:func:`fedpipe.config.overrides.parse_overrides` and
+``with_overrides``, from the fedpipe this script runs with, not from either
+tree). The tiny settings (``TINY``) and the seeded data (``write_table``,
+``write_image_folder``) come from ``scripts/tiny_data.py`` beside this script;
+the data is generated once and copied into both trees' projects, so both runs
+get the same bytes whatever either tree does with that file.
 
 Both trees' runs report to one ``prefect server start`` (a free loopback port, a
 temporary ``PREFECT_HOME``, analytics off, ``--no-services --no-ui``), stopped at
@@ -109,8 +112,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -119,6 +120,12 @@ from typing import Any, NoReturn
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny_data import TINY, merge, write_image_folder, write_table  # noqa: E402
+
+from fedpipe.config.overrides import parse_overrides, with_overrides  # noqa: E402
+from orchestration.server import is_healthy  # noqa: E402
+
 EXIT_SAME, EXIT_DIFFERENT, EXIT_USAGE = 0, 1, 2
 TREES = ("before", "after")
 CLI_MODULES = (
@@ -126,7 +133,7 @@ CLI_MODULES = (
     ("fedpipe/cli.py", "fedpipe.cli"),
 )
 RUN_TIMEOUT_S = 600.0  # one command (init or run) of one variant
-SERVER_TIMEOUT_S = 120.0
+SERVER_TIMEOUT_S = 300.0  # a fresh server on a busy 2-core machine took over 120 s
 TAIL_LINES = 25  # lines of a failed run's output in the report
 DETAILS = 12  # differences described per variant in the report
 
@@ -149,68 +156,7 @@ TIMING_KEY = "seconds"
 #: Folders a dependent variant deletes from its base's copy before its run.
 RUN_OUTPUTS = ("models", "metrics", "reports/summary.md", "logs")
 
-# ------------------------------------- tiny settings and data (tiny_data.py, b3bcadc)
-
-TINY: dict[str, Any] = {
-    "seed": 7,
-    "federation": {"clients": 3, "rounds": 4, "fraction_fit": 0.6, "min_clients": 2},
-    "partition": {"method": "iid", "min_samples": 50},
-    "train": {"epochs": 1, "batch_size": 32, "lr": 0.05},
-    "model": {"name": "mlp"},
-}
 ROUNDS = 3  # every variant's federation.rounds
-
-
-def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``over`` laid on top, section by section."""
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = (
-            merge(base.get(key) or {}, value) if isinstance(value, Mapping) else value
-        )
-    return out
-
-
-def write_image_folder(root: Path, *, per_class: int = 60, seed: int = 0) -> Path:
-    """Two learnable classes of small images, mixed sizes and formats (PNG, JPEG,
-    a few grayscale), as ``scripts/tiny_data.py`` writes them."""
-    import numpy as np
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    for label, name in enumerate(("with_mask", "without_mask")):
-        folder = root / name
-        folder.mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            h, w = (int(v) for v in rng.integers(24, 41, size=2))
-            img = rng.integers(0, 60, size=(h, w, 3)).astype(np.uint8)
-            half = slice(h // 2, h) if label == 0 else slice(0, h // 2)
-            img[half] = rng.integers(180, 256, size=img[half].shape)
-            pil = Image.fromarray(img)
-            if i % 7 == 0:
-                pil = pil.convert("L")
-            suffix = "png" if i % 2 == 0 else "jpg"
-            pil.save(folder / f"img_{i:03d}.{suffix}")
-    return root
-
-
-def write_table(path: Path, *, rows: int = 300, seed: int = 0) -> Path:
-    """Three Gaussian blobs in 8 features (``f0``..``f7``), integer labels
-    (``label``) and a hospital column (``site-0``..``site-2``), as
-    ``scripts/tiny_data.py`` writes them."""
-    import numpy as np
-    import pandas as pd
-
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, 3, size=rows)
-    centers = rng.normal(0, 3, size=(3, 8))
-    x = centers[labels] + rng.normal(0, 1, size=(rows, 8))
-    df = pd.DataFrame(x, columns=[f"f{i}" for i in range(8)])
-    df["label"] = labels
-    df["hospital"] = [f"site-{i % 3}" for i in range(rows)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(path, index=False)
-    return path
 
 
 # ----------------------------------------------------------------------- variants
@@ -226,76 +172,62 @@ class Variant:
         What ``--only`` and the table call it.
     group : str
         What it exercises, for ``--list``.
-    overrides : dict
-        Settings laid over the starting params (nested sections).
+    settings : str
+        Settings laid over the starting params, in the sweep's ``-S`` syntax
+        (``dotted.key=value``, YAML values, separated by spaces).
     base : str or None
         A dependent variant starts from this variant's finished project (same
         tree); None: a fresh project.
     data : str
         Fresh variants: ``mnist5k`` (the data that ships with fedpipe),
-        ``table`` or ``images`` (this script's seeded data).
+        ``table`` or ``images`` (``scripts/tiny_data.py``'s seeded data).
     tiny : bool
         Fresh variants: start from :data:`TINY` (else the template's defaults).
     """
 
     name: str
     group: str
-    overrides: dict[str, Any]
+    settings: str = ""
     base: str | None = "fedavg"
     data: str = "mnist5k"
     tiny: bool = True
 
-
-def _fed(clients: int, fraction_fit: float = 1.0, min_clients: int = 1) -> dict:
-    return {
-        "federation": {
-            "clients": clients,
-            "fraction_fit": fraction_fit,
-            "min_clients": min_clients,
-        }
-    }
+    def overrides(self) -> dict[str, Any]:
+        """``settings`` as dotted key -> value (the sweep's own parser)."""
+        return parse_overrides(self.settings.split())
 
 
-def _strategy(name: str, **settings: Any) -> dict[str, Any]:
-    return {"strategy": {"name": name, **settings}}
+def _fed(clients: int, fraction_fit: float = 1.0, min_clients: int = 1) -> str:
+    return (
+        f"federation.clients={clients} federation.fraction_fit={fraction_fit} "
+        f"federation.min_clients={min_clients} "
+    )
 
+
+OWN_DATA = "partition.min_samples=10 validation.min_rows=50"
 
 VARIANTS: tuple[Variant, ...] = (
     # ---- fresh projects (the bases)
-    Variant("fedavg", "strategies (tiny: 3 clients, 2 a round, mlp)", {}, base=None),
+    Variant("fedavg", "strategies (tiny: 3 clients, 2 a round, mlp)", base=None),
     Variant(
         "default",
         "default params (small_cnn, 10 clients) on the built-in MNIST",
-        {},
         base=None,
         tiny=False,
     ),
     Variant(
         "images",
         "own data: an image folder, seed_cnn",
-        {
-            "data": {"source": "images", "path": "data/images", "image_size": [32, 32]},
-            "model": {"name": "seed_cnn"},
-            **_fed(2),
-            "partition": {"min_samples": 10},
-            "validation": {"min_rows": 50},
-        },
+        "data.source=images data.path=data/images data.image_size=[32,32] "
+        f"model.name=seed_cnn {_fed(2)} {OWN_DATA}",
         base=None,
         data="images",
     ),
     Variant(
         "table-natural",
         "own data: a CSV table, partition natural (client column)",
-        {
-            "data": {
-                "source": "table",
-                "path": "data/table.csv",
-                "client_column": "hospital",
-            },
-            **_fed(3),
-            "partition": {"method": "natural", "min_samples": 10},
-            "validation": {"min_rows": 50},
-        },
+        "data.source=table data.path=data/table.csv data.client_column=hospital "
+        f"{_fed(3)} partition.method=natural {OWN_DATA}",
         base=None,
         data="table",
     ),
@@ -303,203 +235,144 @@ VARIANTS: tuple[Variant, ...] = (
     Variant(
         "fedprox-fedper",
         "strategies + personalization fedper",
-        _strategy("fedprox", proximal_mu=0.01)
-        | {"personalization": {"method": "fedper", "last_k": 1}},
+        "strategy.name=fedprox strategy.proximal_mu=0.01 "
+        "personalization.method=fedper personalization.last_k=1",
     ),
-    Variant("fedavgm", "strategies", _strategy("fedavgm", server_momentum=0.9)),
+    Variant(
+        "fedavgm", "strategies", "strategy.name=fedavgm strategy.server_momentum=0.9"
+    ),
     Variant(
         "fedadam-ditto",
         "strategies + personalization ditto",
-        _strategy("fedadam")
-        | {"personalization": {"method": "ditto", "ditto_lambda": 0.1}},
+        "strategy.name=fedadam personalization.method=ditto "
+        "personalization.ditto_lambda=0.1",
     ),
-    Variant("fedyogi", "strategies", _strategy("fedyogi")),
-    Variant("fedadagrad", "strategies", _strategy("fedadagrad")),
+    Variant("fedyogi", "strategies", "strategy.name=fedyogi"),
+    Variant("fedadagrad", "strategies", "strategy.name=fedadagrad"),
     Variant(
         "fedmedian-finetune",
         "strategies + personalization finetune",
-        _strategy("fedmedian")
-        | {"personalization": {"method": "finetune", "finetune_epochs": 1}},
+        "strategy.name=fedmedian personalization.method=finetune "
+        "personalization.finetune_epochs=1",
     ),
     Variant(
         "fedtrimmedavg",
         "strategies (5 clients)",
-        _fed(5) | _strategy("fedtrimmedavg", beta=0.2),
+        f"{_fed(5)} strategy.name=fedtrimmedavg strategy.beta=0.2",
     ),
     Variant(
-        "krum", "strategies (5 clients)", _fed(5) | _strategy("krum", num_byzantine=1)
+        "krum",
+        "strategies (5 clients)",
+        f"{_fed(5)} strategy.name=krum strategy.num_byzantine=1",
     ),
     Variant(
         "multikrum",
         "strategies (5 clients)",
-        _fed(5) | _strategy("multikrum", num_byzantine=1, num_selected=3),
+        f"{_fed(5)} strategy.name=multikrum strategy.num_byzantine=1 "
+        "strategy.num_selected=3",
     ),
     Variant(
         "bulyan",
         "strategies (7 clients: n >= 4f + 3)",
-        _fed(7) | _strategy("bulyan", num_byzantine=1),
+        f"{_fed(7)} strategy.name=bulyan strategy.num_byzantine=1",
     ),
-    Variant("clipping", "strategies (adaptive: median norm)", _strategy("clipping")),
-    Variant("scaffold", "strategies", _strategy("scaffold")),
+    Variant("clipping", "strategies (adaptive: median norm)", "strategy.name=clipping"),
+    Variant("scaffold", "strategies", "strategy.name=scaffold"),
     # ---- clients
     Variant(
         "client-fedprox-adam",
         "client algorithm fedprox with client.options under fedavg; optimizer "
         "adam, 2 epochs capped at 20 local steps, batch 16",
-        {
-            "client": {"algorithm": "fedprox", "options": {"proximal_mu": 0.1}},
-            "train": {
-                "optimizer": "adam",
-                "lr": 0.005,
-                "epochs": 2,
-                "local_steps": 20,
-                "batch_size": 16,
-            },
-        },
+        "client.algorithm=fedprox client.options.proximal_mu=0.1 "
+        "train.optimizer=adam train.lr=0.005 train.epochs=2 train.local_steps=20 "
+        "train.batch_size=16",
     ),
     Variant(
         "fedbn-cnn",
         "personalization fedbn on a batch-norm cnn",
-        {
-            "model": {
-                "name": "cnn",
-                "depth": 2,
-                "width": 8,
-                "kernel_size": 3,
-                "batch_norm": True,
-            },
-            "personalization": {"method": "fedbn"},
-        },
+        "model.name=cnn model.depth=2 model.width=8 model.kernel_size=3 "
+        "model.batch_norm=true personalization.method=fedbn",
     ),
     # ---- privacy
     Variant(
         "dp-central",
         "privacy central, fixed clip",
-        {
-            "privacy": {
-                "mechanism": "central",
-                "clip_norm": 1.0,
-                "noise_multiplier": 0.3,
-            }
-        },
+        "privacy.mechanism=central privacy.clip_norm=1.0 privacy.noise_multiplier=0.3",
     ),
     Variant(
         "dp-central-adaptive",
         "privacy central, adaptive clip",
-        {
-            "privacy": {
-                "mechanism": "central",
-                "noise_multiplier": 0.5,
-                "adaptive_clip": True,
-                "count_noise_multiplier": 1.0,
-            }
-        },
+        "privacy.mechanism=central privacy.noise_multiplier=0.5 "
+        "privacy.adaptive_clip=true privacy.count_noise_multiplier=1.0",
     ),
     Variant(
         "dp-local",
         "privacy local",
-        {"privacy": {"mechanism": "local", "clip_norm": 1.0, "noise_multiplier": 0.1}},
+        "privacy.mechanism=local privacy.clip_norm=1.0 privacy.noise_multiplier=0.1",
     ),
     # ---- attacks
     Variant(
         "sign-flip-fedmedian",
         "attack sign_flip (client 2) against fedmedian",
-        _fed(5)
-        | _strategy("fedmedian")
-        | {"attack": {"name": "sign_flip", "clients": [2]}},
+        f"{_fed(5)} strategy.name=fedmedian attack.name=sign_flip attack.clients=[2]",
     ),
     Variant(
         "label-flip-krum",
         "attack label_flip_all (share 0.2) against krum",
-        _fed(5)
-        | _strategy("krum", num_byzantine=1)
-        | {"attack": {"name": "label_flip_all", "share": 0.2}},
+        f"{_fed(5)} strategy.name=krum strategy.num_byzantine=1 "
+        "attack.name=label_flip_all attack.share=0.2",
     ),
     Variant(
         "scaling-clipping",
         "attack scaling (client 0) against fixed norm clipping",
-        _fed(5)
-        | _strategy("clipping", clip_norm=0.5)
-        | {"attack": {"name": "scaling", "clients": [0], "from_round": 2}},
+        f"{_fed(5)} strategy.name=clipping strategy.clip_norm=0.5 "
+        "attack.name=scaling attack.clients=[0] attack.from_round=2",
     ),
     # ---- faults and failures
     Variant(
         "failing-nonfinite",
         "faults.failing_clients [0], nonfinite_clients [1] from round 2",
-        _fed(4, min_clients=2)
-        | {
-            "faults": {
-                "failing_clients": [0],
-                "nonfinite_clients": [1],
-                "from_round": 2,
-            }
-        },
+        f"{_fed(4, min_clients=2)} faults.failing_clients=[0] "
+        "faults.nonfinite_clients=[1] faults.from_round=2",
     ),
     Variant(
         "dropout-partial",
         "federation.dropout, deadline 20 steps, slow clients, stragglers partial",
-        merge(
-            _fed(4),
-            {
-                "federation": {
-                    "dropout": 0.3,
-                    "round_deadline_steps": 20,
-                    "stragglers": "partial",
-                    "slow_clients": 0.5,
-                    "slow_speed": 0.5,
-                }
-            },
-        ),
+        f"{_fed(4)} federation.dropout=0.3 federation.round_deadline_steps=20 "
+        "federation.stragglers=partial federation.slow_clients=0.5 "
+        "federation.slow_speed=0.5",
     ),
     Variant(
         "stragglers-drop",
         "deadline 30 steps, a slow client, stragglers drop",
-        merge(
-            _fed(4),
-            {
-                "federation": {
-                    "round_deadline_steps": 30,
-                    "stragglers": "drop",
-                    "slow_clients": 0.25,
-                    "slow_speed": 0.5,
-                }
-            },
-        ),
+        f"{_fed(4)} federation.round_deadline_steps=30 federation.stragglers=drop "
+        "federation.slow_clients=0.25 federation.slow_speed=0.5",
     ),
     # ---- evaluation and partitions
     Variant(
         "dirichlet-eval-sample",
         "partition dirichlet (alpha 0.5); evaluation.clients sample (2 a round, "
         "all every 2nd round and the last)",
-        _fed(5, fraction_fit=0.6)
-        | {
-            "partition": {"method": "dirichlet", "alpha": 0.5},
-            "evaluation": {"clients": "sample", "sample_size": 2, "full_every": 2},
-        },
+        f"{_fed(5, fraction_fit=0.6)} partition.method=dirichlet partition.alpha=0.5 "
+        "evaluation.clients=sample evaluation.sample_size=2 evaluation.full_every=2",
     ),
     Variant(
         "pathological",
         "partition pathological (2 classes a client)",
-        _fed(5) | {"partition": {"method": "pathological", "classes_per_client": 2}},
+        f"{_fed(5)} partition.method=pathological partition.classes_per_client=2",
     ),
     Variant(
         "shards-cohort-3",
         "partition shards (2 a client); train.cohort_size 3 (vectorized clients: "
         "cohorts of 3 and 2)",
-        _fed(5)
-        | {
-            "partition": {"method": "shards", "shards_per_client": 2},
-            "train": {"cohort_size": 3},
-        },
+        f"{_fed(5)} partition.method=shards partition.shards_per_client=2 "
+        "train.cohort_size=3",
     ),
     Variant(
         "quantity-weight-sum",
         "partition quantity (sigma 0.5); faults.aggregation_weight_sum 1.5",
-        _fed(4)
-        | {
-            "partition": {"method": "quantity", "quantity_sigma": 0.5},
-            "faults": {"aggregation_weight_sum": 1.5},
-        },
+        f"{_fed(4)} partition.method=quantity partition.quantity_sigma=0.5 "
+        "faults.aggregation_weight_sum=1.5",
     ),
 )
 
@@ -577,14 +450,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
 def _tail(path: Path, lines: int = TAIL_LINES) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -632,7 +497,7 @@ def prefect_server(home: Path) -> Iterator[str]:
         )
         try:
             deadline = time.monotonic() + SERVER_TIMEOUT_S
-            while not _healthy(url):
+            while not is_healthy(url):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     why = (
                         f"exited with {proc.returncode}"
@@ -792,7 +657,7 @@ class Runner:
         if variant.tiny:
             params = merge(params, TINY)
         params = merge(params, {"federation": {"rounds": ROUNDS}})
-        _write_params(project, merge(params, variant.overrides))
+        _write_params(project, with_overrides(params, variant.overrides()))
 
     def _from_base(
         self, variant: Variant, base: Future[RunResult], project: Path
@@ -814,7 +679,7 @@ class Runner:
             elif path.exists():
                 path.unlink()
         params = yaml.safe_load((project / "params.yaml").read_text())
-        _write_params(project, merge(params, variant.overrides))
+        _write_params(project, with_overrides(params, variant.overrides()))
 
     def _call(
         self, cmd: list[str], cwd: Path, env: Mapping[str, str], out: Any
@@ -1268,19 +1133,10 @@ def list_variants() -> str:
     lines = []
     for v in VARIANTS:
         start = f"copy of {v.base}" if v.base else f"fresh project, data {v.data}"
-        settings = ", ".join(f"{k}={val}" for k, val in _flatten(v.overrides))
         lines.append(f"{v.name:<22} {v.group}  [{start}]")
-        if settings:
-            lines.append(f"{'':<22}   {settings}")
+        if v.settings:
+            lines.append(f"{'':<22}   {' '.join(v.settings.split())}")
     return "\n".join(lines)
-
-
-def _flatten(d: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    for key, value in d.items():
-        if isinstance(value, Mapping) and value:
-            yield from _flatten(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
 
 
 def build_parser() -> argparse.ArgumentParser:

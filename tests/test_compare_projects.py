@@ -75,3 +75,25 @@ def test_a_file_one_side_lacks_is_a_difference(tmp_path: Path, missing: str) -> 
     b = _project(tmp_path / "b")
     (b / missing).unlink()
     assert not ct.compare_projects(a, b).identical
+
+
+def test_every_variant_lays_params_that_are_accepted() -> None:
+    # a misspelt key or a refused value fails here, not after minutes of runs
+    import yaml
+
+    from fedpipe.config.params import parse_params
+    from fedpipe_app.project import template_text
+
+    template = yaml.safe_load(template_text("params.yaml"))
+    laid: dict[str, dict] = {}
+    for v in ct.VARIANTS:
+        if v.base is None:
+            start = ct.merge(template, ct.TINY) if v.tiny else template
+            start = ct.merge(start, {"federation": {"rounds": ct.ROUNDS}})
+        else:
+            start = laid[v.base]
+        laid[v.name] = ct.with_overrides(start, v.overrides())
+        parse_params(laid[v.name], source=v.name)
+    assert laid["krum"]["strategy"]["name"] == "krum"
+    assert laid["krum"]["strategy"]["num_byzantine"] == 1
+    assert laid["krum"]["federation"]["clients"] == 5

@@ -10,10 +10,14 @@ import pytest
 
 from fedpipe.core.jsonio import read_json, write_json
 from fedpipe.federation.health import (
+    HeldOut,
+    ModelLayers,
+    RoundUpdates,
     cosine,
     divergence,
     effective_weights,
     expected_calibration_error,
+    held_out_part,
     loss_top_share,
     round_health,
 )
@@ -270,16 +274,9 @@ def test_round_health_follows_the_contract(tmp_path) -> None:
     }
     h = round_health(
         3,
-        before=before,
-        after=after,
-        client_weights=clients,
-        n_train=n,
-        train_loss={0: 0.1, 1: 0.2, 2: float("nan")},
-        layers=LAYERS,
-        trainable=TRAINABLE,
-        probs=probs,
-        labels=np.array([0, 1, 1]),
-        losses=np.array([0.3, 0.2, 1.0]),
+        RoundUpdates(before, after, clients, n, {0: 0.1, 1: 0.2, 2: float("nan")}),
+        ModelLayers(LAYERS, TRAINABLE),
+        HeldOut(probs, np.array([0, 1, 1]), np.array([0.3, 0.2, 1.0])),
         record=summary,
     )
     assert CONTRACT["top"] <= set(h)
@@ -317,17 +314,31 @@ def test_round_health_follows_the_contract(tmp_path) -> None:
     assert len(repr(h["global"]["weight_norm"]).replace(".", "").lstrip("0")) <= 7
 
 
+def test_held_out_part_is_the_global_parts_prediction_numbers() -> None:
+    # round_health composes its parts: the held-out numbers come from one of them
+    before, clients, n = _toy_round()
+    held_out = HeldOut(
+        np.array([[0.7, 0.3], [0.2, 0.8], [0.6, 0.4]]),
+        np.array([0, 1, 1]),
+        np.array([0.3, 0.2, 1.0]),
+    )
+    h = round_health(
+        1,
+        RoundUpdates(before, _fedavg(before, clients, n), clients, n),
+        ModelLayers(LAYERS, TRAINABLE),
+        held_out,
+    )
+    part = held_out_part(held_out)
+    assert part["accuracy"] == pytest.approx(2 / 3)
+    assert {k: h["global"][k] for k in part} == pytest.approx(part, rel=1e-5)
+    assert set(held_out_part(HeldOut()).values()) == {None}
+
+
 def test_round_health_norms_and_cosines_by_hand() -> None:
     before, clients, n = _toy_round()
     after = _fedavg(before, clients, n)
     h = round_health(
-        1,
-        before=before,
-        after=after,
-        client_weights=clients,
-        n_train=n,
-        layers=LAYERS,
-        trainable=TRAINABLE,
+        1, RoundUpdates(before, after, clients, n), ModelLayers(LAYERS, TRAINABLE)
     )
     flat = {
         c: np.concatenate(
@@ -351,13 +362,7 @@ def test_round_health_when_aggregation_was_refused() -> None:
     before, clients, n = _toy_round()
     clients[1][0][0, 0] = np.nan
     h = round_health(
-        2,
-        before=before,
-        after=None,
-        client_weights=clients,
-        n_train=n,
-        layers=LAYERS,
-        trainable=TRAINABLE,
+        2, RoundUpdates(before, None, clients, n), ModelLayers(LAYERS, TRAINABLE)
     )
     broken = h["clients"][1]
     assert broken["nonfinite"] == 1

@@ -284,38 +284,41 @@ def nonfinite(weights: Weights) -> int:
 # ---------------------------------------------------------------- the record
 
 
-def round_health(
-    round_: int,
-    *,
-    before: Weights,
-    after: Weights | None,
-    client_weights: Mapping[int, Weights],
-    n_train: Mapping[int, int],
-    layers: Sequence[tuple[Any, ...]],
-    trainable: Sequence[int],
-    train_loss: Mapping[int, float] | None = None,
-    layer_kinds: Sequence[str] | None = None,
-    probs: np.ndarray | None = None,
-    labels: np.ndarray | None = None,
-    losses: np.ndarray | None = None,
-    record: Any = None,
-    excluded: Mapping[int, str] | None = None,
-    dead_units: Mapping[str, float | None] | None = None,
-) -> dict[str, Any]:
-    """The health record of one round (the contract of ``metrics/health``).
+@dataclass(frozen=True)
+class RoundUpdates:
+    """What the round's clients sent back and what the server made of it.
 
-    Parameters
+    Attributes
     ----------
-    round_ : int
-        The round number K.
     before, after : list of ndarray
         Global weights before and after aggregation, in ``model.get_weights()``
         order. ``after`` may be None when aggregation refused the updates (e.g.
         non-finite client weights): the client and layer parts are still filled.
-    client_weights : mapping of int to list of ndarray
+    clients : mapping of int to list of ndarray
         Each selected client's weights after local training.
     n_train : mapping of int to int
         Each selected client's number of training samples.
+    train_loss : mapping of int to float, optional
+        Each client's mean local training loss (``ModelRunner.last_train_loss``).
+    excluded : mapping of int to str, optional
+        Clients left out of aggregation and why (:mod:`fedpipe.federation.failures`).
+        Those whose update came back (non-finite ones) are in ``clients`` too.
+    """
+
+    before: Weights
+    after: Weights | None
+    clients: Mapping[int, Weights]
+    n_train: Mapping[int, int]
+    train_loss: Mapping[int, float] | None = None
+    excluded: Mapping[int, str] | None = None
+
+
+@dataclass(frozen=True)
+class ModelLayers:
+    """Where the model's layers sit in its weight list.
+
+    Attributes
+    ----------
     layers : sequence of tuples
         Per weight-bearing layer ``(name, indices)`` as
         :func:`fedpipe.model.zoo.layer_groups` returns, or ``(name, indices, kind)``
@@ -324,22 +327,51 @@ def round_health(
         Positions of the trainable variables in the weight list
         (``ModelRunner.trainable_indices()``); the rest (moving statistics) are
         compared separately.
-    train_loss : mapping of int to float, optional
-        Each client's mean local training loss (``ModelRunner.last_train_loss``).
-    layer_kinds : sequence of str, optional
+    kinds : sequence of str, optional
         ``dense | conv | norm | other`` per layer, when ``layers`` has no kinds.
-    probs, labels, losses : ndarray, optional
-        The new global model on the held-out test set: probabilities (``(n, 1)``
-        sigmoid or ``(n, C)`` softmax), labels and per-sample losses
-        (``ModelRunner.predict``).
+    """
+
+    layers: Sequence[tuple[Any, ...]]
+    trainable: Sequence[int]
+    kinds: Sequence[str] | None = None
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The new global model on the held-out test set (``ModelRunner.predict``):
+    probabilities (``(n, 1)`` sigmoid or ``(n, C)`` softmax), labels and
+    per-sample losses; any may be None."""
+
+    probs: np.ndarray | None = None
+    labels: np.ndarray | None = None
+    losses: np.ndarray | None = None
+
+
+def round_health(
+    round_: int,
+    updates: RoundUpdates,
+    model: ModelLayers,
+    held_out: HeldOut | None = None,
+    *,
+    record: Any = None,
+    dead_units: Mapping[str, float | None] | None = None,
+) -> dict[str, Any]:
+    """The health record of one round (the contract of ``metrics/health``).
+
+    Parameters
+    ----------
+    round_ : int
+        The round number K.
+    updates : RoundUpdates
+        The weights before and after, the clients' weights and sample counts.
+    model : ModelLayers
+        The model's layers and trainable positions.
+    held_out : HeldOut, optional
+        The new global model's predictions on the held-out set.
     record : RoundRecord or dict, optional
         The round's :class:`fedpipe.federation.records.RoundRecord` or its
         ``summary()``: global loss/accuracy and the gap between the global model on
         client tests and the local models.
-    excluded : mapping of int to str, optional
-        Clients left out of aggregation and why (:mod:`fedpipe.federation.failures`);
-        written as ``excluded`` when not empty. Those whose update came back
-        (non-finite ones) are in ``client_weights`` too.
     dead_units : mapping of str to float, optional
         Share of dead units per ReLU layer of the new global model
         (:func:`fedpipe.model.probe.dead_unit_shares`); written as ``dead_units``.
@@ -348,37 +380,94 @@ def round_health(
     -------
     dict
         JSON-ready (rounded, NaN as None), keys ``round``, ``clients``, ``layers``,
-        ``aggregation``, ``global``, ``gap``, ``seconds`` (and
-        ``excluded``, ``dead_units`` when given).
+        ``aggregation``, ``global``, ``gap``, ``seconds`` (and ``excluded`` when
+        clients were left out, ``dead_units`` when given).
     """
     started = time.perf_counter()
-    ids = sorted(int(c) for c in client_weights)
-    train = sorted(int(j) for j in trainable)
-    table = _layer_table(layers, layer_kinds, set(train))
+    stack = _vectors(updates, model)
+    aggregation, effective = aggregation_part(stack, updates)
+    out = {
+        "round": int(round_),
+        "clients": client_rows(stack, updates, effective),
+        "layers": layer_rows(stack, updates),
+        "aggregation": aggregation,
+        "global": global_part(stack, updates.after, held_out or HeldOut(), record),
+        "gap": _gap(record),
+    }
+    if updates.excluded:
+        excluded = updates.excluded
+        out["excluded"] = {str(c): excluded[c] for c in sorted(excluded)}
+    if dead_units is not None:
+        out["dead_units"] = {str(k): v for k, v in dead_units.items()}
+    out = _clean(out)
+    out["seconds"] = _clean(time.perf_counter() - started)
+    return out
+
+
+@dataclass(frozen=True)
+class RoundVectors:
+    """The vectors every number of the record is made of, and their Gram matrices.
+
+    ``vectors`` has one row per finite client's update, then ``w_before`` and (if
+    ``after`` is usable) the step and ``w_after``; ``grams`` are their Gram
+    matrices per layer of ``table``, ``total`` their sum.
+    """
+
+    ids: list[int]  # every selected client, sorted
+    finite: np.ndarray  # per id: its update (and w_before) is finite
+    usable_after: bool  # w_after is given and finite
+    vectors: np.ndarray
+    slices: dict[int, slice]  # where each trainable array sits in a row
+    table: list[tuple[str, str, list[int], list[int], list[int]]]
+    grams: list[np.ndarray]
+    total: np.ndarray
+
+    @property
+    def kf(self) -> int:
+        """Number of finite clients (the first ``kf`` rows)."""
+        return int(self.finite.sum())
+
+    @property
+    def finite_ids(self) -> list[int]:
+        return [c for c, f in zip(self.ids, self.finite, strict=True) if f]
+
+
+def _vectors(updates: RoundUpdates, model: ModelLayers) -> RoundVectors:
+    before, after, clients = updates.before, updates.after, updates.clients
+    ids = sorted(int(c) for c in clients)
+    train = sorted(int(j) for j in model.trainable)
+    table = _layer_table(model.layers, model.kinds, set(train))
     before_ok = nonfinite([before[j] for j in train]) == 0
     finite = np.array(
-        [
-            before_ok and not nonfinite([client_weights[c][j] for j in train])
-            for c in ids
-        ],
+        [before_ok and not nonfinite([clients[c][j] for j in train]) for c in ids],
         dtype=bool,
     )
     usable_after = after is not None and nonfinite([after[j] for j in train]) == 0
-    # the vectors every number below is made of, one per row: finite clients'
-    # updates, w_before, and (if usable) the step and w_after; written in place
-    # (a model of P weights and K clients holds (K + 3) P float64 at a time)
-    stacked = _stacked(
+    # written in place: a model of P weights and K clients holds (K + 3) P
+    # float64 at a time
+    vectors = _stacked(
         before,
         after if usable_after else None,
         train,
-        [client_weights[c] for c, ok in zip(ids, finite, strict=True) if ok],
+        [clients[c] for c, ok in zip(ids, finite, strict=True) if ok],
     )
     slices = _slices(before, train)
-    grams = [_layer_gram(stacked, [slices[j] for j in own]) for *_, own, _ in table]
-    total = sum(grams, np.zeros((len(stacked), len(stacked))))
-    kf = int(finite.sum())
+    grams = [_layer_gram(vectors, [slices[j] for j in own]) for *_, own, _ in table]
+    total = sum(grams, np.zeros((len(vectors), len(vectors))))
+    return RoundVectors(ids, finite, usable_after, vectors, slices, table, grams, total)
 
-    aggregation: dict[str, Any] = {
+
+def aggregation_part(
+    stack: RoundVectors, updates: RoundUpdates
+) -> tuple[dict[str, Any], np.ndarray]:
+    """The aggregation the server applied: the least-squares fit of its step on
+    the updates (:func:`effective_weights`), the sample shares it was meant to
+    use, and its step against the mean update (:func:`server_step`).
+
+    Returns the ``aggregation`` part and the effective weight of each finite
+    client (NaN when not fitted)."""
+    kf = stack.kf
+    out: dict[str, Any] = {
         "weight_sum": None,
         "fit_residual": None,
         "global_coefficient": None,
@@ -386,53 +475,80 @@ def round_health(
         "n_fitted": kf,
     }
     effective = np.full(kf, np.nan)
-    if usable_after and kf:
+    if stack.usable_after and kf:
         fitted = _fit(
-            total[: kf + 2, : kf + 2], stacked[: kf + 2], n_updates=kf, with_before=True
+            stack.total[: kf + 2, : kf + 2],
+            stack.vectors[: kf + 2],
+            n_updates=kf,
+            with_before=True,
         )
         effective = fitted.weights
-        aggregation.update(
+        out.update(
             weight_sum=fitted.weight_sum,
             fit_residual=fitted.residual,
             global_coefficient=fitted.global_coefficient,
             rank=fitted.rank,
         )
-    out_ids = {int(c) for c in excluded or {}}
-    total_n = float(sum(n_train[c] for c in ids if c not in out_ids))
-    aggregation["nominal_weights"] = {
+    n_train, out_ids = updates.n_train, {int(c) for c in updates.excluded or {}}
+    total_n = float(sum(n_train[c] for c in stack.ids if c not in out_ids))
+    out["nominal_weights"] = {
         str(c): (n_train[c] / total_n if total_n > 0 and c not in out_ids else None)
-        for c in ids
+        for c in stack.ids
     }
+    out.update(
+        server_step(
+            stack.total,
+            [n_train[c] if c not in out_ids else 0 for c in stack.finite_ids],
+            usable_after=stack.usable_after,
+        )
+    )
+    return out, effective
 
-    g = total[:kf, :kf]
+
+def client_rows(
+    stack: RoundVectors, updates: RoundUpdates, effective: np.ndarray
+) -> list[dict[str, Any]]:
+    """Per client: its update's norm and cosine to the mean update, its
+    non-finite count, training loss and effective aggregation weight."""
+    kf = stack.kf
+    g = stack.total[:kf, :kf]
     norms = np.sqrt(np.clip(np.diag(g), 0.0, None))
     mean_norm = math.sqrt(max(float(g.sum()), 0.0)) / kf if kf else 0.0
     along_mean = g.sum(axis=1) / kf if kf else np.zeros(0)
-    clients, position = [], 0
-    for i, c in enumerate(ids):
+    rows, position = [], 0
+    for c, finite in zip(stack.ids, stack.finite, strict=True):
         row: dict[str, Any] = {
             "client": c,
-            "n_train": int(n_train[c]),
+            "n_train": int(updates.n_train[c]),
             "update_norm": None,
             "cosine_to_mean": None,
-            "nonfinite": nonfinite(client_weights[c]),
-            "train_loss": None if train_loss is None else train_loss.get(c),
+            "nonfinite": nonfinite(updates.clients[c]),
+            "train_loss": (
+                None if updates.train_loss is None else updates.train_loss.get(c)
+            ),
             "aggregation_weight": None,
         }
-        if finite[i]:
-            if norms[position] > 0 and mean_norm > 0:
+        if finite:
+            norm = norms[position]
+            if norm > 0 and mean_norm > 0:
                 row["cosine_to_mean"] = float(
-                    np.clip(along_mean[position] / (norms[position] * mean_norm), -1, 1)
+                    np.clip(along_mean[position] / (norm * mean_norm), -1, 1)
                 )
-            row["update_norm"] = float(norms[position])
+            row["update_norm"] = float(norm)
             row["aggregation_weight"] = float(effective[position])
             position += 1
-        clients.append(row)
+        rows.append(row)
+    return rows
 
-    finite_ids = [c for c, f in zip(ids, finite, strict=True) if f]
-    layer_rows = []
+
+def layer_rows(stack: RoundVectors, updates: RoundUpdates) -> list[dict[str, Any]]:
+    """Per layer: the clients' divergence, their mean update norm, the weight
+    norms before and after, and for normalization layers the divergence and
+    spread of their moving statistics."""
+    kf, slices = stack.kf, stack.slices
+    rows = []
     for index, ((name, kind, _, own, stats), gram) in enumerate(
-        zip(table, grams, strict=True)
+        zip(stack.table, stack.grams, strict=True)
     ):
         gk = gram[:kf, :kf]
         row = {
@@ -445,43 +561,21 @@ def round_health(
                 float(np.mean(np.sqrt(np.clip(np.diag(gk), 0, None)))) if kf else None
             ),
             "weight_norm": (
-                math.sqrt(max(float(gram[-1, -1]), 0.0)) if usable_after else None
+                math.sqrt(max(float(gram[-1, -1]), 0.0)) if stack.usable_after else None
             ),
             "weight_norm_before": math.sqrt(max(float(gram[kf, kf]), 0.0)),
             "stats_divergence": None,
             "stats_spread": None,
         }
-        if kind == "norm" and stats and finite_ids:
-            s0 = _flat(before, stats)
-            values = np.stack([_flat(client_weights[c], stats) for c in finite_ids])
+        if kind == "norm" and stats and stack.finite_ids:
+            s0 = _flat(updates.before, stats)
+            values = np.stack(
+                [_flat(updates.clients[c], stats) for c in stack.finite_ids]
+            )
             row["stats_divergence"] = _divergence(_gram(values - s0))
             row["stats_spread"] = _spread(values)
-        layer_rows.append(row)
-
-    aggregation.update(
-        server_step(
-            total,
-            [n_train[c] if c not in out_ids else 0 for c in finite_ids],
-            usable_after=usable_after,
-        )
-    )
-    out = {
-        "round": int(round_),
-        "clients": clients,
-        "layers": layer_rows,
-        "aggregation": aggregation,
-        "global": _global_part(
-            before, after, total, kf, usable_after, probs, labels, losses, record
-        ),
-        "gap": _gap(record),
-    }
-    if excluded:
-        out["excluded"] = {str(c): excluded[c] for c in sorted(excluded)}
-    if dead_units is not None:
-        out["dead_units"] = {str(k): v for k, v in dead_units.items()}
-    out = _clean(out)
-    out["seconds"] = _clean(time.perf_counter() - started)
-    return out
+        rows.append(row)
+    return rows
 
 
 def server_step(
@@ -628,24 +722,34 @@ def _spread(values: np.ndarray) -> float:
     return math.sqrt(float(np.einsum("kp,kp->", apart, apart)) / len(values)) / size
 
 
-def _global_part(
-    before: Weights,
-    after: Weights | None,
-    total: np.ndarray,
-    kf: int,
-    usable_after: bool,
-    probs: np.ndarray | None,
-    labels: np.ndarray | None,
-    losses: np.ndarray | None,
-    record: Any,
+def global_part(
+    stack: RoundVectors, after: Weights | None, held_out: HeldOut, record: Any
 ) -> dict[str, Any]:
+    """The new global model: its weight norms and non-finite count, the
+    clients' overall divergence, and its predictions on the held-out set
+    (:func:`held_out_part`); loss and accuracy are the round record's when given,
+    so the two files agree."""
+    total, kf = stack.total, stack.kf
     out: dict[str, Any] = {
         "weight_norm": (
-            math.sqrt(max(float(total[-1, -1]), 0.0)) if usable_after else None
+            math.sqrt(max(float(total[-1, -1]), 0.0)) if stack.usable_after else None
         ),
         "weight_norm_before": math.sqrt(max(float(total[kf, kf]), 0.0)),
         "nonfinite": None if after is None else nonfinite(after),
         "divergence": _divergence(total[:kf, :kf]) if kf else None,
+        **held_out_part(held_out),
+    }
+    summary = _summary(record)
+    if summary is not None:
+        for key in ("loss", "accuracy"):
+            out[key] = summary.get("global", {}).get(key, out[key])
+    return out
+
+
+def held_out_part(held_out: HeldOut) -> dict[str, Any]:
+    """Calibration, loss concentration and prediction shares on the held-out set."""
+    probs, labels, losses = held_out.probs, held_out.labels, held_out.losses
+    out: dict[str, Any] = {
         "mean_confidence": None,
         "ece": None,
         "loss": None,
@@ -665,10 +769,6 @@ def _global_part(
     if losses is not None and np.size(losses):
         out["loss"] = float(np.mean(np.asarray(losses, dtype=np.float64)))
         out["loss_top_share"] = loss_top_share(losses)
-    summary = _summary(record)
-    if summary is not None:  # the round's own numbers, so the two files agree
-        for key in ("loss", "accuracy"):
-            out[key] = summary.get("global", {}).get(key, out[key])
     return out
 
 

@@ -43,7 +43,12 @@ from fedpipe.federation.failures import (
     planned_steps,
 )
 from fedpipe.federation.faults import PlantedFaults
-from fedpipe.federation.health import round_health
+from fedpipe.federation.health import (
+    HeldOut,
+    ModelLayers,
+    RoundUpdates,
+    round_health,
+)
 from fedpipe.federation.records import RoundRecord
 from fedpipe.federation.steps import RoundStep, wrapped
 from fedpipe.model.metrics import class_report, classification_metrics
@@ -617,20 +622,20 @@ def _health(
     # a reply without weights was never seen alone (secure aggregation's, whose
     # server holds only the sum): the record has no row of its update
     seen = [r for r in results if r.update.weights]
-    health = round_health(
-        inputs.round,
+    updates = RoundUpdates(
         before=inputs.global_weights,
         after=after,
-        client_weights={r.client: r.update.weights for r in seen},
+        clients={r.client: r.update.weights for r in seen},
         n_train={r.client: r.update.n_samples for r in seen},
         train_loss={r.client: r.train_loss for r in seen},
-        layers=layer_info(runner.model),
-        trainable=runner.trainable_indices(),
-        probs=probs,
-        labels=None if after is None else inputs.data.y_test,
-        losses=losses,
-        record=record,
         excluded=excluded,
+    )
+    health = round_health(
+        inputs.round,
+        updates,
+        ModelLayers(layer_info(runner.model), runner.trainable_indices()),
+        HeldOut(probs, None if after is None else inputs.data.y_test, losses),
+        record=record,
         dead_units=dead_units,
     )
     aggregated = [r.update for r in seen if r.client not in (excluded or {})]

@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
-import functools
 import gc
 import html
 import importlib
@@ -62,11 +61,7 @@ from fedpipe.observe.runfiles import (
 
 if TYPE_CHECKING:
     import pandas as pd
-    from matplotlib.axes import Axes
-    from matplotlib.axis import Axis
     from matplotlib.figure import Figure
-    from matplotlib.font_manager import FontProperties
-    from matplotlib.legend import Legend
 
 __all__ = [
     "SECTION_TITLES",
@@ -259,231 +254,12 @@ def run_doctor(root: Path) -> tuple[list[dict[str, Any]] | None, str]:
 # ---------------------------------------------------------------- plotting
 
 
-# The figures are laid out here rather than by matplotlib's constrained layout,
-# which makes savefig draw each figure twice (a layout pass, then the real one) and
-# solve for the margins: the margins come from the sizes of the texts the axes
-# will draw, known from their locators and formatters and the text metrics of the
-# SVG backend, before anything is drawn.
-_PAD = 4.0  # points of white space at the figure's edges and between two axes
-_CBAR_GAP = 14.0  # points between a heatmap and its colorbar
-_CBAR_ASPECT = 20.0  # a colorbar's height over its width (matplotlib's default)
-_TICK_OUT = {"out": 1.0, "inout": 0.5, "in": 0.0}  # share of a tick out of the box
-
-
 def _new_figure(width: float, height: float) -> Figure:
-    """A ``width`` x ``height`` inch figure; :func:`_arrange` places its axes."""
+    """A ``width`` x ``height`` inch figure laid out by matplotlib's constrained
+    layout (margins for the texts, colorbars and legends outside the axes)."""
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(width, height), dpi=100, layout="none")
-
-
-@functools.lru_cache(maxsize=64)
-def _line_metrics(prop: FontProperties) -> tuple[float, float]:
-    """The least ascent and descent in points of a line of text in ``prop``, as
-    matplotlib takes them: its font's typographic ascender and descender, and
-    never less than those of ``"lp"``."""
-    from matplotlib.font_manager import findfont, get_font
-    from matplotlib.textpath import text_to_path
-
-    _, height, descent = text_to_path.get_text_width_height_descent("lp", prop, False)
-    ascent = height - descent
-    font = get_font(findfont(prop))
-    scale = prop.get_size_in_points() / font.get_sfnt_table("head")["unitsPerEm"]
-    for name, up, down in (
-        ("OS/2", "sTypoAscender", "sTypoDescender"),
-        ("hhea", "ascent", "descent"),
-    ):
-        table = font.get_sfnt_table(name)
-        if table:
-            ascent = max(ascent, table[up] * scale)
-            descent = max(descent, -table[down] * scale)
-            break
-    return ascent, descent
-
-
-@functools.lru_cache(maxsize=4096)
-def _text_metrics(text: str, prop: FontProperties) -> tuple[float, float, float]:
-    """:func:`_text_size` of a non-empty ``text``, kept."""
-    from matplotlib.cbook import is_math_text
-    from matplotlib.textpath import text_to_path
-
-    w, h, d = text_to_path.get_text_width_height_descent(text, prop, is_math_text(text))
-    ascent, descent = _line_metrics(prop)
-    descent = max(d, descent)
-    return w, max(h - d, ascent) + descent, descent
-
-
-def _text_size(text: str, prop: FontProperties) -> tuple[float, float, float]:
-    """Width, height and descent in points of one line of ``text`` as matplotlib
-    lays it out with the text metrics of the SVG backend; zeros for no text."""
-    if not text:
-        return 0.0, 0.0, 0.0
-    return _text_metrics(text, prop.copy())
-
-
-def _tick_labels(axis: Axis) -> tuple[list[tuple[float, str]], str]:
-    """The labelled ticks ``axis`` will draw as ``(fraction along it, label)``,
-    and its offset text (``""`` for none), from its locators and formatters."""
-    scale = axis.get_transform()
-    start, end = scale.transform(np.asarray(axis.get_view_interval(), dtype=float))
-    span = (end - start) or 1.0
-    ticks: list[tuple[float, str]] = []
-    offset = ""
-    for locs, formatter in (
-        (axis.get_majorticklocs(), axis.get_major_formatter()),
-        (axis.get_minorticklocs(), axis.get_minor_formatter()),
-    ):
-        if len(locs) == 0:
-            continue
-        labels = formatter.format_ticks(locs)
-        offset = offset or formatter.get_offset()
-        where = (scale.transform(np.asarray(locs, dtype=float)) - start) / span
-        ticks += [
-            (float(f), text)
-            for f, text in zip(where, labels, strict=True)
-            if text and -1e-9 <= f <= 1 + 1e-9
-        ]
-    return ticks, offset
-
-
-def _outside(ax: Axes) -> np.ndarray:
-    """How far, in points, the text of ``ax`` reaches out of its box to the left,
-    bottom, right and top: ticks and their labels, axis labels, offset texts and
-    the title, placed as matplotlib places them (a legend is not counted)."""
-    import matplotlib
-    from matplotlib.font_manager import FontProperties
-
-    rc = matplotlib.rcParams
-    box = ax.get_position()
-    size = ax.get_figure().get_size_inches() * 72.0
-    out = dict.fromkeys(("left", "bottom", "right", "top"), 0.0)
-    for axis, length, ends in (
-        (ax.xaxis, box.width * size[0], ("left", "right")),
-        (ax.yaxis, box.height * size[1], ("bottom", "top")),
-    ):
-        name = axis.axis_name
-        ticks, offset = _tick_labels(axis)
-        prop = FontProperties(size=rc[f"{name}tick.labelsize"])
-        boxes = [(f, *_text_size(text, prop)) for f, text in ticks]
-        if name == "x":  # labels centred under their ticks
-            side = "top" if axis.get_ticks_position() == "top" else "bottom"
-            across = max((h for _, _, h, _ in boxes), default=0.0)
-            halves = [(f, w / 2, w / 2) for f, w, _, _ in boxes]
-        else:  # labels beside their ticks, centred on the part above the baseline
-            side = "right" if axis.get_ticks_position() == "right" else "left"
-            across = max((w for _, w, _, _ in boxes), default=0.0)
-            halves = [(f, h / 2 + d / 2, h / 2 - d / 2) for f, _, h, d in boxes]
-        for f, before, after in halves:
-            out[ends[0]] = max(out[ends[0]], before - f * length)
-            out[ends[1]] = max(out[ends[1]], after - (1 - f) * length)
-        if boxes:
-            tick = rc[f"{name}tick.major.size"] * _TICK_OUT[rc[f"{name}tick.direction"]]
-            across += tick + rc[f"{name}tick.major.pad"]
-        out[side] = max(out[side], across)
-        _, label_h, _ = _text_size(
-            axis.label.get_text(), axis.label.get_fontproperties()
-        )
-        if label_h:
-            label_side = axis.get_label_position()
-            reach = (across if label_side == side else 0.0) + axis.labelpad + label_h
-            out[label_side] = max(out[label_side], reach)
-        _, offset_h, _ = _text_size(offset, prop)
-        if offset_h:  # x: under the tick labels; y: over the top of the axes
-            where, reach = (side, across) if name == "x" else ("top", 0.0)
-            out[where] = max(out[where], reach + axis.OFFSETTEXTPAD + offset_h)
-    title_w, title_h, title_d = _text_size(
-        ax.title.get_text(), ax.title.get_fontproperties()
-    )
-    if title_h:
-        out["top"] = max(out["top"], rc["axes.titlepad"] + title_h - title_d)
-        for end in ("left", "right"):
-            out[end] = max(out[end], (title_w - box.width * size[0]) / 2)
-    return np.array([out["left"], out["bottom"], out["right"], out["top"]])
-
-
-def _legend_room(legend: Legend) -> tuple[float, float]:
-    """Width and height in points of a one-column ``legend`` with its frame,
-    the width counting its gap to the axes (``borderaxespad``)."""
-    texts = legend.get_texts()
-    fontsize = texts[0].get_fontsize() if texts else 10.0
-    sizes = [_text_size(t.get_text(), t.get_fontproperties()) for t in texts]
-    width = (legend.handlelength + legend.handletextpad) * fontsize + max(
-        (w for w, _, _ in sizes), default=0.0
-    )
-    # each entry: its handle (handleheight tall, on the baseline) beside its text
-    rows = [max(legend.handleheight * fontsize, h - d) + d for _, h, d in sizes]
-    height = sum(rows) + legend.labelspacing * fontsize * max(len(rows) - 1, 0)
-    title = legend.get_title()
-    title_w, title_h, _ = _text_size(title.get_text(), title.get_fontproperties())
-    if title_h:
-        width = max(width, title_w)
-        height += title_h + legend.labelspacing * fontsize
-    frame = 2 * legend.borderpad * fontsize + legend.get_frame().get_linewidth()
-    return width + frame + legend.borderaxespad * fontsize, height + frame
-
-
-def _arrange(
-    fig: Figure,
-    row: Sequence[Axes],
-    *,
-    colorbar: Axes | None = None,
-    legend: Legend | None = None,
-) -> None:
-    """Place the axes of ``row`` side by side, equally wide, filling ``fig`` but
-    for the room their texts take (:func:`_outside`) and :data:`_PAD`.
-
-    Parameters
-    ----------
-    fig : Figure
-        The figure of the axes.
-    row : sequence of Axes
-        The axes, left to right.
-    colorbar : Axes or None, optional
-        A colorbar's axes, put at the right of the last axes and as high.
-    legend : Legend or None, optional
-        A one-column legend of the last axes, outside at its right
-        (``loc="center left", bbox_to_anchor=(1, 0.5)``): it gets its room there,
-        and the figure is made taller if the legend would not fit in its height.
-
-    Notes
-    -----
-    The tick labels of an axis depend on its length (how many fit), so the
-    axes are placed again until their places stay.
-    """
-    fig_w, fig_h = fig.get_size_inches() * 72.0
-    axes = [*row] if colorbar is None else [*row, colorbar]
-    placed = np.zeros((len(axes), 4))
-    for _ in range(4):
-        reach = np.array([_outside(ax) for ax in axes])  # left, bottom, right, top
-        left, bottom = _PAD + reach[0, 0], _PAD + reach[:, 1].max()
-        top = _PAD + reach[:, 3].max()
-        right = _PAD + reach[len(row) - 1, 2]
-        if legend is not None:
-            legend_w, legend_h = _legend_room(legend)
-            right = max(right, legend_w + _PAD)
-            # centred on the axes, it needs legend_h + 2 _PAD + |top - bottom|
-            needed = legend_h + 2 * _PAD + abs(top - bottom)
-            if needed > fig_h:  # a taller figure rather than a clipped legend
-                fig_h = needed
-                fig.set_size_inches(fig_w / 72.0, fig_h / 72.0)
-        height = max(fig_h - bottom - top, 18.0)  # a sliver, rather than nothing
-        gaps = [reach[i, 2] + reach[i + 1, 0] + 2 * _PAD for i in range(len(row) - 1)]
-        if colorbar is not None:
-            gaps.append(max(_CBAR_GAP, reach[-2, 2] + reach[-1, 0] + 2 * _PAD))
-            right = height / _CBAR_ASPECT + reach[-1, 2] + _PAD
-        widths = [(fig_w - left - right - sum(gaps)) / len(row)] * len(row)
-        if colorbar is not None:
-            widths[-1:] = [widths[-1], height / _CBAR_ASPECT]
-        widths = np.maximum(widths, 1.0)
-        x0 = left + np.cumsum([0.0, *widths[:-1]]) + np.cumsum([0.0, *gaps])
-        boxes = np.array(
-            [[x, bottom, w, height] for x, w in zip(x0, widths, strict=True)]
-        )
-        if np.allclose(boxes, placed, atol=0.5):
-            return
-        placed = boxes
-        for ax, box in zip(axes, boxes / [fig_w, fig_h, fig_w, fig_h], strict=True):
-            ax.set_position(box)
+    return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
 def _svg(fig: Figure, *, label: str) -> str:
@@ -527,10 +303,9 @@ def metrics_svg(history: pd.DataFrame) -> str:
 
     fig = _new_figure(10.0, 3.8)
     rounds = history["round"].to_numpy(dtype=float)
-    row = []
-    for i, metric in enumerate(("loss", "accuracy")):
-        ax = fig.add_subplot(1, 2, i + 1)
-        row.append(ax)
+    for i, (ax, metric) in enumerate(
+        zip(fig.subplots(1, 2), ("loss", "accuracy"), strict=True)
+    ):
         for group, label, color in _SERIES:
             column = f"{group}_{metric}"
             if column not in history:
@@ -545,7 +320,7 @@ def metrics_svg(history: pd.DataFrame) -> str:
                 )
         ax.set_xlabel("round")
         ax.set_ylabel(metric)
-        ax.set_title(metric, y=1.0)  # placed: not moved at each draw
+        ax.set_title(metric)
         ax.grid(alpha=0.3)
         if len(rounds) <= 20:
             ax.set_xticks(rounds)
@@ -553,7 +328,6 @@ def metrics_svg(history: pd.DataFrame) -> str:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if i == 0:
             ax.legend(fontsize=8)
-    _arrange(fig, row)
     return _svg(fig, label="loss and accuracy per round")
 
 
@@ -591,8 +365,7 @@ def divergence_svg(health: Sequence[Mapping[str, Any]]) -> str:
     mesh = ax.pcolormesh(
         np.ma.masked_invalid(matrix), cmap=cmap, vmin=0.0, vmax=1.0, edgecolors="w"
     )
-    cax = fig.add_axes((0.9, 0.1, 0.02, 0.8))  # placed by _arrange
-    fig.colorbar(mesh, cax=cax, label="divergence D")
+    fig.colorbar(mesh, ax=ax, label="divergence D")
     ax.set_xticks(np.arange(n_rounds) + 0.5, labels=[str(r) for r in rounds])
     ax.set_yticks(np.arange(n_layers) + 0.5, labels=labels)
     ax.invert_yaxis()
@@ -613,7 +386,6 @@ def divergence_svg(health: Sequence[Mapping[str, Any]]) -> str:
                     fontsize=7,
                     color="black" if value > 0.6 else "white",
                 )
-    _arrange(fig, [ax], colorbar=cax)
     return _svg(fig, label="per-layer divergence over rounds")
 
 
@@ -654,7 +426,6 @@ def norms_svg(health: Sequence[Mapping[str, Any]]) -> str:
         ax.legend(fontsize=7, ncols=2)
     else:
         ax.legend(handles=ax.get_lines()[-1:], fontsize=7)
-    _arrange(fig, [ax])
     return _svg(fig, label="client update norms per round")
 
 
@@ -681,6 +452,8 @@ def labels_svg(counts: pd.DataFrame) -> str:
         matrix = np.column_stack([matrix, hidden])
     n_clients = len(counts)
     height = min(max(2.5, 0.28 * n_clients + 1.6), 16.0)
+    if len(classes) <= 20:  # tall enough for the legend beside the bars
+        height = max(height, 0.17 * (len(classes) + 1) + 0.4)
     fig = _new_figure(8.0, height)
     ax = fig.add_subplot()
     cmap = _cmap("tab20" if len(classes) > 10 else "tab10")
@@ -704,12 +477,8 @@ def labels_svg(counts: pd.DataFrame) -> str:
     ax.invert_yaxis()
     ax.set_xlabel("train samples")
     ax.set_ylabel("client")
-    legend = None
     if len(classes) <= 20:
-        legend = ax.legend(
-            title="class", fontsize=7, loc="center left", bbox_to_anchor=(1, 0.5)
-        )
-    _arrange(fig, [ax], legend=legend)
+        ax.legend(title="class", fontsize=7, loc="center left", bbox_to_anchor=(1, 0.5))
     return _svg(fig, label="label distribution per client")
 
 
@@ -1046,9 +815,8 @@ def wire_svg(rows: Sequence[tuple[int, Mapping[str, Any], float | None]]) -> str
                         textcoords="offset points")  # fmt: skip
     ax.set_xlabel("uplink MB sent so far" + ("" if total else " (per client)"))
     ax.set_ylabel("global accuracy (held-out)")
-    ax.set_title("accuracy against bytes sent", y=1.0)
+    ax.set_title("accuracy against bytes sent")
     ax.grid(alpha=0.3)
-    _arrange(fig, [ax])
     return _svg(fig, label="accuracy against uplink bytes")
 
 
