@@ -21,8 +21,6 @@ from fedpipe.data.partition.base import (
     MIN_SAMPLES,
     Partitioner,
     PartitionError,
-    check_min_samples_feasible,
-    validate_inputs,
     validate_min_samples,
 )
 
@@ -78,12 +76,6 @@ class QuantitySkewPartitioner(Partitioner):
         self.quantity_sigma = float(quantity_sigma)
         self.min_samples = validate_min_samples(min_samples)
 
-    def __repr__(self) -> str:
-        return (
-            f"QuantitySkewPartitioner(quantity_sigma={self.quantity_sigma}, "
-            f"min_samples={self.min_samples})"
-        )
-
     def partition(
         self,
         labels: np.ndarray,
@@ -104,9 +96,8 @@ class QuantitySkewPartitioner(Partitioner):
             Naming ``partition.min_samples`` if
             ``min_samples * n_clients > len(labels)``.
         """
-        labels = validate_inputs(labels, n_clients)
+        labels = self.checked_labels(labels, n_clients)
         n = labels.shape[0]
-        check_min_samples_feasible(n, n_clients, self.min_samples)
         log_w = self.quantity_sigma * rng.standard_normal(n_clients)
         weights = np.exp(log_w - log_w.max())
         sizes = client_sizes(weights, n, self.min_samples)
