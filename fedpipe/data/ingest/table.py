@@ -178,7 +178,7 @@ def ingest_table(
         left_out=left_out,
         started=started,
     )
-    notes = tuple(id_like_note(c, why) for c, why in left_out.items())
+    notes = tuple(id_like_note(c, reason) for c, reason in left_out.items())
     return dataclasses.replace(result, warnings=(*notes, *rows.warnings()))
 
 

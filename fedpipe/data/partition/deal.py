@@ -18,10 +18,7 @@ import pandas as pd
 from fedpipe.config.dedupe import dedupe_mode
 from fedpipe.core.seeds import rng_for
 from fedpipe.data.partition import Partitioner, PartitionError, make_partitioner
-from fedpipe.data.partition.featureskew import (
-    client_feature_transforms,
-    skewed_columns,
-)
+from fedpipe.data.partition.featureskew import client_feature_transforms, skewed_columns
 from fedpipe.data.partition.manifest import (
     build_manifest,
     check_partition,
