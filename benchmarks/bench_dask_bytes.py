@@ -42,8 +42,8 @@ def _project(root: Path) -> Any:
     from fedpipe.core.jsonio import write_json
     from fedpipe.data import sources as fdata
     from fedpipe.data.ingest import read_samples
+    from fedpipe.data.partition.deal import partition_table
     from fedpipe.data.sources import prepared_spec
-    from fedpipe.data.splits import partition_table
 
     repo = Path(__file__).resolve().parents[1]
     (root / "params.yaml").write_text((repo / "params.yaml").read_text())

@@ -30,13 +30,14 @@ import numpy as np
 
 from fedpipe.config.params import PartitionParams
 from fedpipe.data.ingest import ingest_arrays, open_features, read_samples
+from fedpipe.data.partition.deal import partition_table
 from fedpipe.data.partition.diagnostics import (
     feature_skew,
     feature_stats,
     skew_summary,
 )
 from fedpipe.data.sources import MNIST5K, load_mnist5k, prepared_spec
-from fedpipe.data.splits import federated_data, partition_table
+from fedpipe.data.splits import federated_data
 
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("iid", {}),

@@ -43,8 +43,9 @@ from prefect.logging import disable_run_logger
 
 from fedpipe.config.params import PartitionParams
 from fedpipe.data.ingest import ingest_arrays, open_features, read_samples
+from fedpipe.data.partition.deal import partition_table
 from fedpipe.data.sources import MNIST5K, load_mnist5k, prepared_spec
-from fedpipe.data.splits import open_federated, partition_table
+from fedpipe.data.splits import open_federated
 from tasks.data import partition as partition_task
 
 CASES: list[tuple[str, dict[str, Any]]] = [

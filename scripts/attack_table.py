@@ -76,8 +76,9 @@ def _data(partition: str, seed: int, clients: int):  # type: ignore[no-untyped-d
             read_samples,
             read_schema,
         )
+        from fedpipe.data.partition.deal import partition_table
         from fedpipe.data.sources import DatasetSpec, load_mnist5k
-        from fedpipe.data.splits import federated_data, partition_table
+        from fedpipe.data.splits import federated_data
 
         table = load_mnist5k()
         x = table.filter(like="px").to_numpy(dtype=np.uint8).reshape(-1, 28, 28, 1)

@@ -38,12 +38,9 @@ from fedpipe.data.ingest import (  # noqa: E402
     read_samples,
     read_schema,
 )
+from fedpipe.data.partition.deal import partition_table  # noqa: E402
 from fedpipe.data.sources import DatasetSpec, load_mnist5k  # noqa: E402
-from fedpipe.data.splits import (  # noqa: E402
-    FederatedData,
-    federated_data,
-    partition_table,
-)
+from fedpipe.data.splits import FederatedData, federated_data  # noqa: E402
 from fedpipe.federation import build  # noqa: E402
 from fedpipe.federation.failures import slow_set  # noqa: E402
 from fedpipe.federation.round import RoundInputs, run_round  # noqa: E402

@@ -42,8 +42,9 @@ from fedpipe.config.params import PartitionParams
 from fedpipe.config.privacy import Privacy
 from fedpipe.core.secretkey import load_or_create_key
 from fedpipe.data.ingest import ingest_arrays, open_features, read_samples, read_schema
+from fedpipe.data.partition.deal import partition_table
 from fedpipe.data.sources import DatasetSpec, load_mnist5k
-from fedpipe.data.splits import FederatedData, federated_data, partition_table
+from fedpipe.data.splits import FederatedData, federated_data
 from fedpipe.federation.build import private_strategy
 from fedpipe.federation.privacy.accountant import noise_for_epsilon
 from fedpipe.federation.round import (

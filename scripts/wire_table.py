@@ -237,9 +237,10 @@ def federation(params: Params, prepared: Path, folder: Path) -> tuple[Any, Any]:
     write them under ``folder``; the federated data and the model spec."""
     from fedpipe.core.jsonio import write_json
     from fedpipe.data.ingest import open_features, read_samples, read_schema
+    from fedpipe.data.partition.deal import partition_table
     from fedpipe.data.preprocess import fit_prepared
     from fedpipe.data.sources import prepared_spec
-    from fedpipe.data.splits import input_spec, open_federated, partition_table
+    from fedpipe.data.splits import input_spec, open_federated
     from fedpipe.federation.build import model_spec
 
     folder.mkdir(parents=True, exist_ok=True)

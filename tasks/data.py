@@ -14,7 +14,7 @@ from fedpipe.core import atomic
 from fedpipe.core.errors import FedpipeError
 from fedpipe.core.jsonio import read_json, write_json
 from fedpipe.data import sources as fdata
-from fedpipe.data.splits import partition_table
+from fedpipe.data.partition.deal import partition_table
 
 
 class ValidationFailed(FedpipeError, RuntimeError):

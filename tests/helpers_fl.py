@@ -48,12 +48,12 @@ from fedpipe.data.ingest import (
     read_samples,
     read_schema,
 )
+from fedpipe.data.partition.deal import partition_table
 from fedpipe.data.sources import DatasetSpec, load_mnist5k
 from fedpipe.data.splits import (
     ClientData,
     FederatedData,
     federated_data,
-    partition_table,
 )
 from fedpipe.federation.attacks import AttackPlan
 from fedpipe.federation.build import (

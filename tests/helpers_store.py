@@ -9,7 +9,7 @@ import numpy as np
 from fedpipe.config.params import PartitionParams
 from fedpipe.core.jsonio import write_json
 from fedpipe.data.ingest import ingest_arrays, read_samples
-from fedpipe.data.splits import partition_table
+from fedpipe.data.partition.deal import partition_table
 
 
 class CountingStore:

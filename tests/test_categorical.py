@@ -22,9 +22,10 @@ from fedpipe.data.ingest import (
     read_samples,
     read_schema,
 )
+from fedpipe.data.partition.deal import partition_table
 from fedpipe.data.preprocess import PreprocessError, fit_prepared, read_transform
 from fedpipe.data.preprocess.encode import tokens
-from fedpipe.data.splits import open_federated, partition_table
+from fedpipe.data.splits import open_federated
 
 COLORS = ["red", "green", "blue", "violet"]  # violet: rare
 WORDS = ["good", "great", "bad", "awful", "the", "a", "film", "plot"]

@@ -14,8 +14,8 @@ import pytest
 from fedpipe.config.params import PreprocessParams
 from fedpipe.core.jsonio import write_json
 from fedpipe.data.ingest import ingest_table, open_features, read_samples, read_schema
+from fedpipe.data.partition.deal import partition_table
 from fedpipe.data.preprocess import fit_prepared
-from fedpipe.data.splits import partition_table
 
 N = 80
 

@@ -15,6 +15,7 @@ from fedpipe.config.params import PreprocessParams
 from fedpipe.core.errors import FedpipeError
 from fedpipe.core.jsonio import read_json, write_json
 from fedpipe.data.ingest import ingest_arrays, ingest_table, read_samples
+from fedpipe.data.partition.deal import partition_table
 from fedpipe.data.preprocess import (
     PreprocessError,
     Transform,
@@ -23,7 +24,7 @@ from fedpipe.data.preprocess import (
     read_transform,
 )
 from fedpipe.data.preprocess.stats import edges_for, histogram, merge, moments
-from fedpipe.data.splits import open_federated, partition_table
+from fedpipe.data.splits import open_federated
 
 COLUMNS = ["tiny", "mid", "huge"]
 

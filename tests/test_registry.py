@@ -25,7 +25,7 @@ from fedpipe.config.params import (
 from fedpipe.config.sections import ComponentSection, declared_keys
 from fedpipe.core import registry
 from fedpipe.core.component import REQUIRED, Setting
-from fedpipe.data.splits import partition_table
+from fedpipe.data.partition.deal import partition_table
 from fedpipe_app.project import template_text
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,8 +1,9 @@
 """The values ``data.dedupe`` takes, and what each means for images and tables.
 
 One list, read by the ``params.yaml`` schema (:class:`fedpipe.config.params.
-DataParams`) and by the partition (:func:`fedpipe.data.splits.partition_table`);
-plain tuples, so importing it costs nothing.
+DataParams`) and by the partition
+(:func:`fedpipe.data.partition.deal.partition_table`); plain tuples, so importing it
+costs nothing.
 """
 
 from __future__ import annotations

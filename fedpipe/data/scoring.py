@@ -169,7 +169,7 @@ def _numbers(raw: pd.Series, name: str, path: Path) -> np.ndarray:
 
 def _as_kind(raw: pd.Series, name: str, kind: str, path: Path) -> np.ndarray:
     """A date or boolean column's cells as the ingest stores them."""
-    from fedpipe.data.ingest.table import boolean_values, date_days
+    from fedpipe.data.ingest.table_rows import boolean_values, date_days
 
     values = date_days(raw) if kind == "date" else boolean_values(raw)
     bad = np.flatnonzero(raw.notna().to_numpy() & np.isnan(values))
@@ -186,7 +186,7 @@ def _as_kind(raw: pd.Series, name: str, kind: str, path: Path) -> np.ndarray:
 
 def _texts(raw: pd.Series) -> np.ndarray:
     """A string column's cells as the ingest keys them; ``""`` when empty."""
-    from fedpipe.data.ingest.table import text_key
+    from fedpipe.data.ingest.table_rows import text_key
 
     return np.array(
         ["" if pd.isna(v) else text_key(v) for v in raw.tolist()], dtype=object

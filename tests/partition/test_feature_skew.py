@@ -25,13 +25,14 @@ from fedpipe.data.ingest import (
     read_schema,
 )
 from fedpipe.data.partition import PartitionError
+from fedpipe.data.partition.deal import partition_table
 from fedpipe.data.partition.diagnostics import (
     feature_skew,
     feature_skew_plot,
     feature_stats,
 )
 from fedpipe.data.sources import prepared_spec
-from fedpipe.data.splits import FederatedData, federated_data, partition_table
+from fedpipe.data.splits import FederatedData, federated_data
 
 N_CLIENTS = 5
 

@@ -16,10 +16,11 @@ from fedpipe.config.params import PartitionParams, PreprocessParams
 from fedpipe.core.jsonio import write_json
 from fedpipe.data.ingest import ingest_table, open_features, read_samples, read_schema
 from fedpipe.data.partition import PartitionError
+from fedpipe.data.partition.deal import partition_table
 from fedpipe.data.partition.diagnostics import feature_skew, feature_stats
 from fedpipe.data.preprocess import fit_prepared
 from fedpipe.data.sources import prepared_spec
-from fedpipe.data.splits import open_federated, partition_table
+from fedpipe.data.splits import open_federated
 
 COLORS = ["blue", "green", "red", "violet"]
 

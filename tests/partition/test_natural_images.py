@@ -12,7 +12,7 @@ from PIL import Image
 from fedpipe.config.params import Params, round_chain
 from fedpipe.data.ingest import IngestError, ingest_image_folder, read_samples
 from fedpipe.data.partition import PartitionError
-from fedpipe.data.splits import partition_table
+from fedpipe.data.partition.deal import partition_table
 
 WRITERS = ("w01", "w02", "w03")
 CLASSES = ("0", "1")

@@ -331,6 +331,28 @@ def test_two_dimensional_labels_rejected(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ALL)
+def test_checked_labels_refuses_what_no_partition_could_meet(name: str) -> None:
+    # the shared start of partition(): 1-D labels, clients >= 1, min_samples feasible
+    p = make_partitioner(name, min_samples=3, **SETTINGS[name])
+    assert p.checked_labels([2, 0, 1, 0, 1, 2], 2).tolist() == [2, 0, 1, 0, 1, 2]
+    with pytest.raises(PartitionError, match=r"partition.min_samples <= 2"):
+        p.checked_labels(np.zeros(5), 2)
+    with pytest.raises(PartitionError, match="1-D"):
+        p.checked_labels(np.zeros((6, 2)), 1)
+    with pytest.raises(PartitionError, match="federation.clients"):
+        p.checked_labels(np.zeros(6), 0)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_repr_names_the_class_and_every_setting(name: str) -> None:
+    p = make_partitioner(name, min_samples=2, **SETTINGS[name])
+    text = repr(p)
+    assert text.startswith(f"{type(p).__name__}(")
+    for key in type(p).settings:
+        assert f"{key}={getattr(p, key)!r}" in text
+
+
+@pytest.mark.parametrize("name", ALL)
 def test_partition_does_not_touch_global_random_state(name: str) -> None:
     before = np.random.get_state()
     _partition(name, _labels(), 5)

@@ -20,7 +20,7 @@ from fedpipe.data.accounting import (
 from fedpipe.data.ingest import ingest_arrays, read_samples
 from fedpipe.data.ingest.table import ingest_table
 from fedpipe.data.partition import PartitionError
-from fedpipe.data.splits import partition_table
+from fedpipe.data.partition.deal import partition_table
 
 SETTINGS = {"min_samples": 2, "min_classes": 1}
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,6 +14,9 @@ Public API:
   :func:`make_partitioner`, which reads :mod:`fedpipe.core.registry`;
 - the manifest helpers (:func:`split_heldout`, :func:`check_partition`,
   :func:`build_manifest`, :func:`label_skew`);
+- the partition stage's work on a prepared data set,
+  :func:`fedpipe.data.partition.deal.partition_table` (imported from its module:
+  it reads pandas frames and the prepared features);
 - the diagnostics (:func:`class_count_table`, :func:`label_heatmap`,
   :func:`skew_summary`, :func:`feature_stats`, :func:`feature_skew_plot`),
   which import pandas / matplotlib when called.

@@ -68,6 +68,8 @@ class Partitioner(Component, abc.ABC):
     section: ClassVar[str] = "partition"
     settings: ClassVar[tuple[str, ...]] = ()
     error: ClassVar[type[ValueError]] = PartitionError
+    min_samples: int
+    """``partition.min_samples``, which every partitioner reads."""
     reads_inputs: ClassVar[bool] = False
     """True when :meth:`partition` needs ``values=``, one real number per sample
     computed from the inputs by the class's ``sample_values(chunks, *,
@@ -134,6 +136,14 @@ class Partitioner(Component, abc.ABC):
         """What the manifest's ``params`` record beyond the settings (the
         ``"natural"`` partitioner: its mapping file's SHA-256). Default none."""
         return {}
+
+    def checked_labels(self, labels: np.ndarray, n_clients: int) -> np.ndarray:
+        """``labels`` as a 1-D array, once :func:`validate_inputs` and
+        :func:`check_min_samples_feasible` (with ``self.min_samples``) pass:
+        how a :meth:`partition` that checks nothing else first begins."""
+        arr = validate_inputs(labels, n_clients)
+        check_min_samples_feasible(arr.shape[0], n_clients, self.min_samples)
+        return arr
 
     @abc.abstractmethod
     def partition(

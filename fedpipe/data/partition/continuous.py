@@ -86,12 +86,6 @@ class ContinuousPartitioner(Partitioner):
         self.continuous_by = continuous_by
         self.min_samples = self.checked(MIN_SAMPLES, min_samples)
 
-    def __repr__(self) -> str:
-        return (
-            f"ContinuousPartitioner(strictness={self.strictness}, "
-            f"continuous_by={self.continuous_by!r}, min_samples={self.min_samples})"
-        )
-
     def sample_values(
         self,
         chunks: Iterable[np.ndarray],

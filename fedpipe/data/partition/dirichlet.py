@@ -19,8 +19,6 @@ from fedpipe.data.partition.base import (
     Partitioner,
     PartitionError,
     as_shares,
-    check_min_samples_feasible,
-    validate_inputs,
 )
 
 ALPHA = Setting(
@@ -103,9 +101,8 @@ class DirichletPartitioner(Partitioner):
             the message names ``partition.alpha`` / ``partition.min_samples``
             and values that would work.
         """
-        labels = validate_inputs(labels, n_clients)
+        labels = self.checked_labels(labels, n_clients)
         n = labels.shape[0]
-        check_min_samples_feasible(n, n_clients, self.min_samples)
         classes = np.unique(labels)
         class_positions = [np.flatnonzero(labels == c) for c in classes]
         concentration = np.full(n_clients, self.alpha)

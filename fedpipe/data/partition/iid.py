@@ -9,8 +9,6 @@ import numpy as np
 from fedpipe.data.partition.base import (
     MIN_SAMPLES,
     Partitioner,
-    check_min_samples_feasible,
-    validate_inputs,
 )
 
 
@@ -36,9 +34,6 @@ class IidPartitioner(Partitioner):
     def __init__(self, *, min_samples: int = 0) -> None:
         self.min_samples = self.checked(MIN_SAMPLES, min_samples)
 
-    def __repr__(self) -> str:
-        return f"IidPartitioner(min_samples={self.min_samples})"
-
     def partition(
         self,
         labels: np.ndarray,
@@ -51,8 +46,7 @@ class IidPartitioner(Partitioner):
 
         ``groups`` is ignored.
         """
-        labels = validate_inputs(labels, n_clients)
+        labels = self.checked_labels(labels, n_clients)
         n = labels.shape[0]
-        check_min_samples_feasible(n, n_clients, self.min_samples)
         order = rng.permutation(n).astype(np.int64)
         return [np.sort(part) for part in np.array_split(order, n_clients)]

@@ -107,13 +107,6 @@ class NaturalIdPartitioner(Partitioner):
         self.natural_mapping = natural_mapping
         self.natural_level = natural_level
 
-    def __repr__(self) -> str:
-        return (
-            f"NaturalIdPartitioner(min_samples={self.min_samples}, "
-            f"natural_mapping={self.natural_mapping!r}, "
-            f"natural_level={self.natural_level!r})"
-        )
-
     def sample_groups(self, samples: Any) -> np.ndarray | None:
         """Every sample's client key (str), from the setting that names them.
 

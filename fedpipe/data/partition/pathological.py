@@ -22,8 +22,6 @@ from fedpipe.data.partition.base import (
     PartitionError,
     as_python,
     as_shares,
-    check_min_samples_feasible,
-    validate_inputs,
 )
 
 CLASSES_PER_CLIENT = Setting(
@@ -69,12 +67,6 @@ class PathologicalPartitioner(Partitioner):
         self.classes_per_client = self.checked(CLASSES_PER_CLIENT, classes_per_client)
         self.min_samples = self.checked(MIN_SAMPLES, min_samples)
 
-    def __repr__(self) -> str:
-        return (
-            f"PathologicalPartitioner(classes_per_client={self.classes_per_client}, "
-            f"min_samples={self.min_samples})"
-        )
-
     def partition(
         self,
         labels: np.ndarray,
@@ -97,9 +89,7 @@ class PathologicalPartitioner(Partitioner):
             every class, or if a class has fewer samples than clients holding
             it; naming ``partition.min_samples`` if it cannot be met.
         """
-        labels = validate_inputs(labels, n_clients)
-        n = labels.shape[0]
-        check_min_samples_feasible(n, n_clients, self.min_samples)
+        labels = self.checked_labels(labels, n_clients)
         classes, inverse = np.unique(labels, return_inverse=True)
         n_classes = len(classes)
         k = self.classes_per_client

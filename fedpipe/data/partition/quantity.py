@@ -18,8 +18,6 @@ from fedpipe.core.component import REQUIRED, Setting
 from fedpipe.data.partition.base import (
     MIN_SAMPLES,
     Partitioner,
-    check_min_samples_feasible,
-    validate_inputs,
 )
 
 QUANTITY_SIGMA = Setting(
@@ -64,12 +62,6 @@ class QuantitySkewPartitioner(Partitioner):
         self.quantity_sigma = self.checked(QUANTITY_SIGMA, quantity_sigma)
         self.min_samples = self.checked(MIN_SAMPLES, min_samples)
 
-    def __repr__(self) -> str:
-        return (
-            f"QuantitySkewPartitioner(quantity_sigma={self.quantity_sigma}, "
-            f"min_samples={self.min_samples})"
-        )
-
     def partition(
         self,
         labels: np.ndarray,
@@ -90,9 +82,8 @@ class QuantitySkewPartitioner(Partitioner):
             Naming ``partition.min_samples`` if
             ``min_samples * n_clients > len(labels)``.
         """
-        labels = validate_inputs(labels, n_clients)
+        labels = self.checked_labels(labels, n_clients)
         n = labels.shape[0]
-        check_min_samples_feasible(n, n_clients, self.min_samples)
         log_w = self.quantity_sigma * rng.standard_normal(n_clients)
         weights = np.exp(log_w - log_w.max())
         sizes = client_sizes(weights, n, self.min_samples)

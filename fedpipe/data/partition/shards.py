@@ -17,8 +17,6 @@ from fedpipe.data.partition.base import (
     Partitioner,
     PartitionError,
     as_shares,
-    check_min_samples_feasible,
-    validate_inputs,
 )
 
 SHARDS_PER_CLIENT = Setting(
@@ -67,12 +65,6 @@ class ShardsPartitioner(Partitioner):
         self.shards_per_client = self.checked(SHARDS_PER_CLIENT, shards_per_client)
         self.min_samples = self.checked(MIN_SAMPLES, min_samples)
 
-    def __repr__(self) -> str:
-        return (
-            f"ShardsPartitioner(shards_per_client={self.shards_per_client}, "
-            f"min_samples={self.min_samples})"
-        )
-
     def partition(
         self,
         labels: np.ndarray,
@@ -95,9 +87,8 @@ class ShardsPartitioner(Partitioner):
             ``partition.shards_per_client`` if there are more shards than
             samples.
         """
-        labels = validate_inputs(labels, n_clients)
+        labels = self.checked_labels(labels, n_clients)
         n = labels.shape[0]
-        check_min_samples_feasible(n, n_clients, self.min_samples)
         s = self.shards_per_client
         n_shards = n_clients * s
         if n_shards > n:
