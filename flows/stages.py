@@ -25,8 +25,8 @@ from prefect.utilities.annotations import quote
 from fedpipe.config import layout
 from fedpipe.config.params import MNIST5K_PATH, Params
 from fedpipe.data.sources import prepared_spec
+from fedpipe.model.jobs import ClientFailure, ClientJob, ClientResult, MapClients
 from fedpipe.model.threads import usable_cores
-from fedpipe.model.trainer import ClientFailure, ClientJob, ClientResult, MapClients
 from orchestration import console
 from orchestration.runtime import DaskScheduler
 from tasks import data as data_tasks

@@ -41,7 +41,7 @@ from fedpipe.federation.clientstate import (
 from fedpipe.federation.privacy.views import write_round_records
 from fedpipe.federation.round import RoundFailed, RoundInputs, RoundOutputs, run_round
 from fedpipe.model.cohort import cohort_map
-from fedpipe.model.trainer import ClientFailure, ClientJob, ClientResult, MapClients
+from fedpipe.model.jobs import ClientFailure, ClientJob, ClientResult, MapClients
 from fedpipe.model.training import initial_weights, training_device
 from fedpipe.model.zoo import describe_model
 from fedpipe.observe.history import progress_line
