@@ -4,9 +4,9 @@ A :class:`ClientJob` is self-contained and picklable: the model spec, the client
 algorithm, its task and its data. Running one gives a :class:`ClientResult`, or a
 :class:`ClientFailure` when a guarded job raised; a :data:`MapClients` runs a
 round's jobs (:func:`fedpipe.model.trainer.run_here`,
-:func:`fedpipe.model.cohort.cohort_map`, the Prefect tasks). Importing this
-module loads no TensorFlow: the spec, the data and the wire are named for types
-only.
+:func:`fedpipe.model.cohort.cohort_map`, the Prefect tasks), and
+:func:`task_name` names a group of them. Importing this module loads no
+TensorFlow: the spec, the data and the wire are named for types only.
 """
 
 from __future__ import annotations
@@ -110,3 +110,11 @@ class ClientFailure:
 
 MapClients = Callable[[Sequence[ClientJob]], Sequence[ClientResult | ClientFailure]]
 """Runs a round's client jobs and returns their results in the same order."""
+
+
+def task_name(jobs: Sequence[ClientJob]) -> str:
+    """``round 3 · client 7``, or ``round 3 · clients 10-19 (10)`` for a cohort."""
+    first, last = jobs[0].task, jobs[-1].task
+    if len(jobs) == 1:
+        return f"round {first.round} · client {first.client}"
+    return f"round {first.round} · clients {first.client}-{last.client} ({len(jobs)})"
