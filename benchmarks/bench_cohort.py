@@ -37,7 +37,8 @@ import tensorflow as tf  # noqa: E402
 from fedpipe.client import ClientTask, LocalSGD, LocalTraining  # noqa: E402
 from fedpipe.data.splits import ClientData  # noqa: E402
 from fedpipe.model.cohort import cohort_engine, train_cohort  # noqa: E402
-from fedpipe.model.trainer import ClientJob, run_client  # noqa: E402
+from fedpipe.model.jobs import ClientJob  # noqa: E402
+from fedpipe.model.trainer import run_client  # noqa: E402
 from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights  # noqa: E402
 
 SHAPES = {"mlp": (32,), "small_cnn": (28, 28, 1)}

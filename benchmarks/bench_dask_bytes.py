@@ -80,8 +80,8 @@ def _by_value(data: Any) -> Any:
 
 def _train_on_worker(job: Any) -> Any:
     """One client's job on this worker's compiled model (as train-client does)."""
+    from fedpipe.model.process import runner_for
     from fedpipe.model.trainer import run_client
-    from orchestration.runtime import runner_for
 
     return run_client(job, runner_for(job.spec))
 
@@ -108,8 +108,8 @@ def _rounds(params: Any, data: Any, rounds: int, map_clients: Any) -> list[str]:
         strategy_for,
     )
     from fedpipe.federation.round import RoundInputs, run_round
+    from fedpipe.model.process import runner_for
     from fedpipe.model.training import initial_weights
-    from orchestration.runtime import runner_for
 
     spec = model_spec(params, prepared_spec(layout.PREPARED_DIR))
     strategy = strategy_for(params)
@@ -150,8 +150,8 @@ def main() -> None:
 
     from fedpipe.config import layout
     from fedpipe.federation.build import model_spec
+    from fedpipe.model.process import data_for, runner_for
     from fedpipe.model.trainer import run_here
-    from orchestration.runtime import data_for, runner_for
 
     root = Path(tempfile.mkdtemp(prefix="bench-dask-bytes-"))
     params = _project(root)

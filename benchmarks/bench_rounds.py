@@ -68,8 +68,8 @@ def hand_loop(project: Path, rounds: int) -> dict[str, float]:
     from fedpipe.config import layout
     from fedpipe.config.params import load_params
     from fedpipe.core.weights import load_weights
+    from fedpipe.model.process import data_for
     from fedpipe.model.zoo import build_model
-    from orchestration.runtime import data_for
 
     params = load_params()
     data = data_for(layout.PREPARED_DIR, layout.MANIFEST)

@@ -273,10 +273,10 @@ def round_loop(
     os.chdir(project)
     from fedpipe.config.params import load_params
     from fedpipe.federation.round import run_round
+    from fedpipe.federation.roundfiles import load_round
     from fedpipe.model.cohort import cohort_map
+    from fedpipe.model.process import runner_for, spare_runners
     from fedpipe.model.threads import usable_cores
-    from orchestration.runtime import runner_for, spare_runners
-    from tasks.federation import load_round
 
     params = load_params()
     inputs = load_round(params, 1)

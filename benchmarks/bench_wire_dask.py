@@ -10,7 +10,7 @@ simulation keeps in the project: it travels back with the result). The jobs go
 as ``runtime.runner: dask`` sends them (:func:`tasks.federation.train_on_dask`):
 one group a client (up to 10 clients a round), pickled by
 :func:`orchestration.usercode.dump_jobs`, run by
-:func:`tasks.federation.train_shipped` and collected with ``Future.result()``.
+:func:`orchestration.usercode.train_shipped` and collected with ``Future.result()``.
 
 How the results come back: the run's process is not a Dask worker, so
 ``Client.gather`` (``direct=None``, ``distributed.client.direct-to-workers:
@@ -99,8 +99,7 @@ def _on_dask(client: Any, rows: list[dict], label: str) -> Any:
     import cloudpickle
 
     from flows.stages import client_groups
-    from orchestration.usercode import dump_jobs
-    from tasks.federation import train_shipped
+    from orchestration.usercode import dump_jobs, train_shipped
 
     def run(jobs: Any) -> list:
         before = _on_worker_totals(client)
@@ -179,7 +178,7 @@ def main() -> None:
     from fedpipe.config.params import CompressionParams
     from fedpipe.federation.build import model_spec
     from fedpipe.federation.loop import run_rounds
-    from orchestration.runtime import data_for, runner_for
+    from fedpipe.model.process import data_for, runner_for
 
     root = Path(tempfile.mkdtemp(prefix="bench-wire-dask-"))
     params = _project(root)

@@ -7,8 +7,8 @@ that finds none. It runs one stage at a time, each through the same
 and stderr on its own descriptors 0-2 for the length of the stage, in the client's
 working directory; what it keeps between stages is what ``fedpipe run`` keeps
 between its stages in one process: the imported modules, the Prefect client, the
-compiled models and loaded arrays of :mod:`orchestration.runtime` (keyed by what they
-were made from).
+compiled models and loaded arrays of :mod:`fedpipe.model.process` (keyed by what
+they were made from).
 
 It exits (removing its socket) after ``$FEDPIPE_WARM_IDLE`` seconds without a
 stage, once the ``dvc`` process that ran its last stage has ended, after a stage

@@ -29,14 +29,15 @@ from fedpipe.config import layout
 from fedpipe.config.params import Params
 from fedpipe.core.jsonio import read_json
 from fedpipe.core.stopping import raise_if_stopped, stop_requested
+from fedpipe.model.process import older_objects_frozen
 from flows.stages import dask_scheduler, run_stage, without_heartbeat
 from orchestration import console
-from orchestration.dvclock import LockRecorder
+from orchestration.dvclock import LockRecorder, restore_stage_outputs
 from orchestration.heartbeat import beating
 from orchestration.repolock import hold
-from orchestration.runtime import DaskScheduler, older_objects_frozen
+from orchestration.runtime import DaskScheduler
 from tasks.artifacts import flush_artifacts, publish_run_artifacts
-from tasks.dvc import record_stages, restore_stage_outputs
+from tasks.dvc import record_stages
 from tasks.report import doctor_and_report
 
 # stages whose record waits for the stage named here to pass

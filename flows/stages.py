@@ -25,8 +25,14 @@ from prefect.utilities.annotations import quote
 from fedpipe.config import layout
 from fedpipe.config.params import MNIST5K_PATH, Params
 from fedpipe.data.sources import prepared_spec
+from fedpipe.model.jobs import (
+    ClientFailure,
+    ClientJob,
+    ClientResult,
+    MapClients,
+    task_name,
+)
 from fedpipe.model.threads import usable_cores
-from fedpipe.model.trainer import ClientFailure, ClientJob, ClientResult, MapClients
 from orchestration import console
 from orchestration.runtime import DaskScheduler
 from tasks import data as data_tasks
@@ -175,7 +181,7 @@ def _map_clients(params: Params, dask: DaskScheduler) -> MapClients:
                 jobs, runtime.clients_per_task or cohort_size, spread=True
             )
             on_dask = fed_tasks.train_on_dask.with_options(
-                task_run_name=f"{fed_tasks.task_name(jobs)} on Dask"
+                task_run_name=f"{task_name(jobs)} on Dask"
             )
             return on_dask(
                 quote(groups), cohort_size, quote(dask), console.client_finished
@@ -211,9 +217,7 @@ def client_groups(
 
 
 def _train(group: Sequence[ClientJob]):  # type: ignore[no-untyped-def]
-    return fed_tasks.train_clients.with_options(
-        task_run_name=fed_tasks.task_name(group)
-    )
+    return fed_tasks.train_clients.with_options(task_run_name=task_name(group))
 
 
 def run_stage(

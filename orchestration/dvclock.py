@@ -113,6 +113,26 @@ def fresh_stages(
     return len(names)
 
 
+def restore_stage_outputs(root: Path, stage: str) -> None:
+    """Check ``stage``'s outputs out again as ``dvc.lock`` records them (if it does).
+
+    Used when data that was just ingested fails validation: the workspace goes back
+    to the last good data set. Without a recorded version there is nothing to
+    restore and the (rejected) outputs stay for inspection.
+    """
+    from orchestration.repolock import open_repo
+
+    # `import dvc` sets its logger to INFO; every stage would then print "Updating
+    # lock file" twice (DVC's handler and Prefect's). Prefect logs the stage already.
+    repo = open_repo(root)  # no second lock while this run holds DVC's
+    logging.getLogger("dvc").setLevel(logging.WARNING)
+    with repo:
+        try:
+            repo.checkout(targets=[stage], force=True)
+        except Exception:  # noqa: BLE001 - nothing recorded yet: keep what is there
+            return
+
+
 def dump_lock(path: Path, stages: Sequence[Any]) -> None:
     """Write ``stages``' records into the lock file ``path`` as DVC's
     ``Lockfile.dump_stages`` does (the same YAML, byte for byte), but replaced

@@ -1,114 +1,22 @@
-"""What one process keeps between rounds: the compiled model and the opened data.
+"""Training on Dask: the run's scheduler, waiting on its workers, TLS.
 
-Both are keyed by what they were made from (the model spec; the files' identity),
-so a change on disk is never served stale, and a process that runs many rounds pays
-for TensorFlow graph building and opening the data once. The data is the library's
-(:func:`fedpipe.data.splits.open_federated`): the run's process and every Dask worker
-that unpickles a client's data reference share that one cache.
+What one process keeps between rounds (its compiled models and opened data) is the
+library's (:mod:`fedpipe.model.process`): every Dask worker keeps its own, from
+client to client and round to round.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
-import os
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from fedpipe.config.params import ParamsError, RuntimeParams
 from fedpipe.core.errors import FedpipeError
-from fedpipe.data.splits import FederatedData, open_federated
-from fedpipe.model.training import ModelRunner, ModelSpec
-
-_lock = threading.Lock()
-_runners: dict[ModelSpec, ModelRunner] = {}
-_training: set[ModelSpec] = set()
-_spares: dict[ModelSpec, list[ModelRunner]] = {}
-
-
-@contextmanager
-def older_objects_frozen() -> Iterator[None]:
-    """Python's cyclic garbage collector leaves the objects that exist when the
-    block starts alone until it ends (:func:`gc.freeze`, then
-    :func:`gc.unfreeze`): a run starts with TensorFlow's, Keras' and Prefect's
-    few hundred thousand objects loaded, and a full collection during the run
-    walked them all with every thread stopped (0.35 s; seen in one of five
-    default runs measured). They are handed back to the collector after, so
-    nothing is kept that it would have freed."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
-def runner_for(spec: ModelSpec) -> ModelRunner:
-    """The process's compiled model for ``spec`` (built on first use)."""
-    return cached_runner(spec)[0]
-
-
-def spare_runners(spec: ModelSpec, n: int) -> list[ModelRunner]:
-    """``n`` more compiled models of ``spec``, besides :func:`runner_for`'s, for
-    clients trained side by side (``runtime.threads``); kept like it, and made
-    :func:`runner_for`'s helpers (its predictions share out over them too)."""
-    main = runner_for(spec)
-    with _lock:
-        spares = _spares.setdefault(spec, [])
-        while len(spares) < n:
-            spares.append(ModelRunner(spec))
-        main.helpers = spares[:n]
-        return spares[:n]
-
-
-def training_runner(spec: ModelSpec) -> tuple[ModelRunner, bool]:
-    """The process's compiled model for client training, and whether this is
-    the first client trained with it in this process (to say so once)."""
-    runner = runner_for(spec)
-    with _lock:
-        first = spec not in _training
-        _training.add(spec)
-    return runner, first
-
-
-def cached_runner(spec: ModelSpec) -> tuple[ModelRunner, bool]:
-    """The process's compiled model for ``spec``, and whether this call built it."""
-    with _lock:
-        built = spec not in _runners
-        if built:
-            _runners[spec] = ModelRunner(spec)
-        return _runners[spec], built
-
-
-def where_am_i() -> str:
-    """This process, for logs: ``process 4242`` or ``Dask worker tcp://.. (...)``."""
-    label = f"process {os.getpid()}"
-    if "distributed" in sys.modules:
-        from distributed import get_worker
-
-        try:
-            return f"Dask worker {get_worker().address} ({label})"
-        except ValueError:  # not inside a Dask worker
-            pass
-    return label
-
-
-def data_for(
-    prepared: Path, manifest: Path, transform: Path | None = None
-) -> FederatedData:
-    """The federated data of these files (re-opened when any of them changes),
-    read through the ``preprocess`` stage's ``transform`` when given.
-
-    Features stay memory-mapped and are converted per client when used; a
-    client's data pickles as a reference to the files
-    (:func:`fedpipe.data.splits.open_federated`).
-    """
-    return open_federated(prepared, manifest, transform)
 
 
 class JobNotLoadable(FedpipeError, RuntimeError):
@@ -129,8 +37,9 @@ class DaskScheduler:
     one, a local cluster of ``workers`` single-threaded processes is started (by
     :meth:`start`, or on first use) and closed when the ``with`` block ends. The
     cluster outlives the rounds, so each worker keeps its compiled model
-    (:func:`runner_for`) and its opened data (:func:`data_for`) from client to
-    client and round to round; rounds submit through one connection
+    (:func:`fedpipe.model.process.runner_for`) and its opened data
+    (:func:`fedpipe.model.process.data_for`) from client to client and round to
+    round; rounds submit through one connection
     (:meth:`run_client`). ``security`` (a ``distributed.Security``, see
     :func:`dask_security`) is used by every connection to the scheduler: the
     worker check and :meth:`client`.
@@ -146,7 +55,7 @@ class DaskScheduler:
         self._starting: Future[Any] | None = None
         self._announced = False
         self._client: Any = None
-        # not the module's _lock: connecting can wait for the cluster to start
+        # its own lock: connecting can wait for the cluster to start
         self._client_lock = threading.Lock()
 
     @classmethod
@@ -285,9 +194,10 @@ def result_or_say(
 def check_workers(address: str, *, security: Any = None) -> int:
     """Number of workers at the scheduler ``address``; each must run one thread.
 
-    A worker process keeps one compiled model (:func:`runner_for`), which trains
-    one client at a time: workers are started with ``--nthreads 1``. ``security``
-    is the connection's ``distributed.Security`` (None: plain TCP).
+    A worker process keeps one compiled model
+    (:func:`fedpipe.model.process.runner_for`), which trains one client at a time:
+    workers are started with ``--nthreads 1``. ``security`` is the connection's
+    ``distributed.Security`` (None: plain TCP).
 
     Raises
     ------

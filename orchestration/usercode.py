@@ -13,7 +13,8 @@ job went to the next worker, and the run waited for ever (issue 28). Here:
 - a group of jobs goes to a worker as bytes (:func:`dump_jobs`) that the job
   itself unpickles (:func:`load_jobs`), so a job that cannot be loaded there is
   an error of that job, raised in the run as :class:`JobNotLoadable` with its
-  cause, not a dropped connection.
+  cause, not a dropped connection; :func:`train_shipped` is the worker's side
+  (:func:`fedpipe.model.process.train_group` of the jobs it loaded).
 
 Imports ``distributed``: imported only when training runs on Dask.
 """
@@ -28,6 +29,8 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol.pickle import dumps, loads
 
 from fedpipe.core.plugins import UserFile, install, loaded_files
+from fedpipe.model.jobs import ClientFailure, ClientResult
+from fedpipe.model.process import train_group, where_am_i
 from orchestration.runtime import JobNotLoadable
 
 
@@ -94,3 +97,11 @@ def load_jobs(blob: bytes, *, where: str) -> list[Any]:
             f"{exc} (the workers need fedpipe's environment with the same "
             "packages; your own code is sent to them)"
         ) from None
+
+
+def train_shipped(
+    blob: bytes, cohort_size: int | None
+) -> tuple[list[ClientResult | ClientFailure], str | None]:
+    """On a Dask worker: :func:`~fedpipe.model.process.train_group` of the jobs
+    in ``blob`` (:func:`dump_jobs`)."""
+    return train_group(load_jobs(blob, where=where_am_i()), cohort_size)

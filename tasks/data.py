@@ -11,14 +11,10 @@ from prefect.cache_policies import NO_CACHE
 
 from fedpipe.config.params import DataParams, PreprocessParams, ValidationParams
 from fedpipe.core import atomic
-from fedpipe.core.errors import FedpipeError
-from fedpipe.core.jsonio import read_json, write_json
+from fedpipe.core.jsonio import write_json
 from fedpipe.data import sources as fdata
 from fedpipe.data.partition.deal import partition_table
-
-
-class ValidationFailed(FedpipeError, RuntimeError):
-    """The data failed validation; the message is the summary a person acts on."""
+from fedpipe.data.validation.results import ValidationFailed
 
 
 @task(name="mnist5k", cache_policy=NO_CACHE)
@@ -221,8 +217,3 @@ def client_statistics(
         "-> %s, %s",
         len(stats["columns"]), stats["clients"], stats["min_count"], out, skew_png,
     )  # fmt: skip
-
-
-def load_manifest(path: Path) -> dict:
-    """Read the partition manifest."""
-    return read_json(path)

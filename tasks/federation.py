@@ -1,6 +1,8 @@
 """Tasks of a federation round: init, the round (its inputs read, the library's
-:func:`fedpipe.federation.round.run_round`, its outputs written), one group of clients'
-training. These only do I/O, retries and logging.
+:func:`fedpipe.federation.round.run_round`, its outputs written: see
+:mod:`fedpipe.federation.roundfiles`), one group of clients' training
+(:func:`fedpipe.model.process.train_group`). These only do I/O, retries and
+logging.
 
 A round is one task run (``round 3``) with its clients' ``train-clients`` task
 runs nested under it: reading and writing the round's files are plain calls inside
@@ -10,11 +12,8 @@ of CPU, taken from training on a small machine)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable
 
-import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
@@ -22,38 +21,21 @@ from fedpipe.config import layout
 from fedpipe.config.params import Params
 from fedpipe.core.atomic import remove_paths
 from fedpipe.core.errors import FederationStopped
-from fedpipe.core.jsonio import read_json
-from fedpipe.core.secretkey import load_or_create_key
-from fedpipe.core.weights import load_state, load_weights, save_state, save_weights
+from fedpipe.core.weights import save_state, save_weights
 from fedpipe.data.splits import input_spec
-from fedpipe.federation.build import (
-    client_algorithm_for,
-    model_spec,
-    needs_key,
-    round_inputs,
-    strategy_for,
-)
-from fedpipe.federation.clientstate import (
-    load_round_client_states,
-    save_client_states,
-    save_round_client_states,
-)
-from fedpipe.federation.privacy.views import write_round_records
-from fedpipe.federation.round import RoundFailed, RoundInputs, RoundOutputs, run_round
-from fedpipe.model.cohort import cohort_map
-from fedpipe.model.trainer import ClientFailure, ClientJob, ClientResult, MapClients
-from fedpipe.model.training import initial_weights, training_device
+from fedpipe.federation.build import client_algorithm_for, model_spec, strategy_for
+from fedpipe.federation.clientstate import save_client_states
+from fedpipe.federation.round import RoundFailed, run_round
+from fedpipe.federation.roundfiles import load_round, write_health, write_round
+from fedpipe.model.jobs import ClientFailure, ClientJob, ClientResult, MapClients
+from fedpipe.model.process import runner_for, ticks, train_group
+from fedpipe.model.training import initial_weights
 from fedpipe.model.zoo import describe_model
 from fedpipe.observe.history import progress_line
 from orchestration.runtime import (
     DaskScheduler,
-    data_for,
     result_or_say,
     retry_unless_not_loadable,
-    runner_for,
-    spare_runners,
-    training_runner,
-    where_am_i,
 )
 from tasks.artifacts import publish_round_table
 
@@ -112,6 +94,9 @@ def federation_round(
                 ", ".join(str(p) for p in removed),
             )  # fmt: skip
         raise
+    # what the health record cost is logged, not versioned: the record must be
+    # the same bits whenever the round is recomputed (dvc repro, another runner)
+    get_run_logger().debug("health record: %.3f s", outputs.health_seconds)
     table = write_round(outputs, round_, params)
     publish_round_table(outputs.record, table)
     summary = outputs.record.summary()
@@ -120,33 +105,6 @@ def federation_round(
     )
     get_run_logger().info(line)
     return summary, line
-
-
-def load_round(params: Params, round_: int) -> RoundInputs:
-    """Round K's inputs: the data, round K-1's model, server and client state, and
-    the round's settings from ``params``."""
-    spec = model_spec(
-        params,
-        input_spec(layout.PREPARED_DIR, layout.TRANSFORM),
-        read_json(layout.MANIFEST),  # the label counts, for train.class_weight
-    )
-    return round_inputs(
-        params,
-        round_=round_,
-        spec=spec,
-        data=data_for(layout.PREPARED_DIR, layout.MANIFEST, layout.TRANSFORM),
-        weights=load_weights(layout.model_weights(round_ - 1)),
-        server_state=load_state(layout.server_state(round_ - 1)),
-        client_states=load_round_client_states(Path("."), round_ - 1),
-        key=noise_key(params),
-    )
-
-
-def noise_key(params: Params) -> bytes | None:
-    """The project's secret key of DP noise (``.fedpipe/dp.key``, created at
-    first use), or None: no privacy, or ``privacy.noise_key:
-    params_not_private``."""
-    return load_or_create_key(layout.DP_KEY) if needs_key(params) else None
 
 
 @task(name="train-clients", cache_policy=NO_CACHE, retries=1)
@@ -165,7 +123,7 @@ def train_clients(
     leaves it out), so the task's one retry is for infrastructure only: a result
     that could not be recorded. A retry recomputes the same bits (and ticks the
     console again: an attempt that fails takes its ticks back)."""
-    with _ticks(on_trained) as tick:
+    with ticks(on_trained) as tick:
         results, compiled = train_group(jobs, cohort_size, tick, threads=threads)
     if compiled:
         get_run_logger().info(compiled)
@@ -199,7 +157,7 @@ def train_on_dask(
     its worker unpickles in the job (:mod:`orchestration.usercode`): a group a
     worker cannot load fails the round with one line naming the cause
     (:class:`~orchestration.usercode.JobNotLoadable`), in seconds."""
-    from orchestration.usercode import dump_jobs, ship_user_code
+    from orchestration.usercode import dump_jobs, ship_user_code, train_shipped
 
     client = scheduler.run_client()
     ship_user_code(client)
@@ -212,7 +170,7 @@ def train_on_dask(
     logger = get_run_logger()
     where = scheduler.address()
     out: list[ClientResult | ClientFailure] = []
-    with _ticks(on_trained) as tick:
+    with ticks(on_trained) as tick:
         for future in futures:  # in job order (a group done early waits its turn)
             results, compiled = result_or_say(
                 future, client, where=where, say=logger.warning
@@ -222,113 +180,3 @@ def train_on_dask(
             out.extend(results)
             tick(len(results))
     return out
-
-
-@contextmanager
-def _ticks(on_trained: Callable[[int], None] | None) -> Iterator[Callable[[int], None]]:
-    """``on_trained``, counted: when the attempt raises, the clients it reported
-    are taken back (``on_trained(-n)``), so that the task's retry, which trains
-    them again, does not count them twice (the console's ``clients 130/100``)."""
-    told = 0
-
-    def tick(n: int) -> None:
-        nonlocal told
-        told += n
-        if on_trained is not None:
-            on_trained(n)
-
-    try:
-        yield tick
-    except BaseException:
-        if told and on_trained is not None:
-            on_trained(-told)
-        raise
-
-
-def train_group(
-    jobs: Sequence[ClientJob],
-    cohort_size: int | None,
-    on_trained: Callable[[int], None] | None = None,
-    *,
-    threads: int = 1,
-) -> tuple[list[ClientResult | ClientFailure], str | None]:
-    """Clients' jobs trained in this process (the run's, or a Dask worker's) on
-    its compiled model (and ``threads - 1`` more, side by side), and a line to
-    log when this call compiled it."""
-    runner, first = training_runner(jobs[0].spec)
-    spares = spare_runners(jobs[0].spec, min(threads, len(jobs)) - 1)
-    compiled = None
-    if first:
-        compiled = (
-            f"{jobs[0].spec.name} compiled in {where_am_i()}, training on "
-            f"{training_device()}"
-            + (f", {len(spares) + 1} clients at a time" if spares else "")
-            + "; reused for later clients and rounds"
-        )
-    clients = cohort_map(runner, cohort_size, on_trained=on_trained, spares=spares)
-    return list(clients(jobs)), compiled
-
-
-def train_shipped(
-    blob: bytes, cohort_size: int | None
-) -> tuple[list[ClientResult | ClientFailure], str | None]:
-    """On a Dask worker: :func:`train_group` of the jobs in ``blob``
-    (:func:`orchestration.usercode.dump_jobs`)."""
-    from orchestration.usercode import load_jobs
-
-    return train_group(load_jobs(blob, where=where_am_i()), cohort_size)
-
-
-def task_name(jobs: Sequence[ClientJob]) -> str:
-    """``round 3 · client 7``, or ``round 3 · clients 10-19 (10)`` for a cohort."""
-    first, last = jobs[0].task, jobs[-1].task
-    if len(jobs) == 1:
-        return f"round {first.round} · client {first.client}"
-    return f"round {first.round} · clients {first.client}-{last.client} ({len(jobs)})"
-
-
-def write_health(health: dict, round_: int, params: Params) -> None:
-    """Write a round's health record when aggregation refused the round (under
-    DP its server view, the full record in the oracle's)."""
-    write_round_records(
-        Path("."),
-        round_,
-        summary=None,
-        health=health,
-        table=None,
-        private=params.split_views(),
-        publish_oracle=params.privacy.publish_oracle,
-    )
-
-
-def write_round(outputs: RoundOutputs, round_: int, params: Params) -> pd.DataFrame:
-    """Write round K's versioned outputs: model, server and client state, metrics,
-    per-client table and health record; under DP the published records keep
-    the server's view and the oracle's go to ``.fedpipe/oracle/round-K.json``
-    (:mod:`fedpipe.federation.privacy.views`), and the clients' state to
-    ``.fedpipe/clients/round-K`` (:mod:`fedpipe.federation.clientstate`).
-    Returns the published per-client table."""
-    record = outputs.record
-    # what the health record cost is logged, not versioned: the record must be
-    # the same bits whenever the round is recomputed (dvc repro, another runner)
-    get_run_logger().debug("health record: %.3f s", outputs.health_seconds)
-    save_weights(layout.model_weights(round_), outputs.weights)
-    save_state(layout.server_state(round_), outputs.server_state)
-    # under DP the clients' state is theirs: kept in .fedpipe/, not published
-    save_round_client_states(
-        Path("."),
-        round_,
-        outputs.client_states,
-        private=params.split_views(),
-    )
-    table = write_round_records(
-        Path("."),
-        round_,
-        summary=record.summary(),
-        health=outputs.health,
-        table=record.client_table(),
-        private=params.split_views(),
-        publish_oracle=params.privacy.publish_oracle,
-    )
-    assert table is not None
-    return table

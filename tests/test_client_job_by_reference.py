@@ -13,7 +13,8 @@ from helpers_store import prepared_store
 
 from fedpipe.client import ClientTask, LocalTraining, make_client
 from fedpipe.data.splits import ClientData, forget_opened, open_federated
-from fedpipe.model.trainer import ClientJob, run_client
+from fedpipe.model.jobs import ClientJob
+from fedpipe.model.trainer import run_client
 from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 
 SHAPE = (12, 12, 3)

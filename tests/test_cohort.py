@@ -34,13 +34,8 @@ from fedpipe.data.sources import DatasetSpec
 from fedpipe.data.splits import ClientData, FederatedData
 from fedpipe.federation.round import RoundInputs, run_round
 from fedpipe.model.cohort import cohort_engine, cohort_map, in_cohort, train_cohort
-from fedpipe.model.trainer import (
-    ClientJob,
-    ClientResult,
-    KerasTrainer,
-    run_client,
-    run_here,
-)
+from fedpipe.model.jobs import ClientJob, ClientResult
+from fedpipe.model.trainer import KerasTrainer, run_client, run_here
 from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 from fedpipe.strategy import AggregationError, make_strategy
 

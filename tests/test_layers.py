@@ -195,6 +195,34 @@ def test_the_library_imports_nothing_above_it() -> None:
     assert reaching == []
 
 
+ARTIFACTS = "artifacts.py"
+"""The one module of ``tasks/`` that is not tasks: it builds Prefect artifacts."""
+
+
+def _is_task(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    for decorator in node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if isinstance(target, ast.Name) and target.id == "task":
+            return True
+    return False
+
+
+def test_tasks_hold_only_prefect_tasks() -> None:
+    # a plain function or class a round needs belongs to the library (or to
+    # orchestration when it is Prefect's, Dask's or DVC's)
+    plain = []
+    for path in sorted((ROOT / "tasks").glob("*.py")):
+        if path.name in ("__init__.py", ARTIFACTS):
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) or (
+                isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                and not _is_task(node)
+            ):
+                plain.append(f"{path.name}:{node.name}")
+    assert plain == []
+
+
 def test_the_package_top_level_has_few_entries() -> None:
     entries = sorted(
         p.name for p in (ROOT / "fedpipe").iterdir() if p.name != "__pycache__"

@@ -25,7 +25,8 @@ from fedpipe.data.splits import ClientData
 from fedpipe.federation.build import private_strategy
 from fedpipe.federation.privacy.mechanism import global_norm
 from fedpipe.model.cohort import cohort_map
-from fedpipe.model.trainer import ClientJob, ClientResult, run_here
+from fedpipe.model.jobs import ClientJob, ClientResult
+from fedpipe.model.trainer import run_here
 from fedpipe.model.training import ModelRunner, ModelSpec
 from fedpipe.strategy import ClientUpdate, make_strategy
 

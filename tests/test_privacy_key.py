@@ -244,7 +244,7 @@ def test_a_key_file_others_may_read_or_of_the_wrong_size_is_refused(
 def test_the_round_stage_reads_the_key_from_the_project_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tasks.federation import noise_key
+    from fedpipe.federation.roundfiles import noise_key
 
     monkeypatch.chdir(tmp_path)
     base = {"federation": {"rounds": 1}, "round_chain": round_chain(1)}

@@ -115,6 +115,12 @@ def test_cli_import_loads_neither_matplotlib_nor_pandas() -> None:
     assert _imported_after(["fedpipe_app.cli"], watched) == []
 
 
+def test_round_types_import_does_not_load_tensorflow() -> None:
+    # a client's job and what comes back, without the Keras trainer
+    watched = ["tensorflow", "keras", "pandas"]
+    assert _imported_after(["fedpipe.model.jobs"], watched) == []
+
+
 def test_report_import_does_not_load_tensorflow() -> None:
     assert _imported_after(["fedpipe.observe.report"], ["tensorflow", "keras"]) == []
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from orchestration.runtime import older_objects_frozen
+from fedpipe.model.process import older_objects_frozen
 
 
 def test_objects_are_frozen_in_the_block_and_collectable_after() -> None:

@@ -19,7 +19,8 @@ from fedpipe.config.params import ParamsError, parse_params
 from fedpipe.config.privacy import Privacy
 from fedpipe.federation.privacy.accountant import central_epsilon
 from fedpipe.federation.secure import HEALTH_NOTE
-from fedpipe.model.trainer import ClientFailure, ClientJob, ClientResult, run_client
+from fedpipe.model.jobs import ClientFailure, ClientJob, ClientResult
+from fedpipe.model.trainer import run_client
 from fedpipe.strategy import ClientUpdate, make_strategy
 from fedpipe.wire import secagg
 from fedpipe.wire.uplink import secure_vector

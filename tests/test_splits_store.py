@@ -239,7 +239,7 @@ def test_arrays_pickle_by_value(store: tuple) -> None:
 
 
 def test_the_tasks_share_the_library_cache(store: tuple) -> None:
-    from orchestration.runtime import data_for
+    from fedpipe.model.process import data_for
 
     prepared, manifest = store
     assert data_for(prepared, manifest) is open_federated(prepared, manifest)

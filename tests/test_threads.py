@@ -23,8 +23,9 @@ from fedpipe.client import (
 )
 from fedpipe.data.splits import ClientData
 from fedpipe.model.cohort import cohort_map
+from fedpipe.model.jobs import ClientJob, ClientResult
 from fedpipe.model.threads import threaded_map, usable_cores
-from fedpipe.model.trainer import ClientJob, ClientResult, run_here
+from fedpipe.model.trainer import run_here
 from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 
 SPEC = ModelSpec("small_cnn", (12, 12, 1), 4, "sgd", 0.05)

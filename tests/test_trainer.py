@@ -18,7 +18,8 @@ import tensorflow as tf
 from fedpipe.client import ClientTask, LocalSGD, LocalTraining
 from fedpipe.data.splits import ClientData
 from fedpipe.model.cohort import _Fit, cohort_engine, cohort_map
-from fedpipe.model.trainer import ClientJob, ClientResult, run_here
+from fedpipe.model.jobs import ClientJob, ClientResult
+from fedpipe.model.trainer import run_here
 from fedpipe.model.training import ModelRunner, ModelSpec, batch_indices
 
 FEATURES = 6

@@ -11,7 +11,8 @@ from fedpipe.client import LocalFit, LocalSGD, LocalTrainer
 from fedpipe.client.base import ClientTask, LocalTraining
 from fedpipe.data.splits import ClientData
 from fedpipe.federation.wire import WireStep
-from fedpipe.model.trainer import ClientJob, ClientResult, run_job
+from fedpipe.model.jobs import ClientJob, ClientResult
+from fedpipe.model.trainer import run_job
 from fedpipe.wire.compression import Int8Codec
 
 #: a model of about 21,000 float32 coordinates (84 KB)

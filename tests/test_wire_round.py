@@ -15,7 +15,8 @@ import pytest
 from helpers_fl import run_federation, runner_for
 
 from fedpipe.core.seeds import rng_for
-from fedpipe.model.trainer import ClientJob, ClientResult, run_client
+from fedpipe.model.jobs import ClientJob, ClientResult
+from fedpipe.model.trainer import run_client
 from fedpipe.observe.history import progress_line
 from fedpipe.strategy import ClientUpdate, make_strategy
 from fedpipe.wire.compression import make_codec

@@ -30,7 +30,7 @@ give the same round:
   slow: they complete only ``federation.slow_speed`` x D steps.
 
 What is found after training: a job that raised
-(:class:`fedpipe.model.trainer.ClientFailure`, its error's one line) and an update
+(:class:`fedpipe.model.jobs.ClientFailure`, its error's one line) and an update
 holding NaN or inf (:func:`nonfinite_update`).
 
 Reasons, as written in the records: ``dropout``, ``straggler``, ``nonfinite``
@@ -46,8 +46,6 @@ from typing import Literal
 
 from fedpipe.client.base import LocalTraining
 from fedpipe.core.seeds import rng_for
-from fedpipe.model.trainer import ClientFailure as ClientFailure
-from fedpipe.model.trainer import one_line as one_line
 from fedpipe.strategy.aggregate import first_non_finite
 from fedpipe.strategy.base import ClientUpdate
 

@@ -20,7 +20,7 @@ from fedpipe.config.params import Params
 from fedpipe.data.splits import FederatedData
 from fedpipe.federation.build import round_inputs, strategy_for
 from fedpipe.federation.round import RoundOutputs, run_round
-from fedpipe.model.trainer import MapClients
+from fedpipe.model.jobs import MapClients
 from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 from fedpipe.strategy.aggregate import Weights
 

@@ -51,15 +51,10 @@ from fedpipe.federation.health import (
 )
 from fedpipe.federation.records import RoundRecord
 from fedpipe.federation.steps import RoundStep, wrapped
+from fedpipe.model.jobs import ClientFailure, ClientJob, ClientResult, MapClients
 from fedpipe.model.metrics import class_report, classification_metrics
 from fedpipe.model.probe import PROBE_SAMPLES, dead_unit_shares
-from fedpipe.model.trainer import (
-    ClientFailure,
-    ClientJob,
-    ClientResult,
-    KerasTrainer,
-    MapClients,
-)
+from fedpipe.model.trainer import KerasTrainer
 from fedpipe.model.training import ModelRunner, ModelSpec
 from fedpipe.model.zoo import layer_info
 from fedpipe.strategy import AggregationError, State, Strategy

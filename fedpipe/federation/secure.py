@@ -43,7 +43,7 @@ from fedpipe.config.privacy import Privacy, finite_or_inf
 from fedpipe.core.seeds import keyed_rng
 from fedpipe.federation.round import RoundFailed
 from fedpipe.federation.steps import Sampler, StrategyWrapper
-from fedpipe.model.trainer import ClientJob, ClientResult
+from fedpipe.model.jobs import ClientJob, ClientResult
 from fedpipe.strategy import AggregationError, ClientUpdate, State, Strategy
 from fedpipe.strategy.aggregate import Weights
 from fedpipe.wire import secagg

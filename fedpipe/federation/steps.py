@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the data layer is read by the steps that poison data
     from fedpipe.data.splits import ClientData
     from fedpipe.federation.clientstate import ClientStates
     from fedpipe.federation.failures import RoundPlan
-    from fedpipe.model.trainer import ClientJob
+    from fedpipe.model.jobs import ClientJob
 
 Sampler = Callable[[int], Sequence[int]]
 """The clients a federation samples in a round (its sampling, for any round)."""

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from fedpipe.federation.steps import RoundStep, Sampler
-from fedpipe.model.trainer import ClientJob, ClientResult
+from fedpipe.model.jobs import ClientJob, ClientResult
 from fedpipe.strategy.aggregate import Weights
 from fedpipe.wire.compression import Codec
 from fedpipe.wire.uplink import CompressedUplink, applied

@@ -66,14 +66,11 @@ import tensorflow as tf
 
 from fedpipe.client.base import LocalFit, LocalTrainer, LocalTraining
 from fedpipe.data.splits import ClientData
+from fedpipe.model.jobs import ClientFailure, ClientJob, ClientResult, MapClients
 from fedpipe.model.metrics import classification_metrics
 from fedpipe.model.threads import threaded_map
 from fedpipe.model.trainer import (
-    ClientFailure,
-    ClientJob,
-    ClientResult,
     KerasTrainer,
-    MapClients,
     fit_client,
     fit_length,
     run_here,
@@ -270,7 +267,7 @@ def cohort_map(
     on_trained: Callable[[int], None] | None = None,
     spares: Sequence[ModelRunner] = (),
 ) -> MapClients:
-    """A :data:`fedpipe.model.trainer.MapClients` training consecutive cohorts of
+    """A :data:`fedpipe.model.jobs.MapClients` training consecutive cohorts of
     ``size`` jobs (``train.cohort_size``). None or 1, and a model that cannot be
     vectorized: one by one, :func:`fedpipe.model.trainer.run_here` (its bits), or
     with ``spares`` (more compiled models of the spec) side by side on

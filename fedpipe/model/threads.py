@@ -35,13 +35,8 @@ import threading
 from collections.abc import Callable, Sequence
 
 from fedpipe.core.concurrency import side_by_side
-from fedpipe.model.trainer import (
-    ClientFailure,
-    ClientJob,
-    ClientResult,
-    MapClients,
-    run_client,
-)
+from fedpipe.model.jobs import ClientFailure, ClientJob, ClientResult, MapClients
+from fedpipe.model.trainer import run_client
 from fedpipe.model.training import ModelRunner
 
 __all__ = ["threaded_map", "usable_cores"]
@@ -61,7 +56,7 @@ def threaded_map(
     *,
     on_trained: Callable[[int], None] | None = None,
 ) -> MapClients:
-    """A :data:`fedpipe.model.trainer.MapClients` training jobs on
+    """A :data:`fedpipe.model.jobs.MapClients` training jobs on
     ``len(runners)`` threads, one compiled model each (all of the jobs' spec);
     results in job order, the bits of
     :func:`fedpipe.model.trainer.run_here` on any one of them. ``on_trained(1)``

@@ -1,17 +1,18 @@
 """The one client trainer: a client's job, run on a compiled model.
 
-A client job (:class:`ClientJob`) is self-contained and picklable: the model spec,
-the client algorithm, its task and its data. :func:`run_client` runs one on a
-compiled model (:class:`fedpipe.model.training.ModelRunner`) through a
-:class:`KerasTrainer`; :func:`run_job` runs one on any
-:class:`fedpipe.client.base.LocalTrainer` (a cohort's trainer too,
-:mod:`fedpipe.model.cohort`). A job that raises comes back, when guarded, as a
-:class:`ClientFailure` naming the error in one line, so one failing client never
-fails the others trained with it.
+A client job (:class:`fedpipe.model.jobs.ClientJob`) is self-contained and
+picklable: the model spec, the client algorithm, its task and its data.
+:func:`run_client` runs one on a compiled model
+(:class:`fedpipe.model.training.ModelRunner`) through a :class:`KerasTrainer`;
+:func:`run_job` runs one on any :class:`fedpipe.client.base.LocalTrainer` (a
+cohort's trainer too, :mod:`fedpipe.model.cohort`). A job that raises comes back,
+when guarded, as a :class:`~fedpipe.model.jobs.ClientFailure` naming the error in
+one line, so one failing client never fails the others trained with it.
 
-How a round's jobs are run is a :data:`MapClients`: :func:`run_here` runs them one
-after another in this process; :func:`fedpipe.model.cohort.cohort_map` in
-vectorized cohorts; the orchestration layer as Prefect tasks, locally or on Dask::
+How a round's jobs are run is a :data:`~fedpipe.model.jobs.MapClients`:
+:func:`run_here` runs them one after another in this process;
+:func:`fedpipe.model.cohort.cohort_map` in vectorized cohorts; the orchestration
+layer as Prefect tasks, locally or on Dask::
 
     results = run_here(runner)(jobs)  # = [run_client(job, runner) for job in jobs]
 """
@@ -20,33 +21,25 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fedpipe.client.base import (
-    ClientAlgorithm,
-    ClientState,
-    ClientTask,
     LocalFit,
     LocalTrainer,
     LocalTraining,
     RecordDP,
-    Weights,
 )
 from fedpipe.client.localdp import released
+from fedpipe.model.jobs import ClientFailure, ClientJob, ClientResult, MapClients
 from fedpipe.strategy.base import ClientUpdate
 
 if TYPE_CHECKING:
-    # types only: `fedpipe status` imports this module (ClientFailure, through
-    # the doctor and fedpipe.federation.failures) and loads neither TensorFlow
-    # nor pandas
+    # types only: importing this module loads neither TensorFlow nor pandas
     from fedpipe.data.splits import ClientData
-    from fedpipe.model.training import ModelRunner, ModelSpec
-    from fedpipe.wire.compression import Payload
-    from fedpipe.wire.uplink import Uplink
+    from fedpipe.model.training import ModelRunner
 
 log = logging.getLogger("fedpipe")
 
@@ -175,86 +168,6 @@ def fit_client(
     return LocalFit(trained, runner.last_steps, runner.last_train_loss)
 
 
-# ---------------------------------------------------------------- jobs
-
-
-@dataclass(frozen=True)
-class ClientJob:
-    """Everything one client's training needs, to run anywhere.
-
-    A ``guarded`` job (every job of :func:`fedpipe.federation.round.run_round`)
-    that raises returns a :class:`ClientFailure` instead: one failing client never
-    fails the others trained with it (in one Prefect task, one cohort). Its
-    ``uplink`` (given by a round step: compression, secure aggregation) turns
-    the trained weights into what crosses the wire (:mod:`fedpipe.wire.uplink`).
-    """
-
-    spec: ModelSpec
-    algorithm: ClientAlgorithm
-    task: ClientTask
-    data: ClientData = field(repr=False)
-    training: LocalTraining
-    guarded: bool = False
-    uplink: Uplink | None = None
-
-
-@dataclass(frozen=True)
-class ClientResult:
-    """A selected client's outcome.
-
-    Attributes
-    ----------
-    update : ClientUpdate
-        What the strategy aggregates (weights, sample count, extras).
-    n_test : int
-        Size of the client's local test split.
-    local : dict
-        Its locally trained model's metrics on its local test split.
-    train_loss : float
-        Mean local training loss.
-    state : ClientState
-        What the client keeps from this round (namespaces it replaced).
-    unnoised : list of ndarray or None
-        Under local DP (``privacy.mechanism: local``): the weights the client
-        trained, before its job clipped and noised them into ``update``. Only
-        the simulation's oracle reads them (the noise-free figures of the
-        oracle view); they are never aggregated. None otherwise.
-    payload : Payload or None
-        With a job's ``uplink`` (``compression.*``, secure aggregation): what
-        crossed the wire in place of the weights (``update.weights`` is empty
-        until the round's step decodes it; under secure aggregation it stays
-        empty: the server holds only the sum). None otherwise.
-    """
-
-    update: ClientUpdate
-    n_test: int
-    local: dict[str, float]
-    train_loss: float = float("nan")
-    state: ClientState = field(default_factory=dict, repr=False)
-    unnoised: Weights | None = field(default=None, repr=False)
-    payload: Payload | None = field(default=None, repr=False)
-
-    @property
-    def client(self) -> int:
-        return self.update.client
-
-
-@dataclass(frozen=True)
-class ClientFailure:
-    """A client whose job raised: what comes back instead of its result.
-
-    Attributes
-    ----------
-    client : int
-        The client's id.
-    message : str
-        The error as one line, ``ExceptionType: first line of the message``.
-    """
-
-    client: int
-    message: str
-
-
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 #: lines of a framework's error message that say where, not what (TensorFlow and
 #: Keras wrap the cause in traceback excerpts and headers)
@@ -336,10 +249,6 @@ def _run_job(job: ClientJob, trainer: LocalTrainer) -> ClientResult:
         unnoised=unnoised,
         payload=payload,
     )
-
-
-MapClients = Callable[[Sequence[ClientJob]], Sequence[ClientResult | ClientFailure]]
-"""Runs a round's client jobs and returns their results in the same order."""
 
 
 def run_here(runner: ModelRunner) -> MapClients:

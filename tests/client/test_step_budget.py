@@ -30,7 +30,8 @@ from fedpipe.federation.failures import FailurePolicy, steps_needed
 from fedpipe.federation.personalization import Personalization
 from fedpipe.federation.round import ClientsLost, RoundInputs, run_round
 from fedpipe.model.cohort import train_cohort
-from fedpipe.model.trainer import ClientJob, ClientResult, run_client, run_here
+from fedpipe.model.jobs import ClientJob, ClientResult
+from fedpipe.model.trainer import run_client, run_here
 from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 from fedpipe.strategy import make_strategy
 from fedpipe.strategy.scaffold import SERVER_CONTROL

@@ -28,7 +28,8 @@ from fedpipe.federation.build import (
     strategy_for,
 )
 from fedpipe.federation.round import RoundInputs, RoundOutputs, run_round
-from fedpipe.model.trainer import ClientResult, run_here
+from fedpipe.model.jobs import ClientResult
+from fedpipe.model.trainer import run_here
 from fedpipe.model.training import ModelRunner
 from fedpipe.model.zoo import build_model
 from fedpipe.strategy import STRATEGIES, Strategy

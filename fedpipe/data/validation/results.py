@@ -1,4 +1,5 @@
-"""What a validation found: :class:`ValidationReport` and its failures, from GX."""
+"""What a validation found: :class:`ValidationReport` and its failures, from GX;
+:class:`ValidationFailed`, raised when data fails it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fedpipe.core.errors import FedpipeError
 from fedpipe.data.validation.describe import is_missing, plural
 from fedpipe.data.validation.spec import MAX_EXAMPLES, ROW_NUMBER, Check, Outcome, Spec
 
@@ -196,3 +198,7 @@ def _id_label(sample_id: Any, row: Any) -> str:
     if is_missing(sample_id):
         return f"<null id at row {row}>"
     return str(sample_id)
+
+
+class ValidationFailed(FedpipeError, RuntimeError):
+    """The data failed validation; the message is the summary a person acts on."""
