@@ -1,7 +1,7 @@
 """Privacy against utility: the global model's accuracy at epsilon in {1, 2, 4, 8,
 inf} (delta 1e-5) on the default data (the 5,000 built-in MNIST digits), with
 central DP-FedAvg (client-level DP, fixed clipping) through the library's round
-loop (:func:`fedpipe.federation.round.run_round`), in this process.
+loop (:func:`fedpipe.federation.loop.run_federation`), in this process.
 
 For each target epsilon the noise multiplier sigma is the smallest whose planned
 rounds spend at most that epsilon (the accountant inverted:
@@ -45,13 +45,13 @@ from fedpipe.data.ingest import ingest_arrays, open_features, read_samples, read
 from fedpipe.data.sources import DatasetSpec, load_mnist5k
 from fedpipe.data.splits import FederatedData, federated_data, partition_table
 from fedpipe.federation.build import private_strategy
+from fedpipe.federation.loop import run_federation
 from fedpipe.federation.privacy.accountant import noise_for_epsilon
 from fedpipe.federation.round import (
     ClientSampling,
     FixedSampling,
     PoissonSampling,
     RoundInputs,
-    run_round,
 )
 from fedpipe.model.cohort import cohort_map
 from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
@@ -114,30 +114,27 @@ def run(
     """One federation of ``rounds`` rounds; its last round's numbers."""
     strategy = make_strategy("fedavg")
     weights = initial_weights(runner.spec, seed)
-    state = strategy.init_state(weights)
-    states: dict = {}
-    for k in range(1, rounds + 1):
-        out = run_round(
-            RoundInputs(
-                round=k,
-                seed=seed,
-                spec=runner.spec,
-                data=data,
-                global_weights=weights,
-                server_state=state,
-                client_states=states,
-                strategy=private_strategy(
-                    strategy, privacy, seed=seed, key=key if privacy else None
-                ),
-                algorithm=make_client("sgd"),
-                training=LocalTraining(epochs=1, batch_size=32, lr=lr),
-                clients_per_round=per_round,
-                sampling=sampling or FixedSampling(key=key if privacy else None),
+    out = run_federation(
+        RoundInputs(
+            round=1,
+            seed=seed,
+            spec=runner.spec,
+            data=data,
+            global_weights=weights,
+            server_state=strategy.init_state(weights),
+            client_states={},
+            strategy=private_strategy(
+                strategy, privacy, seed=seed, key=key if privacy else None
             ),
-            map_clients=cohort_map(runner, cohort_size),
-            runner=runner,
-        )
-        weights, state, states = out.weights, out.server_state, out.client_states
+            algorithm=make_client("sgd"),
+            training=LocalTraining(epochs=1, batch_size=32, lr=lr),
+            clients_per_round=per_round,
+            sampling=sampling or FixedSampling(key=key if privacy else None),
+        ),
+        rounds=rounds,
+        map_clients=cohort_map(runner, cohort_size),
+        runner=runner,
+    )
     return out.record.summary()
 
 
