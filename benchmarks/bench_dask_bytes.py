@@ -101,33 +101,12 @@ def _rounds(params: Any, data: Any, rounds: int, map_clients: Any) -> list[str]:
     weights."""
     from fedpipe.config import layout
     from fedpipe.data.sources import prepared_spec
-    from fedpipe.federation.build import (
-        client_algorithm_for,
-        local_training,
-        model_spec,
-        strategy_for,
-    )
-    from fedpipe.federation.loop import OnRound, run_federation
-    from fedpipe.federation.round import RoundInputs
-    from fedpipe.model.training import initial_weights
+    from fedpipe.federation.build import model_spec
+    from fedpipe.federation.loop import OnRound, first_round, run_federation
     from orchestration.runtime import runner_for
 
     spec = model_spec(params, prepared_spec(layout.PREPARED_DIR))
-    strategy = strategy_for(params)
-    weights = initial_weights(spec, params.seed)
-    first = RoundInputs(
-        round=1,
-        seed=params.seed,
-        spec=spec,
-        data=data,
-        global_weights=weights,
-        server_state=strategy.init_state(weights),
-        client_states={},
-        strategy=strategy,
-        algorithm=client_algorithm_for(params, spec, strategy),
-        training=local_training(params),
-        clients_per_round=params.federation.clients_per_round(),
-    )
+    first = first_round(params, spec=spec, data=data)
     hashes: list[str] = []
 
     def digest(out: Any) -> None:

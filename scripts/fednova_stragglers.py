@@ -47,10 +47,9 @@ from fedpipe.data.splits import (  # noqa: E402
 )
 from fedpipe.federation import build  # noqa: E402
 from fedpipe.federation.failures import slow_set  # noqa: E402
-from fedpipe.federation.loop import run_federation  # noqa: E402
-from fedpipe.federation.round import RoundInputs  # noqa: E402
+from fedpipe.federation.loop import first_round, run_federation  # noqa: E402
 from fedpipe.model.trainer import run_here  # noqa: E402
-from fedpipe.model.training import ModelRunner, initial_weights  # noqa: E402
+from fedpipe.model.training import ModelRunner  # noqa: E402
 
 
 def params_for(strategy: str, seed: int, args: argparse.Namespace) -> Params:
@@ -112,25 +111,8 @@ def run(params: Params, data: FederatedData, slow: set[int]) -> dict[str, float]
     reported apart, the same in every row)."""
     spec = build.model_spec(params, data.spec)
     runner = ModelRunner(spec)
-    strategy = build.strategy_for(params)
-    algorithm = build.client_algorithm_for(params, spec, strategy)
-    weights = initial_weights(spec, params.seed)
-    first = RoundInputs(
-        round=1,
-        seed=params.seed,
-        spec=spec,
-        data=data,
-        global_weights=weights,
-        server_state=strategy.init_state(weights),
-        client_states={},
-        strategy=strategy,
-        algorithm=algorithm,
-        training=build.local_training(params),
-        clients_per_round=params.federation.clients_per_round(),
-        failures=build.failure_policy(params),
-    )
     out = run_federation(
-        first,
+        first_round(params, spec=spec, data=data),
         rounds=params.federation.rounds,
         map_clients=run_here(runner),
         runner=runner,

@@ -30,13 +30,14 @@ import json
 import math
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fedpipe.client import make_client
-from fedpipe.client.base import LocalTraining
+from fedpipe.client.base import LocalTraining, RecordDP
 from fedpipe.config import layout
 from fedpipe.config.params import PartitionParams
 from fedpipe.config.privacy import Privacy
@@ -45,7 +46,7 @@ from fedpipe.data.ingest import ingest_arrays, open_features, read_samples, read
 from fedpipe.data.sources import DatasetSpec, load_mnist5k
 from fedpipe.data.splits import FederatedData, federated_data, partition_table
 from fedpipe.federation.build import private_strategy
-from fedpipe.federation.loop import run_federation
+from fedpipe.federation.loop import Callback, run_federation
 from fedpipe.federation.privacy.accountant import noise_for_epsilon
 from fedpipe.federation.round import (
     ClientSampling,
@@ -53,6 +54,7 @@ from fedpipe.federation.round import (
     PoissonSampling,
     RoundInputs,
 )
+from fedpipe.federation.steps import RoundStep
 from fedpipe.model.cohort import cohort_map
 from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 from fedpipe.strategy import make_strategy
@@ -110,8 +112,13 @@ def run(
     cohort_size: int | None,
     key: bytes | None = None,
     sampling: ClientSampling | None = None,
+    record_dp: RecordDP | None = None,
+    steps: tuple[RoundStep, ...] = (),
+    callbacks: Sequence[Callback] = (),
 ) -> dict[str, Any]:
-    """One federation of ``rounds`` rounds; its last round's numbers."""
+    """One federation of ``rounds`` rounds; its last round's numbers.
+    ``record_dp`` and ``steps``: DP-SGD in the clients' training and its round
+    step (``benchmarks/bench_dpsgd.py``); ``callbacks``: the loop's."""
     strategy = make_strategy("fedavg")
     weights = initial_weights(runner.spec, seed)
     out = run_federation(
@@ -127,13 +134,15 @@ def run(
                 strategy, privacy, seed=seed, key=key if privacy else None
             ),
             algorithm=make_client("sgd"),
-            training=LocalTraining(epochs=1, batch_size=32, lr=lr),
+            training=LocalTraining(epochs=1, batch_size=32, lr=lr, record_dp=record_dp),
             clients_per_round=per_round,
+            steps=steps,
             sampling=sampling or FixedSampling(key=key if privacy else None),
         ),
         rounds=rounds,
         map_clients=cohort_map(runner, cohort_size),
         runner=runner,
+        callbacks=callbacks,
     )
     return out.record.summary()
 

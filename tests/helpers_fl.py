@@ -377,6 +377,28 @@ class _RoundFiles:
         )  # fmt: skip
 
 
+def random_federation(
+    clients: int, *, features: int = 6, classes: int = 3
+) -> FederatedData:
+    """``clients`` clients of random rows for a tiny MLP (client ``c``: 20 + 4c
+    rows, its first 6 also its test split) and 30 held-out rows."""
+    rng = np.random.default_rng(0)
+    spec = DatasetSpec(
+        "random", tuple(range(classes)), (features,), (-5.0, 5.0), 1.0, 100
+    )
+    x_test = rng.normal(size=(30, features)).astype(np.float32)
+    own = [_random_client(c, features, classes) for c in range(clients)]
+    return FederatedData(spec, x_test, np.arange(30) % classes, tuple(own))
+
+
+def _random_client(c: int, features: int, classes: int) -> ClientData:
+    rng = np.random.default_rng(200 + c)
+    n = 20 + 4 * c
+    x = rng.normal(size=(n, features)).astype(np.float32)
+    y = rng.integers(0, classes, size=n).astype(np.int64)
+    return ClientData(c, x, y, x[:6], y[:6])
+
+
 def _digits(
     n_samples: int,
     classes: Sequence[int] | None,

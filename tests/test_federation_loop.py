@@ -1,17 +1,16 @@
 """The one federation loop (fedpipe.federation.loop): round after round of
 run_round, the state each round hands the next, callbacks that see every round
-and may stop it. A tiny MLP on a few hundred random rows, 6 clients."""
+and may stop it. A tiny MLP on 6 clients' random rows (helpers_fl)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 import pytest
+from helpers_fl import random_federation, runner_for
 
-from fedpipe.config.params import parse_params, round_chain
-from fedpipe.data.sources import DatasetSpec
-from fedpipe.data.splits import ClientData, FederatedData
+from fedpipe.config.params import Params, parse_params, round_chain
+from fedpipe.data.splits import FederatedData
 from fedpipe.federation.build import round_inputs
 from fedpipe.federation.loop import (
     OnRound,
@@ -24,34 +23,19 @@ from fedpipe.federation.round import RoundOutputs, run_round
 from fedpipe.model.trainer import run_here
 from fedpipe.model.training import ModelRunner, ModelSpec
 
-FEATURES, CLASSES, CLIENTS = 6, 3, 6
-SPEC = ModelSpec("mlp", (FEATURES,), CLASSES, "sgd", 0.05)
-_runner: list[ModelRunner] = []
+CLIENTS = 6
+SPEC = ModelSpec("mlp", (6,), 3, "sgd", 0.05)
 
 
 def runner() -> ModelRunner:
-    if not _runner:
-        _runner.append(ModelRunner(SPEC))
-    return _runner[0]
-
-
-def _client(c: int) -> ClientData:
-    rng = np.random.default_rng(300 + c)
-    n = 24 + 4 * c
-    x = rng.normal(size=(n, FEATURES)).astype(np.float32)
-    y = rng.integers(0, CLASSES, size=n).astype(np.int64)
-    return ClientData(c, x, y, x[:6], y[:6])
+    return runner_for(SPEC)
 
 
 def _data() -> FederatedData:
-    rng = np.random.default_rng(0)
-    spec = DatasetSpec("random", (0, 1, 2), (FEATURES,), (-5.0, 5.0), 1.0, 100)
-    x_test = rng.normal(size=(30, FEATURES)).astype(np.float32)
-    clients = tuple(map(_client, range(CLIENTS)))
-    return FederatedData(spec, x_test, np.arange(30) % CLASSES, clients)
+    return random_federation(CLIENTS)
 
 
-def _params(rounds: int = 3):  # type: ignore[no-untyped-def]
+def _params(rounds: int = 3) -> Params:
     # fedavgm: a server state (momentum) that each round hands the next;
     # 4 of 6 clients a round: the sample changes with the round
     return parse_params(
