@@ -101,42 +101,27 @@ def _rounds(params: Any, data: Any, rounds: int, map_clients: Any) -> list[str]:
     weights."""
     from fedpipe.config import layout
     from fedpipe.data.sources import prepared_spec
-    from fedpipe.federation.build import (
-        client_algorithm_for,
-        local_training,
-        model_spec,
-        strategy_for,
-    )
-    from fedpipe.federation.round import RoundInputs, run_round
+    from fedpipe.federation.build import model_spec
+    from fedpipe.federation.loop import OnRound, first_round, run_federation
     from fedpipe.model.process import runner_for
-    from fedpipe.model.training import initial_weights
 
     spec = model_spec(params, prepared_spec(layout.PREPARED_DIR))
-    strategy = strategy_for(params)
-    algorithm = client_algorithm_for(params, spec, strategy)
-    weights = initial_weights(spec, params.seed)
-    state, client_states = strategy.init_state(weights), {}
-    hashes = []
-    for k in range(1, rounds + 1):
-        inputs = RoundInputs(
-            round=k,
-            seed=params.seed,
-            spec=spec,
-            data=data,
-            global_weights=weights,
-            server_state=state,
-            client_states=client_states,
-            strategy=strategy,
-            algorithm=algorithm,
-            training=local_training(params),
-            clients_per_round=params.federation.clients_per_round(),
-        )
-        out = run_round(inputs, map_clients=map_clients(k), runner=runner_for(spec))
-        weights, state, client_states = out.weights, out.server_state, out.client_states
-        digest = hashlib.sha256()
-        for w in weights:
-            digest.update(w.tobytes())
-        hashes.append(digest.hexdigest())
+    first = first_round(params, spec=spec, data=data)
+    hashes: list[str] = []
+
+    def digest(out: Any) -> None:
+        sha = hashlib.sha256()
+        for w in out.weights:
+            sha.update(w.tobytes())
+        hashes.append(sha.hexdigest())
+
+    run_federation(
+        first,
+        rounds=rounds,
+        map_clients=map_clients,
+        runner=runner_for(spec),
+        callbacks=[OnRound(digest)],
+    )
     return hashes
 
 
@@ -171,41 +156,33 @@ def main() -> None:
         results = {}
         for variant, held in (("arrays", _by_value(data)), ("reference", data)):
 
-            def on_dask(k: int, variant: str = variant) -> Any:
-                def run(jobs: Any) -> Any:
-                    nonlocal model_bytes
-                    model_bytes = sum(w.nbytes for w in jobs[0].task.global_weights)
-                    pickled = sum(len(cloudpickle.dumps(j)) for j in jobs)
-                    sent = client.scheduler_comm.byte_count
-                    to_workers = client.run_on_scheduler(_scheduler_sent)
-                    futures = [
-                        client.submit(_train_on_worker, j, pure=False) for j in jobs
-                    ]
-                    out = client.gather(futures)
-                    del futures
-                    rows.append(
-                        {
-                            "variant": variant,
-                            "round": k,
-                            "jobs": len(jobs),
-                            "pickled": pickled,
-                            "client->scheduler": client.scheduler_comm.byte_count
-                            - sent,
-                            "scheduler->workers": client.run_on_scheduler(
-                                _scheduler_sent
-                            )
-                            - to_workers,
-                        }
-                    )
-                    return out
-
-                return run
+            def on_dask(jobs: Any, variant: str = variant) -> Any:
+                nonlocal model_bytes
+                model_bytes = sum(w.nbytes for w in jobs[0].task.global_weights)
+                pickled = sum(len(cloudpickle.dumps(j)) for j in jobs)
+                sent = client.scheduler_comm.byte_count
+                to_workers = client.run_on_scheduler(_scheduler_sent)
+                futures = [client.submit(_train_on_worker, j, pure=False) for j in jobs]
+                out = client.gather(futures)
+                del futures
+                rows.append(
+                    {
+                        "variant": variant,
+                        "round": jobs[0].task.round,
+                        "jobs": len(jobs),
+                        "pickled": pickled,
+                        "client->scheduler": client.scheduler_comm.byte_count - sent,
+                        "scheduler->workers": client.run_on_scheduler(_scheduler_sent)
+                        - to_workers,
+                    }
+                )
+                return out
 
             results[variant] = _rounds(params, held, args.rounds, on_dask)
             opened = client.run(_opened_here)
             print(f"{variant}: data sets opened per worker {sorted(opened.values())}")
         here = run_here(runner_for(model_spec(params, data.spec)))
-        local = _rounds(params, data, args.rounds, lambda k: here)
+        local = _rounds(params, data, args.rounds, here)
     mb = 2**20
     print(f"default run: {len(data.clients)} clients, model {model_bytes / mb:.2f} MiB")
     print(

@@ -3,7 +3,8 @@ client's epsilon in {1, 2, 4, 8} (delta 1e-5) and without DP, at the default 10
 clients (all in every round) on the default data (the 5,000 built-in digits,
 IID), mean ± std over seeds, and what DP-SGD costs a round against plain local
 SGD, through the library's round loop
-(:func:`fedpipe.federation.round.run_round`) in this process.
+(:func:`fedpipe.federation.loop.run_federation`, as ``scripts/privacy_table.py``
+runs it) in this process.
 
 For each target the noise multiplier sigma is the smallest whose planned steps
 (rounds x epochs x ceil(n / batch) for a client's n training records, q = batch
@@ -33,21 +34,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedpipe.client import make_client
-from fedpipe.client.base import LocalTraining, RecordDP
+from fedpipe.client.base import RecordDP
 from fedpipe.config import layout
 from fedpipe.config.privacy import Privacy
 from fedpipe.core.secretkey import load_or_create_key
 from fedpipe.federation.build import round_steps
+from fedpipe.federation.loop import RoundTimes
 from fedpipe.federation.privacy.accountant import dpsgd_noise_for_epsilon
 from fedpipe.federation.privacy.dpsgd import RecordPrivacy, client_rate
-from fedpipe.federation.round import FixedSampling, RoundInputs, run_round
-from fedpipe.model.cohort import cohort_map
-from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
-from fedpipe.strategy import make_strategy
+from fedpipe.federation.round import FixedSampling
+from fedpipe.model.training import ModelRunner, ModelSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from privacy_table import federation, load_digits  # noqa: E402
+from privacy_table import run as run_private  # noqa: E402
 
 DELTA = 1e-5
 BATCH = 32
@@ -66,41 +66,19 @@ def run(
 ) -> tuple[dict[str, Any], list[float]]:
     """One federation (every client every round); its last round's summary and
     each round's seconds."""
-    strategy = make_strategy("fedavg")
     n = len(data.clients)
     record_dp, steps = None, ()
     if sigma is not None:
         record_dp = RecordDP(clip, sigma, key=key)
         privacy = Privacy("dpsgd", clip, sigma, DELTA, n, n)
         steps = round_steps(record_privacy=RecordPrivacy(privacy, batch_size=BATCH))
-    weights = initial_weights(runner.spec, seed)
-    state = strategy.init_state(weights)
-    states: dict = {}
-    seconds = []
-    for k in range(1, rounds + 1):
-        started = time.perf_counter()
-        out = run_round(
-            RoundInputs(
-                round=k,
-                seed=seed,
-                spec=runner.spec,
-                data=data,
-                global_weights=weights,
-                server_state=state,
-                client_states=states,
-                strategy=strategy,
-                algorithm=make_client("sgd"),
-                training=LocalTraining(1, BATCH, lr, record_dp=record_dp),
-                clients_per_round=n,
-                steps=steps,
-                sampling=FixedSampling(),
-            ),
-            map_clients=cohort_map(runner, None),
-            runner=runner,
-        )
-        seconds.append(time.perf_counter() - started)
-        weights, state, states = out.weights, out.server_state, out.client_states
-    return out.record.summary(), seconds
+    times = RoundTimes()
+    summary = run_private(
+        data, runner, privacy=None, rounds=rounds, per_round=n, lr=lr, seed=seed,
+        cohort_size=None, sampling=FixedSampling(), record_dp=record_dp,
+        steps=steps, callbacks=[times],
+    )  # fmt: skip
+    return summary, times.seconds()
 
 
 def main(argv: list[str] | None = None) -> int:

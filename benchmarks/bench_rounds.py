@@ -46,6 +46,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchkit import PEERS, library_rounds, pfl_python  # noqa: E402
+
 # the tools beside this interpreter: works with .venv/bin/python, activated or not
 FEDPIPE = str(Path(sys.executable).with_name("fedpipe"))
 DVC = str(Path(sys.executable).with_name("dvc"))
@@ -119,20 +122,17 @@ def hand_loop(project: Path, rounds: int) -> dict[str, float]:
 def library_loop(project: Path, rounds: int) -> dict[str, float]:
     """The same computation as fedpipe's rounds, as a plain loop over the library.
 
-    :func:`fedpipe.federation.round.run_round` round after round on the inputs fedpipe's
+    :func:`fedpipe.federation.loop.run_federation` on the inputs fedpipe's
     ``load-round`` task builds (same training step, sampling, seeds, FedAvg, every
     evaluation and the health record), the clients side by side in this process as
     ``fedpipe run`` trains them (``runtime.threads``): no Prefect, no files, no
     DVC. The difference to fedpipe is the cost of orchestration and versioning
     alone.
     """
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_scale import round_loop
-
-    start, stamps, out = round_loop(project, rounds)
+    times, out = library_rounds(project, rounds)
     accuracy = out.record.global_test["accuracy"]
     print(f"library loop: final accuracy {accuracy:.4f}", file=sys.stderr)
-    return _timing(start, stamps)
+    return _timing(times.start, times.ends)
 
 
 def _timing(start: float, stamps: list[float]) -> dict[str, float]:
@@ -172,16 +172,6 @@ def fedpipe_rounds(project: Path, rounds: int) -> dict[str, float]:
         "whole": elapsed / rounds,
         "steady": float(statistics.median(np.diff(stamps))),
     }
-
-
-PEERS = Path(__file__).resolve().parent / "peers"
-
-
-def pfl_python() -> Path | None:
-    """pfl's interpreter (``$PFL_VENV/bin/python``), None when it is not there."""
-    venv = Path(os.environ.get("PFL_VENV", ".venv-pfl"))
-    python = venv / "bin" / "python"
-    return python if python.exists() else None
 
 
 def pfl_rounds(project: Path, rounds: int) -> dict[str, float]:

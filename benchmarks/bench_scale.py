@@ -11,8 +11,8 @@ about 26 training samples each, at least 20), trained with the MLP for
   from the times its round metrics files were written (rounds 2..R, so start-up
   and compilation are left out), and the peak
   resident memory of the process (``wait4``; the data stages included);
-- the library loop: :func:`fedpipe.federation.round.run_round` on the same inputs, one
-  round after another in a plain process, no Prefect, no files, no DVC (rounds 2..R);
+- the library loop: :func:`fedpipe.federation.loop.run_federation` on the same
+  inputs in a plain process, no Prefect, no files, no DVC (rounds 2..R);
   fedpipe against it is the cost of orchestration and versioning; its peak
   resident memory is that of the rounds alone;
 - bytes each round adds to ``.dvc/cache`` (new cache objects of its outs, as
@@ -55,7 +55,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import yaml
@@ -71,6 +70,7 @@ from bench_cache import (  # noqa: E402
     attribute,
     private_prefect_server,
 )
+from benchkit import PEERS, library_rounds, pfl_python  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 N_FEATURES = 32
@@ -260,51 +260,13 @@ def run_library(project: Path, env: Mapping[str, str]) -> tuple[float, float]:
     return float(got["per_round"]), float(got["peak_rss_mb"])
 
 
-def round_loop(
-    project: Path, rounds: int | None = None
-) -> tuple[float, list[float], Any]:
-    """:func:`run_round` round after round on the project's inputs (what its
-    ``load-round`` task builds), nothing else: the start time, the time each round
-    ended, and the last round's outputs. ``rounds`` defaults to
-    ``federation.rounds``; ``train.cohort_size`` and ``runtime.threads`` are
-    honoured, as ``fedpipe run`` does."""
-    import dataclasses
-
-    os.chdir(project)
-    from fedpipe.config.params import load_params
-    from fedpipe.federation.round import run_round
-    from fedpipe.federation.roundfiles import load_round
-    from fedpipe.model.cohort import cohort_map
-    from fedpipe.model.process import runner_for, spare_runners
-    from fedpipe.model.threads import usable_cores
-
-    params = load_params()
-    inputs = load_round(params, 1)
-    runner = runner_for(inputs.spec)
-    threads = params.runtime.threads or usable_cores()
-    spares = spare_runners(inputs.spec, threads - 1)
-    clients = cohort_map(runner, params.train.cohort_size, spares=spares)
-    start, stamps, out = time.perf_counter(), [], None
-    for k in range(1, (rounds or params.federation.rounds) + 1):
-        out = run_round(inputs, map_clients=clients, runner=runner)
-        stamps.append(time.perf_counter())
-        inputs = dataclasses.replace(
-            inputs,
-            round=k + 1,
-            global_weights=out.weights,
-            server_state=out.server_state,
-            client_states=out.client_states,
-        )
-    return start, stamps, out
-
-
 def library_loop(project: Path) -> dict[str, float]:
     """The library loop: seconds per round (rounds 2..R) and peak RSS."""
     import resource
 
-    _, stamps, _ = round_loop(project)
+    times, _ = library_rounds(project)
     return {
-        "per_round": float(statistics.median(np.diff(stamps))),
+        "per_round": float(statistics.median(np.diff(times.ends))),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
@@ -324,8 +286,6 @@ def run_pfl(case: Case, args, env: Mapping[str, str]) -> float:  # type: ignore[
     clients hold as many training rows as fedpipe's (fedpipe keeps 20 % of the
     table held out and a fifth of each client's rows for its local test; pfl's
     script holds out 20 % only, so it is given 80 % of the rows)."""
-    from bench_rounds import PEERS, pfl_python
-
     python = pfl_python()
     assert python is not None
     out = subprocess.run(
@@ -443,8 +403,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--rounds must be at least 2 (round 1 compiles)")
     cases = [Case.parse(c) for c in args.cases.split(",") if c]
     if args.peers:
-        from bench_rounds import pfl_python
-
         if pfl_python() is None:
             print(
                 "pfl-research left out: no $PFL_VENV/bin/python (docs/benchmarks.md "

@@ -2,7 +2,7 @@
 
 The default workload (the 5,000 MNIST digits, 10 IID clients, small_cnn, every
 client each round; :func:`bench_dask_bytes._project`) runs ``--rounds`` rounds of
-:func:`fedpipe.federation.loop.run_rounds` on one 2-worker ``LocalCluster``
+:func:`fedpipe.federation.loop.run_federation` on one 2-worker ``LocalCluster``
 (single-threaded worker processes, as ``runtime.runner: dask`` starts) for each
 uplink: ``none``, ``int8``, ``qsgd`` 4-bit and ``topk`` 1 %, all without error
 feedback, and ``topk`` 1 % with it (its residual is client state, which the
@@ -177,7 +177,7 @@ def main() -> None:
     from fedpipe.config import layout
     from fedpipe.config.params import CompressionParams
     from fedpipe.federation.build import model_spec
-    from fedpipe.federation.loop import run_rounds
+    from fedpipe.federation.loop import OnRound, first_round, run_federation
     from fedpipe.model.process import data_for, runner_for
 
     root = Path(tempfile.mkdtemp(prefix="bench-wire-dask-"))
@@ -200,17 +200,15 @@ def main() -> None:
             settings = params.model_copy(
                 update={"compression": CompressionParams(**compression)}
             )
-            records[label] = [
-                out.record.wire
-                for out in run_rounds(
-                    settings,
-                    spec=spec,
-                    data=data,
-                    runner=runner_for(spec),
-                    map_clients=_on_dask(client, rows, label),
-                    rounds=args.rounds,
-                )
-            ]
+            wire: list[dict] = []
+            run_federation(
+                first_round(settings, spec=spec, data=data),
+                rounds=args.rounds,
+                map_clients=_on_dask(client, rows, label),
+                runner=runner_for(spec),
+                callbacks=[OnRound(lambda out, w=wire: w.append(out.record.wire))],
+            )
+            records[label] = wire
     print(
         f"default run: {len(data.clients)} clients a round, {spec.name}, "
         f"{args.rounds} rounds per uplink"

@@ -3,14 +3,14 @@ record, the probe, aggregation, and (against ``fedpipe run``) orchestration.
 
 Makes the default project (``fedpipe init``: 5,000 digits, 10 IID clients,
 ``small_cnn``, SGD 0.05, batch 32, 1 epoch), runs its rounds as the library loop
-(:func:`fedpipe.federation.round.run_round` round after round, as
-``bench_rounds.py`` does, but the clients one after another: ``--threads 1``,
-since a profile sees only the main thread) under :mod:`cProfile`, and attributes
-the steady rounds' time (rounds 2..R) to the functions that do each part. With
-``--run`` it also times ``fedpipe run`` of the same rounds in the same go and
-shows the difference as orchestration and versioning (the Prefect task runs, the
-round's files, the ``dvc.lock`` record and the artifacts, partly in background
-threads that a profile of the main thread would not see).
+(:func:`fedpipe.federation.loop.run_federation`, as ``bench_rounds.py`` does, but
+the clients one after another: ``--threads 1``, since a profile sees only the main
+thread) under :mod:`cProfile`, and attributes the steady rounds' time (rounds
+2..R) to the functions that do each part. With ``--run`` it also times ``fedpipe
+run`` of the same rounds in the same go and shows the difference as orchestration
+and versioning (the Prefect task runs, the round's files, the ``dvc.lock`` record
+and the artifacts, partly in background threads that a profile of the main thread
+would not see).
 
 cProfile adds a few percent to the many small calls, so the shares matter more
 than the seconds. Run from the repository root:
@@ -60,12 +60,12 @@ def _cumulative(stats: pstats.Stats, where: tuple[str, str]) -> float:
 
 def profile_library(project: Path, rounds: int) -> tuple[dict[str, float], float]:
     """Seconds per steady round of each part, and of the whole round."""
-    from bench_scale import round_loop
+    from benchkit import library_rounds
 
-    round_loop(project, 1)  # round 1 compiles: left out
+    library_rounds(project, 1)  # round 1 compiles: left out
     profiler = cProfile.Profile()
     profiler.enable()
-    round_loop(project, rounds - 1)
+    library_rounds(project, rounds - 1)
     profiler.disable()
     stats = pstats.Stats(profiler)
     n = rounds - 1

@@ -3,8 +3,9 @@
 Every attack of ``fedpipe.federation.attacks`` against FedAvg, median, trimmed mean,
 Krum, Multi-Krum, Bulyan and norm clipping, on the default data (the 5,000 built-in
 MNIST digits), IID and Dirichlet(0.5), beside the clean run of each defense. Each
-cell is a whole federation through the library's round
-(:func:`fedpipe.federation.round.run_round`, the function the round stage calls) with a
+cell is a whole federation through the library's loop
+(:func:`fedpipe.federation.loop.run_federation` over
+:func:`fedpipe.federation.round.run_round`, the function the round stage calls) with a
 small model and few rounds; the table gives the final held-out accuracy, mean ± std
 over seeds (the seed also draws the partition, the malicious clients and the
 initial model). Cells run in ``-j`` worker processes. Writes Markdown and CSV.
@@ -113,7 +114,8 @@ def run_cell(cell: Cell, setup: Setup) -> tuple[Cell, float, float]:
     from fedpipe.client.base import LocalTraining
     from fedpipe.federation.attacks import AttackPlan, choose_malicious, make_attack
     from fedpipe.federation.build import round_steps
-    from fedpipe.federation.round import ClientEvaluation, RoundInputs, run_round
+    from fedpipe.federation.loop import run_federation
+    from fedpipe.federation.round import ClientEvaluation, RoundInputs
     from fedpipe.model.trainer import run_here
     from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
     from fedpipe.strategy import make_strategy
@@ -138,24 +140,19 @@ def run_cell(cell: Cell, setup: Setup) -> tuple[Cell, float, float]:
         cell.defense, num_byzantine=f, total_clients=setup.clients, beta=0.2
     )
     weights = initial_weights(spec, cell.seed)
-    state, client_states, accuracy = strategy.init_state(weights), {}, float("nan")
-    for k in range(1, setup.rounds + 1):
-        out = run_round(
-            RoundInputs(
-                round=k, seed=cell.seed, spec=spec, data=data,  # type: ignore[arg-type]
-                global_weights=weights, server_state=state,
-                client_states=client_states, strategy=strategy,
-                algorithm=make_client("sgd"),
-                training=LocalTraining(setup.epochs, setup.batch_size, setup.lr),
-                clients_per_round=setup.clients,
-                evaluation=ClientEvaluation(clients="none"),
-                steps=round_steps(attack=plan),
-            ),
-            map_clients=run_here(runner),
-            runner=runner,
-        )  # fmt: skip
-        weights, state, client_states = out.weights, out.server_state, out.client_states
-        accuracy = out.record.global_test["accuracy"]
+    out = run_federation(
+        RoundInputs(
+            round=1, seed=cell.seed, spec=spec, data=data,  # type: ignore[arg-type]
+            global_weights=weights, server_state=strategy.init_state(weights),
+            client_states={}, strategy=strategy, algorithm=make_client("sgd"),
+            training=LocalTraining(setup.epochs, setup.batch_size, setup.lr),
+            clients_per_round=setup.clients,
+            evaluation=ClientEvaluation(clients="none"),
+            steps=round_steps(attack=plan),
+        ),
+        rounds=setup.rounds, map_clients=run_here(runner), runner=runner,
+    )  # fmt: skip
+    accuracy = out.record.global_test["accuracy"]
     return cell, accuracy, time.perf_counter() - started
 
 

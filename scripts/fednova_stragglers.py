@@ -6,11 +6,12 @@ ran 3 steps pulls the global model a fraction of what a client that ran 30 does,
 so the federation drifts toward the fast clients' data. FedNova (Wang et al.,
 2020) divides each update by its client's local steps.
 
-Each run is fedpipe's own round (:func:`fedpipe.federation.round.run_round`) round
-after round on the built-in digits, from params as a ``params.yaml`` would hold
-them (label-skewed clients: Dirichlet 0.3; a deadline of ``--deadline`` steps, a
-share of slow clients that finish ``--slow-speed`` of it), the clients one after
-another in this process, no Prefect or DVC. Printed: a Markdown table of the final
+Each run is fedpipe's own loop (:func:`fedpipe.federation.loop.run_federation`:
+:func:`fedpipe.federation.round.run_round` round after round) on the built-in
+digits, from params as a ``params.yaml`` would hold them (label-skewed clients:
+Dirichlet 0.3; a deadline of ``--deadline`` steps, a share of slow clients that
+finish ``--slow-speed`` of it), the clients one after another in this process,
+no Prefect or DVC. Printed: a Markdown table of the final
 round's held-out accuracy and the global model's mean accuracy on the slow and on
 the other clients' test splits, mean ± std over the seeds. Run from the
 repository root:
@@ -43,9 +44,9 @@ from fedpipe.data.sources import DatasetSpec, load_mnist5k  # noqa: E402
 from fedpipe.data.splits import FederatedData, federated_data  # noqa: E402
 from fedpipe.federation import build  # noqa: E402
 from fedpipe.federation.failures import slow_set  # noqa: E402
-from fedpipe.federation.round import RoundInputs, run_round  # noqa: E402
+from fedpipe.federation.loop import first_round, run_federation  # noqa: E402
 from fedpipe.model.trainer import run_here  # noqa: E402
-from fedpipe.model.training import ModelRunner, initial_weights  # noqa: E402
+from fedpipe.model.training import ModelRunner  # noqa: E402
 
 
 def params_for(strategy: str, seed: int, args: argparse.Namespace) -> Params:
@@ -107,28 +108,12 @@ def run(params: Params, data: FederatedData, slow: set[int]) -> dict[str, float]
     reported apart, the same in every row)."""
     spec = build.model_spec(params, data.spec)
     runner = ModelRunner(spec)
-    strategy = build.strategy_for(params)
-    algorithm = build.client_algorithm_for(params, spec, strategy)
-    weights = initial_weights(spec, params.seed)
-    state, client_states = strategy.init_state(weights), {}
-    for k in range(1, params.federation.rounds + 1):
-        inputs = RoundInputs(
-            round=k,
-            seed=params.seed,
-            spec=spec,
-            data=data,
-            global_weights=weights,
-            server_state=state,
-            client_states=client_states,
-            strategy=strategy,
-            algorithm=algorithm,
-            training=build.local_training(params),
-            clients_per_round=params.federation.clients_per_round(),
-            failures=build.failure_policy(params),
-        )
-        out = run_round(inputs, map_clients=run_here(runner), runner=runner)
-        weights, state = out.weights, out.server_state
-        client_states = out.client_states
+    out = run_federation(
+        first_round(params, spec=spec, data=data),
+        rounds=params.federation.rounds,
+        map_clients=run_here(runner),
+        runner=runner,
+    )
     on_clients = out.record.global_clients
 
     def mean_acc(clients: set[int]) -> float:

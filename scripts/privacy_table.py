@@ -1,7 +1,7 @@
 """Privacy against utility: the global model's accuracy at epsilon in {1, 2, 4, 8,
 inf} (delta 1e-5) on the default data (the 5,000 built-in MNIST digits), with
 central DP-FedAvg (client-level DP, fixed clipping) through the library's round
-loop (:func:`fedpipe.federation.round.run_round`), in this process.
+loop (:func:`fedpipe.federation.loop.run_federation`), in this process.
 
 For each target epsilon the noise multiplier sigma is the smallest whose planned
 rounds spend at most that epsilon (the accountant inverted:
@@ -30,13 +30,14 @@ import json
 import math
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fedpipe.client import make_client
-from fedpipe.client.base import LocalTraining
+from fedpipe.client.base import LocalTraining, RecordDP
 from fedpipe.config import layout
 from fedpipe.config.params import PartitionParams
 from fedpipe.config.privacy import Privacy
@@ -46,14 +47,15 @@ from fedpipe.data.partition.deal import partition_table
 from fedpipe.data.sources import DatasetSpec, load_mnist5k
 from fedpipe.data.splits import FederatedData, federated_data
 from fedpipe.federation.build import private_strategy
+from fedpipe.federation.loop import Callback, run_federation
 from fedpipe.federation.privacy.accountant import noise_for_epsilon
 from fedpipe.federation.round import (
     ClientSampling,
     FixedSampling,
     PoissonSampling,
     RoundInputs,
-    run_round,
 )
+from fedpipe.federation.steps import RoundStep
 from fedpipe.model.cohort import cohort_map
 from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 from fedpipe.strategy import make_strategy
@@ -111,34 +113,38 @@ def run(
     cohort_size: int | None,
     key: bytes | None = None,
     sampling: ClientSampling | None = None,
+    record_dp: RecordDP | None = None,
+    steps: tuple[RoundStep, ...] = (),
+    callbacks: Sequence[Callback] = (),
 ) -> dict[str, Any]:
-    """One federation of ``rounds`` rounds; its last round's numbers."""
+    """One federation of ``rounds`` rounds; its last round's numbers.
+    ``record_dp`` and ``steps``: DP-SGD in the clients' training and its round
+    step (``benchmarks/bench_dpsgd.py``); ``callbacks``: the loop's."""
     strategy = make_strategy("fedavg")
     weights = initial_weights(runner.spec, seed)
-    state = strategy.init_state(weights)
-    states: dict = {}
-    for k in range(1, rounds + 1):
-        out = run_round(
-            RoundInputs(
-                round=k,
-                seed=seed,
-                spec=runner.spec,
-                data=data,
-                global_weights=weights,
-                server_state=state,
-                client_states=states,
-                strategy=private_strategy(
-                    strategy, privacy, seed=seed, key=key if privacy else None
-                ),
-                algorithm=make_client("sgd"),
-                training=LocalTraining(epochs=1, batch_size=32, lr=lr),
-                clients_per_round=per_round,
-                sampling=sampling or FixedSampling(key=key if privacy else None),
+    out = run_federation(
+        RoundInputs(
+            round=1,
+            seed=seed,
+            spec=runner.spec,
+            data=data,
+            global_weights=weights,
+            server_state=strategy.init_state(weights),
+            client_states={},
+            strategy=private_strategy(
+                strategy, privacy, seed=seed, key=key if privacy else None
             ),
-            map_clients=cohort_map(runner, cohort_size),
-            runner=runner,
-        )
-        weights, state, states = out.weights, out.server_state, out.client_states
+            algorithm=make_client("sgd"),
+            training=LocalTraining(epochs=1, batch_size=32, lr=lr, record_dp=record_dp),
+            clients_per_round=per_round,
+            steps=steps,
+            sampling=sampling or FixedSampling(key=key if privacy else None),
+        ),
+        rounds=rounds,
+        map_clients=cohort_map(runner, cohort_size),
+        runner=runner,
+        callbacks=callbacks,
+    )
     return out.record.summary()
 
 

@@ -13,7 +13,7 @@ Each cell's settings are built as a ``params.yaml`` would be and validated by
 :func:`fedpipe.config.params.parse_params`; a cell its rules refuse (a codec
 under secure aggregation, :mod:`fedpipe.config.wire`) is a row naming the rule,
 not run. The others run in this process through the library's rounds
-(:func:`fedpipe.federation.loop.run_rounds`), each seed on its own partition
+(:func:`fedpipe.federation.loop.run_federation`), each seed on its own partition
 (``seed`` drives the partition, the initial model, sampling and the codecs).
 
 Per run cell: the global model's held-out accuracy after the last round (mean ±
@@ -288,11 +288,11 @@ def runner_for(spec: Any) -> Any:
 
 
 def run_cell(params: Params, data: Any, spec: Any, scratch: Path) -> dict[str, Any]:
-    """One seed of one cell through :func:`run_rounds`: the last round's
+    """One seed of one cell through :func:`run_federation`: the last round's
     numbers and the wall seconds of each round."""
     from fedpipe.core.secretkey import load_or_create_key
     from fedpipe.federation.build import needs_key
-    from fedpipe.federation.loop import run_rounds
+    from fedpipe.federation.loop import RoundTimes, first_round, run_federation
     from fedpipe.model.trainer import run_here
 
     key = (
@@ -301,18 +301,16 @@ def run_cell(params: Params, data: Any, spec: Any, scratch: Path) -> dict[str, A
         else None
     )
     runner = runner_for(spec)
-    seconds: list[float] = []
-    last = None
-    started = time.perf_counter()
-    for out in run_rounds(
-        params, spec=spec, data=data, runner=runner,
-        map_clients=run_here(runner), key=key,
-    ):  # fmt: skip
-        now = time.perf_counter()
-        seconds.append(now - started)
-        started = now
-        last = out.record.summary()
-    assert last is not None
+    times = RoundTimes()
+    out = run_federation(
+        first_round(params, spec=spec, data=data, key=key),
+        rounds=params.federation.rounds,
+        map_clients=run_here(runner),
+        runner=runner,
+        callbacks=[times],
+    )
+    seconds = times.seconds()
+    last = out.record.summary()
     wire = last.get("wire") or {}
     protocol = wire.get("secure_aggregation") or {}
     return {

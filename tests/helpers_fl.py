@@ -1,7 +1,8 @@
 """A tiny in-process federation that writes a run's files, for doctor tests.
 
-The library's own round (:func:`fedpipe.federation.round.run_round`) after the same
-ingest and partition as a real run, without Prefect or DVC, on a few hundred
+The library's own loop (:func:`fedpipe.federation.loop.run_federation`, round after
+round of :func:`fedpipe.federation.round.run_round`) after the same ingest and
+partition as a real run, without Prefect or DVC, on a few hundred
 of the built-in MNIST digits and a tiny model, so a test can produce a symptom on
 purpose and run the doctor on the files:
 
@@ -70,9 +71,10 @@ from fedpipe.federation.build import (
 )
 from fedpipe.federation.failures import FailurePolicy
 from fedpipe.federation.faults import PlantedFaults
+from fedpipe.federation.loop import run_federation as run_federation_rounds
 from fedpipe.federation.privacy.dpsgd import RecordPrivacy
 from fedpipe.federation.privacy.views import write_round_records
-from fedpipe.federation.round import RoundFailed, RoundInputs, run_round
+from fedpipe.federation.round import RoundFailed, RoundInputs, RoundOutputs
 from fedpipe.model.trainer import run_here
 from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 from fedpipe.strategy import make_strategy
@@ -139,8 +141,9 @@ def run_federation(
 ) -> list[dict[str, Any]]:
     """Run a small federation through the library's round and write its files.
 
-    Every round is :func:`fedpipe.federation.round.run_round`, as in a real run; the
-    files are the ones the round stage writes.
+    The rounds are :func:`fedpipe.federation.loop.run_federation` (each
+    :func:`fedpipe.federation.round.run_round`, as in a real run); the files are
+    the ones the round stage writes.
 
     Writes ``params.yaml``, ``data/prepared``, ``data/partition/manifest.json`` and
     per round ``metrics/rounds``, ``metrics/clients`` and ``metrics/health``. Stops
@@ -289,61 +292,111 @@ def run_federation(
     trained = local_training(params, dp_key)
     record_dp, local_dp = trained.record_dp, trained.local_dp
     weights = initial_weights(model_spec, seed)
-    state = strategy_.init_state(weights)
-    if weights_out is not None:
-        weights_out.append(weights)
-    client_states: dict = {}
-    summaries = []
-    if save_models:
-        save_weights(root / layout.model_weights(0), weights)
-    private = params.split_views()
-    publish_oracle = params.privacy.publish_oracle
-    for k in range(1, rounds + 1):
-        inputs = RoundInputs(
-            round=k,
-            seed=seed,
-            spec=model_spec,
-            data=data,
-            global_weights=weights,
-            server_state=state,
-            client_states=client_states,
-            strategy=server,
-            algorithm=algorithm,
-            training=LocalTraining(
-                epochs, batch_size, lr, record_dp=record_dp, local_dp=local_dp
-            ),
-            clients_per_round=params.federation.clients_per_round(),
-            failures=failures or FailurePolicy(min_clients=min_clients),
-            planted=planted or PlantedFaults(),
-            steps=steps,
-            sampling=client_sampling(
-                params, dp_key if params.privacy.mechanism else None
-            ),
+    files = _RoundFiles(
+        root,
+        private=params.split_views(),
+        publish_oracle=params.privacy.publish_oracle,
+        save_models=save_models,
+        weights_out=weights_out,
+    )
+    files.initial(weights)
+    first = RoundInputs(
+        round=1,
+        seed=seed,
+        spec=model_spec,
+        data=data,
+        global_weights=weights,
+        server_state=strategy_.init_state(weights),
+        client_states={},
+        strategy=server,
+        algorithm=algorithm,
+        training=LocalTraining(
+            epochs, batch_size, lr, record_dp=record_dp, local_dp=local_dp
+        ),
+        clients_per_round=params.federation.clients_per_round(),
+        failures=failures or FailurePolicy(min_clients=min_clients),
+        planted=planted or PlantedFaults(),
+        steps=steps,
+        sampling=client_sampling(params, dp_key if params.privacy.mechanism else None),
+    )
+    mapped = run_here(runner)
+    if map_clients is not None:
+        mapped = map_clients(mapped)
+    try:
+        run_federation_rounds(
+            first, rounds=rounds, map_clients=mapped, runner=runner, callbacks=[files]
         )
-        try:
-            mapped = run_here(runner)
-            if map_clients is not None:
-                mapped = map_clients(mapped)
-            out = run_round(inputs, map_clients=mapped, runner=runner)
-        except RoundFailed as failed:
-            write_round_records(
-                root, k, summary=None, health=failed.health, table=None,
-                private=private, publish_oracle=publish_oracle,
-            )  # fmt: skip
-            break
+    except RoundFailed as failed:
+        files.failed(len(files.summaries) + 1, failed.health)
+    return files.summaries
+
+
+class _RoundFiles:
+    """A loop callback writing each round's files as the round stage does (and
+    keeping each round's summary; ``weights_out`` receives the weights)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        private: Any,
+        publish_oracle: bool,
+        save_models: bool,
+        weights_out: list[Weights] | None,
+    ) -> None:
+        self.root, self.private, self.publish_oracle = root, private, publish_oracle
+        self.save_models, self.weights_out = save_models, weights_out
+        self.summaries: list[dict[str, Any]] = []
+
+    def initial(self, weights: Weights) -> None:
+        """The initial model (round 0)."""
+        if self.weights_out is not None:
+            self.weights_out.append(weights)
+        if self.save_models:
+            save_weights(self.root / layout.model_weights(0), weights)
+
+    def after_round(self, out: RoundOutputs) -> None:
+        k = out.record.round
         summary = out.record.summary()
         write_round_records(
-            root, k, summary=summary, health=out.health,
-            table=out.record.client_table(), private=private,
-            publish_oracle=publish_oracle,
+            self.root, k, summary=summary, health=out.health,
+            table=out.record.client_table(), private=self.private,
+            publish_oracle=self.publish_oracle,
         )  # fmt: skip
-        summaries.append(summary)
-        if save_models:
-            save_weights(root / layout.model_weights(k), out.weights)
-        weights, state, client_states = out.weights, out.server_state, out.client_states
-        if weights_out is not None:
-            weights_out.append(weights)
-    return summaries
+        self.summaries.append(summary)
+        if self.save_models:
+            save_weights(self.root / layout.model_weights(k), out.weights)
+        if self.weights_out is not None:
+            self.weights_out.append(out.weights)
+
+    def failed(self, k: int, health: dict[str, Any]) -> None:
+        """Round ``k``'s health record after its aggregation was refused."""
+        write_round_records(
+            self.root, k, summary=None, health=health, table=None,
+            private=self.private, publish_oracle=self.publish_oracle,
+        )  # fmt: skip
+
+
+def random_federation(
+    clients: int, *, features: int = 6, classes: int = 3
+) -> FederatedData:
+    """``clients`` clients of random rows for a tiny MLP (client ``c``: 20 + 4c
+    rows, its first 6 also its test split) and 30 held-out rows."""
+    rng = np.random.default_rng(0)
+    spec = DatasetSpec(
+        "random", tuple(range(classes)), (features,), (-5.0, 5.0), 1.0, 100
+    )
+    x_test = rng.normal(size=(30, features)).astype(np.float32)
+    own = [_random_client(c, features, classes) for c in range(clients)]
+    return FederatedData(spec, x_test, np.arange(30) % classes, tuple(own))
+
+
+def _random_client(c: int, features: int, classes: int) -> ClientData:
+    rng = np.random.default_rng(200 + c)
+    n = 20 + 4 * c
+    x = rng.normal(size=(n, features)).astype(np.float32)
+    y = rng.integers(0, classes, size=n).astype(np.int64)
+    return ClientData(c, x, y, x[:6], y[:6])
 
 
 def _digits(

@@ -14,12 +14,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers_fl import run_federation
+from helpers_fl import random_federation, run_federation
 
 from fedpipe.client import LocalTraining, make_client
 from fedpipe.config import layout
 from fedpipe.config.params import ParamsError, parse_params, round_chain
-from fedpipe.data.sources import DatasetSpec
 from fedpipe.data.splits import ClientData, FederatedData
 from fedpipe.federation.failures import (
     FailurePolicy,
@@ -50,21 +49,8 @@ def runner() -> ModelRunner:
     return _runner[0]
 
 
-def _client(c: int) -> ClientData:
-    rng = np.random.default_rng(200 + c)
-    n = 20 + 4 * c  # 20 .. 56 rows: 3 .. 7 batches of 8
-    x = rng.normal(size=(n, FEATURES)).astype(np.float32)
-    y = rng.integers(0, CLASSES, size=n).astype(np.int64)
-    return ClientData(c, x, y, x[:6], y[:6])
-
-
 def _inputs(**changes) -> RoundInputs:
-    rng = np.random.default_rng(0)
-    spec = DatasetSpec("random", (0, 1, 2), (FEATURES,), (-5.0, 5.0), 1.0, 100)
-    x_test = rng.normal(size=(30, FEATURES)).astype(np.float32)
-    data = FederatedData(
-        spec, x_test, np.arange(30) % CLASSES, tuple(map(_client, range(CLIENTS)))
-    )
+    data = random_federation(CLIENTS, features=FEATURES, classes=CLASSES)
     strategy = make_strategy("fedavg", total_clients=CLIENTS)
     weights = initial_weights(SPEC, 0)
     inputs = RoundInputs(

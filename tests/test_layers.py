@@ -149,9 +149,20 @@ def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+def import_graph(
+    root: Path = ROOT, script_folders: Iterable[str] = ()
+) -> dict[str, set[str]]:
+    """The project's import graph; with ``script_folders`` (e.g. ``benchmarks``)
+    their modules too, by folder (``benchmarks.bench_scale``), bare imports of a
+    sibling resolved (:func:`script_imports`)."""
     modules = modules_of(root, PROJECT_PACKAGES)
-    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+    graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
+    scripts = modules_of(root, script_folders)
+    everything = {**modules, **scripts}
+    graph.update(
+        {name: script_imports(name, path, everything) for name, path in scripts.items()}
+    )
+    return graph
 
 
 GRAPH = import_graph()
@@ -281,3 +292,51 @@ def test_the_checker_resolves_relative_imports(tmp_path: Path) -> None:
 )
 def test_layer_of(module: str, floor: int) -> None:
     assert layer_of(module) == floor
+
+
+# ---------------------------------------------------------------- scripts
+
+SCRIPT_FOLDERS = ("benchmarks", "scripts")
+"""Folders of scripts that import a sibling by its bare name after
+``sys.path.insert`` (``from bench_cache import DVC``)."""
+
+
+def script_imports(name: str, path: Path, modules: Mapping[str, Path]) -> set[str]:
+    """What a script imports (:func:`imports_of`), a bare module name resolved
+    to the file of that name in the script's own folder."""
+    folder = name.rpartition(".")[0]
+    siblings = {
+        m.rpartition(".")[2]: m for m in modules if m.rpartition(".")[0] == folder
+    }
+    local = {**modules, **{bare: modules[m] for bare, m in siblings.items()}}
+    return {siblings.get(t, t) for t in imports_of(name, path, local)}
+
+
+def test_benchmarks_and_scripts_have_no_import_cycle() -> None:
+    assert cycles(import_graph(ROOT, SCRIPT_FOLDERS)) == []
+
+
+def test_the_checker_resolves_a_bare_import_to_the_sibling(tmp_path: Path) -> None:
+    files = {
+        "fedpipe/__init__.py": "",
+        "fedpipe/core.py": "",
+        "benchmarks/a.py": "import sys\nfrom b import f\nimport fedpipe.core\n",
+        "benchmarks/b.py": "def f():\n    import a\n",
+        "benchmarks/c.py": "import d\n",  # no sibling d: not a project module
+        "scripts/d.py": "from a import f\n",  # a is not its sibling
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    graph = {
+        m: t
+        for m, t in import_graph(tmp_path, SCRIPT_FOLDERS).items()
+        if not m.startswith("fedpipe")
+    }
+    assert graph == {
+        "benchmarks.a": {"benchmarks.b", "fedpipe.core"},
+        "benchmarks.b": {"benchmarks.a"},
+        "benchmarks.c": set(),
+        "scripts.d": set(),
+    }
+    assert cycles(graph) == [["benchmarks.a", "benchmarks.b"]]

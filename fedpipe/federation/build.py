@@ -366,9 +366,9 @@ def round_inputs(
 ) -> RoundInputs:
     """Round ``round_``'s inputs from ``params`` and the state after the round
     before it: the one place a round is assembled (the round stage reads the
-    state from the project's files; :func:`fedpipe.federation.loop.run_rounds`
-    carries it in memory). ``key``: the project's secret key when
-    :func:`needs_key`, else None."""
+    state from the project's files;
+    :func:`fedpipe.federation.loop.run_federation` carries it in memory).
+    ``key``: the project's secret key when :func:`needs_key`, else None."""
     strategy = strategy_for(params)
     server = private_strategy(strategy, privacy_for(params), seed=params.seed, key=key)
     return RoundInputs(

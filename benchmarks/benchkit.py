@@ -1,0 +1,50 @@
+"""What ``bench_rounds.py`` and ``bench_scale.py`` share: the library loop on a
+project's inputs and pfl-research's interpreter. Imported by bare name, as its
+siblings are (``sys.path`` holds this folder)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+PEERS = Path(__file__).resolve().parent / "peers"
+
+
+def pfl_python() -> Path | None:
+    """pfl's interpreter (``$PFL_VENV/bin/python``), None when it is not there."""
+    venv = Path(os.environ.get("PFL_VENV", ".venv-pfl"))
+    python = venv / "bin" / "python"
+    return python if python.exists() else None
+
+
+def library_rounds(project: Path, rounds: int | None = None) -> tuple[Any, Any]:
+    """The library loop on ``project`` (cwd moves there): round 1's inputs as
+    its ``load-round`` task builds them, then
+    :func:`fedpipe.federation.loop.run_federation`, no Prefect, no files, no
+    DVC. ``rounds`` defaults to ``federation.rounds``; ``train.cohort_size`` and
+    ``runtime.threads`` are honoured, as ``fedpipe run`` does. Returns the
+    rounds' :class:`~fedpipe.federation.loop.RoundTimes` (``start``: after the
+    set-up, before round 1) and the last round's outputs."""
+    os.chdir(project)
+    from fedpipe.config.params import load_params
+    from fedpipe.federation.loop import RoundTimes, run_federation
+    from fedpipe.federation.roundfiles import load_round
+    from fedpipe.model.cohort import cohort_map
+    from fedpipe.model.process import runner_for, spare_runners
+    from fedpipe.model.threads import usable_cores
+
+    params = load_params()
+    inputs = load_round(params, 1)
+    runner = runner_for(inputs.spec)
+    threads = params.runtime.threads or usable_cores()
+    spares = spare_runners(inputs.spec, threads - 1)
+    times = RoundTimes()
+    out = run_federation(
+        inputs,
+        rounds=rounds or params.federation.rounds,
+        map_clients=cohort_map(runner, params.train.cohort_size, spares=spares),
+        runner=runner,
+        callbacks=[times],
+    )
+    return times, out
