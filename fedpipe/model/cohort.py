@@ -67,6 +67,7 @@ import tensorflow as tf
 from fedpipe.client.base import LocalFit, LocalTrainer, LocalTraining
 from fedpipe.data.splits import ClientData
 from fedpipe.model.metrics import classification_metrics
+from fedpipe.model.step import Terms, local_gradient, unsupported
 from fedpipe.model.threads import threaded_map
 from fedpipe.model.trainer import (
     ClientFailure,
@@ -407,27 +408,7 @@ def unvectorizable(runner: ModelRunner) -> str | None:
             )
     if model.losses:
         return "the model adds losses of its own (not vectorized)"
-    return _optimizer_unsupported(runner.optimizer)
-
-
-def _optimizer_unsupported(optimizer: keras.optimizers.Optimizer) -> str | None:
-    """Why the optimizer's math is not the one written out here, or None."""
-    name = type(optimizer).__name__
-    if type(optimizer) not in (keras.optimizers.SGD, keras.optimizers.Adam):
-        return f"optimizer {name} is not vectorized (sgd and adam are)"
-    extras = ("clipnorm", "clipvalue", "global_clipnorm", "weight_decay")
-    set_ = [k for k in extras if getattr(optimizer, k, None)]
-    if optimizer.use_ema or set_ or getattr(optimizer, "loss_scale_factor", None):
-        return f"optimizer {name} has settings not vectorized ({', '.join(set_)})"
-    if isinstance(optimizer, keras.optimizers.SGD) and (
-        optimizer.momentum or optimizer.nesterov
-    ):
-        return "SGD with momentum is not vectorized"
-    if isinstance(optimizer, keras.optimizers.Adam) and optimizer.amsgrad:
-        return "Adam with amsgrad is not vectorized"
-    if not isinstance(optimizer.learning_rate, keras.Variable | tf.Variable):
-        return "a learning-rate schedule is not vectorized"
-    return None
+    return unsupported(runner.optimizer)
 
 
 @dataclass
@@ -453,12 +434,7 @@ class CohortEngine:
         self.non_trainable = [place[id(v)] for v in self.model.non_trainable_variables]
         self.dtypes = [np.dtype(v.dtype) for v in self.model.weights]
         self.shapes = [tuple(v.shape) for v in self.model.weights]
-        opt = runner.optimizer
-        self.adam = isinstance(opt, keras.optimizers.Adam)
-        self.lr = tf.constant(np.float32(opt.learning_rate.numpy()))
-        if self.adam:
-            self.beta_1, self.beta_2 = opt.beta_1, opt.beta_2
-            self.epsilon = opt.epsilon
+        self.update = runner.update
         self._steps: dict[tuple[bool, bool], Callable[..., Any]] = {}
         self.x_dtype = np.dtype(
             keras.backend.standardize_dtype(self.model.inputs[0].dtype)
@@ -487,8 +463,7 @@ class CohortEngine:
         common = [
             tv,
             ntv,
-            tv if self.adam else [],
-            tv if self.adam else [],
+            [tv] * self.update.slots,
             clients,
             x,
             y,
@@ -602,17 +577,15 @@ class CohortEngine:
         if offset:
             offsets = [self._cast(r.gradient_offset or []) for r in group]
             extra.append(self._stack(offsets, self.trainable))
-        moments = [tf.zeros_like(v) for v in tv] if self.adam else []
-        velocities = [tf.zeros_like(v) for v in tv] if self.adam else []
+        state = [[tf.zeros_like(v) for v in tv] for _ in range(self.update.slots)]
         count = tf.zeros(len(group), tf.float32)
         step = self._step(prox=prox, offset=offset)
         losses = []
         for t in range(len(sched.active)):
-            tv, moments, velocities, count, loss = step(
+            tv, state, count, loss = step(
                 tv,
                 ntv,
-                moments,
-                velocities,
+                state,
                 count,
                 tf.constant(sched.x[t]),
                 tf.constant(sched.y[t]),
@@ -679,39 +652,35 @@ class CohortEngine:
         return self._steps[key]
 
     def _make_step(self, *, prox: bool, offset: bool) -> Callable[..., Any]:
+        """Every client's :func:`fedpipe.model.step.local_gradient` on its own
+        stacked weights (``tf.vectorized_map``), then the runner's
+        :class:`~fedpipe.model.step.Update` on the stack; a client without a
+        batch at this step keeps its weights, optimizer state and step count."""
         model, per_sample = self.model, self.runner._loss
         label_weights = self.runner.label_weights
 
         def grads_one(elems: tuple[Any, ...]) -> tuple[list[tf.Tensor], tf.Tensor]:
             tv, ntv, x, y, m, *rest = elems
-            with tf.GradientTape() as tape:
-                tape.watch(tv)
+
+            def loss(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
                 probs, _ = model.stateless_call(tv, ntv, x, training=True)
                 values = per_sample(y, probs) * m
                 weights = label_weights(y)  # train.class_weight
                 if weights is not None:
                     values = values * tf.reshape(weights, tf.shape(values))
-                loss = tf.reduce_sum(values) / tf.maximum(tf.reduce_sum(m), 1.0)
-                total = loss
-                if prox:
-                    mu, anchor = rest[0], rest[1]
-                    distance = tf.add_n(
-                        [
-                            tf.reduce_sum(tf.square(v - a))
-                            for v, a in zip(tv, anchor, strict=True)
-                        ]
-                    )
-                    total = loss + 0.5 * mu * distance
-            grads = tape.gradient(total, tv)
-            if offset:
-                grads = [g + o for g, o in zip(grads, rest[-1], strict=True)]
-            return grads, loss
+                return tf.reduce_sum(values) / tf.maximum(tf.reduce_sum(m), 1.0)
+
+            terms = Terms(
+                mu=rest[0] if prox else None,
+                anchor=rest[1] if prox else None,
+                offset=rest[-1] if offset else None,
+            )
+            return local_gradient(loss, x, y, tv, terms)
 
         def step(
             tv: list[tf.Tensor],
             ntv: list[tf.Tensor],
-            moments: list[tf.Tensor],
-            velocities: list[tf.Tensor],
+            state: list[list[tf.Tensor]],
             count: tf.Tensor,
             x: tf.Tensor,
             y: tf.Tensor,
@@ -723,8 +692,8 @@ class CohortEngine:
                 grads_one, (tv, ntv, x, y, m, *extra), fallback_to_while_loop=False
             )
             new_count = count + tf.cast(active, tf.float32)
-            new_tv, new_m, new_v = self.update(
-                tv, grads, moments, velocities, new_count
+            new_tv, new_state = self.update(
+                tv, grads, state, [_along(new_count, v) for v in tv]
             )
 
             def keep(new: list[tf.Tensor], old: list[tf.Tensor]) -> list[tf.Tensor]:
@@ -735,58 +704,12 @@ class CohortEngine:
 
             return (
                 keep(new_tv, tv),
-                keep(new_m, moments),
-                keep(new_v, velocities),
+                [keep(n, o) for n, o in zip(new_state, state, strict=True)],
                 new_count,
                 loss,
             )
 
         return step
-
-    def update(
-        self,
-        tv: list[tf.Tensor],
-        grads: list[tf.Tensor],
-        moments: list[tf.Tensor],
-        velocities: list[tf.Tensor],
-        count: tf.Tensor,
-    ) -> tuple[list[tf.Tensor], list[tf.Tensor], list[tf.Tensor]]:
-        """One step of the runner's optimizer on every client's stacked variables.
-
-        Keras' ``update_step`` of SGD (no momentum) or Adam, written out because
-        Keras' optimizers update variables, not the stacked tensors of
-        ``tf.vectorized_map``: ``tv``, ``grads``, Adam's ``moments`` and
-        ``velocities`` (empty for SGD) are (K, ...) per trainable variable;
-        ``count`` (K,) is each client's step number (Keras' ``iterations + 1``).
-        Returns the new variables, moments and velocities
-        (tests/test_trainer.py checks them against Keras' own step).
-        """
-        if self.adam:
-            return self._adam(tv, grads, moments, velocities, count)
-        new_tv = [v - g * self.lr for v, g in zip(tv, grads, strict=True)]
-        return new_tv, moments, velocities
-
-    def _adam(
-        self,
-        tv: list[tf.Tensor],
-        grads: list[tf.Tensor],
-        moments: list[tf.Tensor],
-        velocities: list[tf.Tensor],
-        count: tf.Tensor,
-    ) -> tuple[list[tf.Tensor], list[tf.Tensor], list[tf.Tensor]]:
-        """keras.optimizers.Adam.update_step on stacked variables."""
-        new_tv, new_m, new_v = [], [], []
-        for v, g, m, s in zip(tv, grads, moments, velocities, strict=True):
-            local_step = _along(count, v)
-            beta_1_power = tf.pow(tf.constant(self.beta_1, tf.float32), local_step)
-            beta_2_power = tf.pow(tf.constant(self.beta_2, tf.float32), local_step)
-            alpha = self.lr * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
-            m = m + (g - m) * (1 - self.beta_1)
-            s = s + (tf.square(g) - s) * (1 - self.beta_2)
-            new_tv.append(v - (m * alpha) / (tf.sqrt(s) + self.epsilon))
-            new_m.append(m)
-            new_v.append(s)
-        return new_tv, new_m, new_v
 
     # ------------------------------------------------------------ evaluation
 
@@ -856,11 +779,10 @@ class CohortEngine:
         ntv = self._stack([weights, weights], self.non_trainable)
         try:
             self._predict(tv, ntv, x, tf.constant(y))
-            zeros = [tf.zeros_like(v) for v in tv] if self.adam else []
+            zeros = [[tf.zeros_like(v) for v in tv]] * self.update.slots
             self._step(prox=False, offset=False)(
                 tv,
                 ntv,
-                zeros,
                 zeros,
                 tf.zeros(2),
                 x,
