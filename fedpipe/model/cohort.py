@@ -3,9 +3,10 @@
 Small clients spend most of a step on per-call overhead. A cohort stacks the
 clients' weights along a new leading axis and trains them together:
 ``keras.Model.stateless_call`` inside ``tf.vectorized_map`` gives every client's
-gradient in one call, and the optimizer's math (SGD, Adam; written out here as
-Keras writes it) is applied to the stacked arrays. The result equals the
-sequential path (:func:`fedpipe.model.trainer.run_client`) to rounding::
+gradient in one call, and the optimizer's math (SGD, Adam; written out as Keras
+writes it, :class:`fedpipe.model.step.Update`) is applied to the stacked arrays.
+The result equals the sequential path (:func:`fedpipe.model.trainer.run_client`)
+to rounding::
 
     results = train_cohort(jobs, runner)            # = [run_client(j, runner) ...]
     outputs = run_round(inputs, map_clients=cohort_map(runner, 100), runner=runner)
@@ -44,10 +45,11 @@ network with grouped convolutions and 10x as shifted batched matmuls:
 benchmarks/bench_cohort.py), random layers such as dropout (masks are drawn per
 batch shape, padded batches would draw others), non-trainable state such as
 batch-norm statistics (updated from padded batches), an optimizer setting not
-written out here, an op TensorFlow cannot vectorize. A request that does not fit
-(weights not shaped like the model) runs sequentially too, and so does every
-request of a vectorized group that raised (one client's bad data must not fail
-the others: each then gets its own result or its own error).
+written out (:func:`fedpipe.model.step.unsupported`), an op TensorFlow cannot
+vectorize. A request that does not fit (weights not shaped like the model) runs
+sequentially too, and so does every request of a vectorized group that raised
+(one client's bad data must not fail the others: each then gets its own result
+or its own error).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from fedpipe.client.base import LocalFit, LocalTrainer, LocalTraining
+from fedpipe.client.base import FitRequest, LocalFit, LocalTrainer, LocalTraining
 from fedpipe.data.splits import ClientData
 from fedpipe.model.metrics import classification_metrics
 from fedpipe.model.step import Terms, local_gradient, unsupported
@@ -76,10 +78,8 @@ from fedpipe.model.trainer import (
     KerasTrainer,
     MapClients,
     fit_client,
-    fit_length,
     run_here,
     run_job,
-    spent,
 )
 from fedpipe.model.training import ModelRunner, batch_indices
 from fedpipe.model.zoo import layer_kind
@@ -107,22 +107,16 @@ class _Request:
 
 @dataclass
 class _Fit(_Request):
-    seed: int = 0
-    epochs: int = 1
-    batch_size: int = 32
-    max_steps: int | None = None
-    proximal_mu: float = 0.0
-    anchor: list[np.ndarray] | None = None
-    gradient_offset: list[np.ndarray] | None = None
+    fit: FitRequest = field(default=None, repr=False)  # type: ignore[assignment]
     plan: list[np.ndarray] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         self.plan = batch_indices(
             len(self.data.y_train),
-            epochs=self.epochs,
-            batch_size=self.batch_size,
-            seed=self.seed,
-            max_steps=self.max_steps,
+            epochs=self.fit.epochs,
+            batch_size=self.fit.batch_size,
+            seed=self.fit.seed,
+            max_steps=self.fit.max_steps,
         )
 
     @property
@@ -131,9 +125,9 @@ class _Fit(_Request):
         term, offset, batch size) and a step count within a factor of two (so
         padding at most doubles a group's work, whatever the clients' sizes)."""
         return (
-            self.proximal_mu > 0,
-            self.gradient_offset is not None,
-            self.batch_size,
+            self.fit.proximal_mu > 0,
+            self.fit.gradient_offset is not None,
+            self.fit.batch_size,
             len(self.plan).bit_length(),
         )
 
@@ -182,8 +176,8 @@ class _Barrier:
 
 
 class CohortTrainer(LocalTrainer):
-    """:class:`LocalTrainer` of one job in a cohort: the same arguments and
-    defaults as :class:`fedpipe.model.trainer.KerasTrainer`, served by the cohort."""
+    """:class:`LocalTrainer` of one job in a cohort: its fits (the one
+    :meth:`LocalTrainer.fit`) and evaluations served by the cohort."""
 
     def __init__(
         self,
@@ -206,36 +200,10 @@ class CohortTrainer(LocalTrainer):
     def trainable(self) -> list[int]:
         return list(self._trainable)
 
-    def fit(
-        self,
-        weights: Sequence[np.ndarray],
-        *,
-        seed: int,
-        proximal_mu: float = 0.0,
-        anchor: Sequence[np.ndarray] | None = None,
-        gradient_offset: Sequence[np.ndarray] | None = None,
-        epochs: int | None = None,
-    ) -> LocalFit:
-        n_epochs, max_steps = fit_length(
-            self.training, epochs, self.steps_taken, self.fits_done
+    def run_fit(self, request: FitRequest) -> LocalFit:
+        result: LocalFit = self.barrier.submit(
+            _Fit(self.index, self.data, request.weights, fit=request)
         )
-        self.fits_done += 1
-        if max_steps == 0:
-            return spent(weights)
-        request = _Fit(
-            self.index,
-            self.data,
-            list(weights),
-            seed=seed,
-            epochs=n_epochs,
-            batch_size=self.training.batch_size,
-            max_steps=max_steps,
-            proximal_mu=proximal_mu,
-            anchor=None if anchor is None else list(anchor),
-            gradient_offset=None if gradient_offset is None else list(gradient_offset),
-        )
-        result: LocalFit = self.barrier.submit(request)
-        self.steps_taken += result.steps
         return result
 
     def evaluate(self, weights: Sequence[np.ndarray]) -> dict[str, float]:
@@ -525,7 +493,7 @@ class CohortEngine:
 
     def _fits_model(self, r: _Fit) -> bool:
         lists = [r.weights] + [
-            a for a in (r.anchor, r.gradient_offset) if a is not None
+            a for a in (r.fit.anchor, r.fit.gradient_offset) if a is not None
         ]
         ok = all(
             len(ws) == len(self.shapes)
@@ -545,18 +513,7 @@ class CohortEngine:
 
     def _fit_sequential(self, group: Sequence[_Fit]) -> None:
         (r,) = group
-        r.result = fit_client(
-            self.runner,
-            r.data,
-            r.weights,
-            epochs=r.epochs,
-            batch_size=r.batch_size,
-            max_steps=r.max_steps,
-            seed=r.seed,
-            proximal_mu=r.proximal_mu,
-            anchor=r.anchor,
-            gradient_offset=r.gradient_offset,
-        )
+        r.result = fit_client(self.runner, r.data, r.fit)
 
     # ------------------------------------------------------------ fitting
 
@@ -569,13 +526,13 @@ class CohortEngine:
         extra: list[Any] = []
         if prox:
             anchors = [
-                w if r.anchor is None else self._cast(r.anchor)
+                w if r.fit.anchor is None else self._cast(r.fit.anchor)
                 for r, w in zip(group, weights, strict=True)
             ]
-            mu = tf.constant(np.array([r.proximal_mu for r in group], np.float32))
+            mu = tf.constant(np.array([r.fit.proximal_mu for r in group], np.float32))
             extra += [mu, self._stack(anchors, self.trainable)]
         if offset:
-            offsets = [self._cast(r.gradient_offset or []) for r in group]
+            offsets = [self._cast(r.fit.gradient_offset or []) for r in group]
             extra.append(self._stack(offsets, self.trainable))
         state = [[tf.zeros_like(v) for v in tv] for _ in range(self.update.slots)]
         count = tf.zeros(len(group), tf.float32)
@@ -619,7 +576,7 @@ class CohortEngine:
 
     def _schedule(self, group: Sequence[_Fit]) -> _Schedule:
         """Each client's batches as ModelRunner.fit cuts them, padded to a grid."""
-        batch = group[0].batch_size
+        batch = group[0].fit.batch_size
         plans = [r.plan for r in group]
         n_steps = max((len(p) for p in plans), default=0)
         first = group[0].data
