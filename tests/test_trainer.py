@@ -2,7 +2,7 @@
 
 One batching of local training (:func:`fedpipe.model.training.batch_indices`) for
 :meth:`ModelRunner.fit` and the vectorized cohort; ``cohort_map`` of size 1 is
-:func:`run_here`; the cohort's written-out SGD and Adam steps equal Keras' own.
+:func:`run_here`. The optimizer step both share: tests/test_step.py.
 """
 
 from __future__ import annotations
@@ -10,14 +10,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from fedpipe.client import ClientTask, LocalSGD, LocalTraining
+from fedpipe.client.base import FitRequest
 from fedpipe.data.splits import ClientData
-from fedpipe.model.cohort import _Fit, cohort_engine, cohort_map
+from fedpipe.model.cohort import _Fit, cohort_map
 from fedpipe.model.jobs import ClientJob, ClientResult
 from fedpipe.model.trainer import run_here
 from fedpipe.model.training import ModelRunner, ModelSpec, batch_indices
@@ -114,7 +113,7 @@ def test_fit_takes_one_step_per_planned_batch(max_steps: int | None) -> None:
 
 def test_a_cohort_fit_plans_the_same_batches() -> None:
     data = _data(2, 20)
-    fit = _Fit(0, data, [], seed=4, epochs=3, batch_size=8, max_steps=5)
+    fit = _Fit(0, data, [], fit=FitRequest([], 4, 3, 8, 5))
     expected = batch_indices(20, epochs=3, batch_size=8, seed=4, max_steps=5)
     assert len(fit.plan) == len(expected)
     for got, want in zip(fit.plan, expected, strict=True):
@@ -162,83 +161,3 @@ def test_model_package_imports_nothing_above_it() -> None:
                 names = [node.module]
             bad += [f"{path.name}: {n}" for n in names if n.startswith(above)]
     assert bad == []
-
-
-# ---------------------------------------------------------------- optimizers
-
-
-def _keras_steps(
-    optimizer: keras.optimizers.Optimizer,
-    start: list[np.ndarray],
-    grads: list[list[np.ndarray]],
-) -> list[np.ndarray]:
-    """Keras' own optimizer applied to one client's weights, step by step."""
-    variables = [keras.Variable(w) for w in start]
-    optimizer.build(variables)
-    for g in grads:
-        optimizer.apply([tf.constant(a) for a in g], variables)
-    return [v.value.numpy() for v in variables]
-
-
-def _cohort_steps(
-    optimizer: str,
-    start: list[list[np.ndarray]],
-    grads: list[list[list[np.ndarray]]],
-    active: np.ndarray,
-) -> list[np.ndarray]:
-    """The cohort engine's update on the clients' stacked weights; a client is
-    left as it was where ``active`` (steps x clients) is False, as the engine's
-    step masks it."""
-    engine, why = cohort_engine(_runner(optimizer))
-    assert engine is not None, why
-    tv = [tf.constant(np.stack(ws)) for ws in zip(*start, strict=True)]
-    moments = [tf.zeros_like(v) for v in tv] if engine.adam else []
-    velocities = [tf.zeros_like(v) for v in tv] if engine.adam else []
-    count = np.zeros(len(start), np.float32)
-    for t, on in enumerate(active):
-        count = count + on
-        g = [tf.constant(np.stack(gs)) for gs in zip(*grads[t], strict=True)]
-        new = engine.update(tv, g, moments, velocities, tf.constant(count))
-
-        def keep(n: list, o: list, on: np.ndarray = on) -> list:
-            shaped = [on.reshape((-1,) + (1,) * (len(x.shape) - 1)) for x in o]
-            return [tf.where(s, a, b) for s, a, b in zip(shaped, n, o, strict=True)]
-
-        tv, moments, velocities = (
-            keep(new[0], tv),
-            keep(new[1], moments),
-            keep(new[2], velocities),
-        )
-    return [np.array(v) for v in tv]
-
-
-def _keras_optimizer(optimizer: str) -> keras.optimizers.Optimizer:
-    lr = _runner(optimizer).spec.lr
-    if optimizer == "sgd":
-        return keras.optimizers.SGD(learning_rate=lr)
-    return keras.optimizers.Adam(learning_rate=lr)
-
-
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-@pytest.mark.parametrize("n_steps", [1, 4])
-def test_cohort_update_is_keras_optimizer_step(optimizer: str, n_steps: int) -> None:
-    """Two clients, different weights and gradients; the second sits out the
-    first step (its step count lags, as a masked step of a client with fewer
-    batches). Equal bit for bit: both run the same float32 ops eagerly."""
-    runner = _runner(optimizer)
-    shapes = [tuple(v.shape) for v in runner.model.trainable_variables]
-    rng = np.random.default_rng(0)
-
-    def draw(scale: float) -> list[np.ndarray]:
-        return [rng.normal(scale=scale, size=s).astype(np.float32) for s in shapes]
-
-    start = [draw(0.5), draw(0.5)]
-    grads = [[draw(1.0), draw(1.0)] for _ in range(n_steps)]
-    active = np.ones((n_steps, 2), bool)
-    active[0, 1] = n_steps == 1  # one step: both take it
-    got = _cohort_steps(optimizer, start, grads, active)
-    for k in range(2):
-        steps = [grads[t][k] for t in range(n_steps) if active[t, k]]
-        want = _keras_steps(_keras_optimizer(optimizer), start[k], steps)
-        for slot, w in enumerate(want):
-            np.testing.assert_array_equal(got[slot][k], w)

@@ -196,6 +196,49 @@ class LocalFit:
 
 
 @dataclass(frozen=True)
+class FitRequest:
+    """One fit as a trainer runs it (:meth:`LocalTrainer.fit` settled its
+    length): its start, seed, epochs, batch size and step cap (None: every
+    batch), and the
+    terms its algorithm adds to the local objective (:meth:`LocalTrainer.fit`)."""
+
+    weights: Weights = field(repr=False)
+    seed: int
+    epochs: int
+    batch_size: int
+    max_steps: int | None
+    proximal_mu: float = 0.0
+    anchor: Weights | None = field(default=None, repr=False)
+    gradient_offset: Weights | None = field(default=None, repr=False)
+
+
+def fit_length(
+    training: LocalTraining, epochs: int | None = None, taken: int = 0, done: int = 0
+) -> tuple[int, int | None]:
+    """A fit's epochs and step cap (:meth:`LocalTrainer.fit`): ``train.epochs``
+    capped at ``train.local_steps``; with ``epochs`` given (fine-tuning), that
+    many whole epochs. With a round budget (``training.round_steps``) the cap is
+    at most this fit's share of what the client's earlier fits this round
+    (``done`` fits, ``taken`` steps) left of it: ``ceil(left / fits left)`` of
+    ``training.round_fits``, so all its fits together keep to the budget and
+    each gets steps while the budget has one per fit left (0: nothing left)."""
+    n_epochs, cap = training.epochs, training.max_steps
+    if epochs is not None:
+        n_epochs, cap = epochs, None
+    if training.round_steps is not None:
+        left = max(0, training.round_steps - taken)
+        share = -(-left // max(1, training.round_fits - done))
+        cap = share if cap is None else min(cap, share)
+    return n_epochs, cap
+
+
+def spent(weights: Sequence[np.ndarray]) -> LocalFit:
+    """The fit of a client whose round budget is spent: its start weights
+    (copies), 0 steps, no loss."""
+    return LocalFit([np.array(w) for w in weights], 0, float("nan"))
+
+
+@dataclass(frozen=True)
 class ClientReply:
     """What a client sends back after its round.
 
@@ -238,9 +281,11 @@ class LocalTrainer(abc.ABC):
     :meth:`fedpipe.model.training.ModelRunner.fit`) with the optimizer of ``train.*``.
     A trainer serves one client's round: :attr:`steps_taken` counts the steps of
     all its fits (:attr:`fits_done` the fits), and with ``training.round_steps``
-    set no fit goes past its share of that budget
-    (:func:`fedpipe.model.trainer.fit_length`; a fit with none left returns its
-    start weights, 0 steps).
+    set no fit goes past its share of that budget (:func:`fit_length`; a fit
+    with none left returns its start weights, 0 steps).
+
+    :meth:`fit` is the one signature of a fit: it settles the fit's length and
+    counts, and hands the rest to :meth:`run_fit`, which a trainer implements.
     """
 
     training: LocalTraining
@@ -253,7 +298,6 @@ class LocalTrainer(abc.ABC):
     def trainable(self) -> list[int]:
         """Positions of the trainable arrays in the weight list."""
 
-    @abc.abstractmethod
     def fit(
         self,
         weights: Sequence[np.ndarray],
@@ -264,8 +308,34 @@ class LocalTrainer(abc.ABC):
         gradient_offset: Sequence[np.ndarray] | None = None,
         epochs: int | None = None,
     ) -> LocalFit:
-        """Train from ``weights`` on the client's training split (``epochs``
-        defaults to ``train.epochs``)."""
+        """Train from ``weights`` on the client's training split. With
+        ``epochs`` given, that many whole epochs (fine-tuning); otherwise
+        ``train.epochs`` capped at ``train.local_steps``; either within what is
+        left of the round's budget (:func:`fit_length`)."""
+        n_epochs, max_steps = fit_length(
+            self.training, epochs, self.steps_taken, self.fits_done
+        )
+        self.fits_done += 1
+        if max_steps == 0:
+            return spent(weights)
+        fit = self.run_fit(
+            FitRequest(
+                list(weights),
+                seed,
+                n_epochs,
+                self.training.batch_size,
+                max_steps,
+                proximal_mu,
+                None if anchor is None else list(anchor),
+                None if gradient_offset is None else list(gradient_offset),
+            )
+        )
+        self.steps_taken += fit.steps
+        return fit
+
+    def run_fit(self, request: FitRequest) -> LocalFit:
+        """Take the steps of one fit whose length :meth:`fit` settled."""
+        raise NotImplementedError(f"{type(self).__name__} trains in its own fit")
 
     @abc.abstractmethod
     def evaluate(self, weights: Sequence[np.ndarray]) -> dict[str, float]:

@@ -3,9 +3,10 @@
 Small clients spend most of a step on per-call overhead. A cohort stacks the
 clients' weights along a new leading axis and trains them together:
 ``keras.Model.stateless_call`` inside ``tf.vectorized_map`` gives every client's
-gradient in one call, and the optimizer's math (SGD, Adam; written out here as
-Keras writes it) is applied to the stacked arrays. The result equals the
-sequential path (:func:`fedpipe.model.trainer.run_client`) to rounding::
+gradient in one call, and the optimizer's math (SGD, Adam; written out as Keras
+writes it, :class:`fedpipe.model.step.Update`) is applied to the stacked arrays.
+The result equals the sequential path (:func:`fedpipe.model.trainer.run_client`)
+to rounding::
 
     results = train_cohort(jobs, runner)            # = [run_client(j, runner) ...]
     outputs = run_round(inputs, map_clients=cohort_map(runner, 100), runner=runner)
@@ -44,10 +45,11 @@ network with grouped convolutions and 10x as shifted batched matmuls:
 benchmarks/bench_cohort.py), random layers such as dropout (masks are drawn per
 batch shape, padded batches would draw others), non-trainable state such as
 batch-norm statistics (updated from padded batches), an optimizer setting not
-written out here, an op TensorFlow cannot vectorize. A request that does not fit
-(weights not shaped like the model) runs sequentially too, and so does every
-request of a vectorized group that raised (one client's bad data must not fail
-the others: each then gets its own result or its own error).
+written out (:func:`fedpipe.model.step.unsupported`), an op TensorFlow cannot
+vectorize. A request that does not fit (weights not shaped like the model) runs
+sequentially too, and so does every request of a vectorized group that raised
+(one client's bad data must not fail the others: each then gets its own result
+or its own error).
 """
 
 from __future__ import annotations
@@ -64,18 +66,17 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from fedpipe.client.base import LocalFit, LocalTrainer, LocalTraining
+from fedpipe.client.base import FitRequest, LocalFit, LocalTrainer, LocalTraining
 from fedpipe.data.splits import ClientData
 from fedpipe.model.jobs import ClientFailure, ClientJob, ClientResult, MapClients
 from fedpipe.model.metrics import classification_metrics
+from fedpipe.model.step import Terms, local_gradient, unsupported
 from fedpipe.model.threads import threaded_map
 from fedpipe.model.trainer import (
     KerasTrainer,
     fit_client,
-    fit_length,
     run_here,
     run_job,
-    spent,
 )
 from fedpipe.model.training import ModelRunner, batch_indices
 from fedpipe.model.zoo import layer_kind
@@ -103,22 +104,16 @@ class _Request:
 
 @dataclass
 class _Fit(_Request):
-    seed: int = 0
-    epochs: int = 1
-    batch_size: int = 32
-    max_steps: int | None = None
-    proximal_mu: float = 0.0
-    anchor: list[np.ndarray] | None = None
-    gradient_offset: list[np.ndarray] | None = None
+    fit: FitRequest = field(default=None, repr=False)  # type: ignore[assignment]
     plan: list[np.ndarray] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         self.plan = batch_indices(
             len(self.data.y_train),
-            epochs=self.epochs,
-            batch_size=self.batch_size,
-            seed=self.seed,
-            max_steps=self.max_steps,
+            epochs=self.fit.epochs,
+            batch_size=self.fit.batch_size,
+            seed=self.fit.seed,
+            max_steps=self.fit.max_steps,
         )
 
     @property
@@ -127,9 +122,9 @@ class _Fit(_Request):
         term, offset, batch size) and a step count within a factor of two (so
         padding at most doubles a group's work, whatever the clients' sizes)."""
         return (
-            self.proximal_mu > 0,
-            self.gradient_offset is not None,
-            self.batch_size,
+            self.fit.proximal_mu > 0,
+            self.fit.gradient_offset is not None,
+            self.fit.batch_size,
             len(self.plan).bit_length(),
         )
 
@@ -178,8 +173,8 @@ class _Barrier:
 
 
 class CohortTrainer(LocalTrainer):
-    """:class:`LocalTrainer` of one job in a cohort: the same arguments and
-    defaults as :class:`fedpipe.model.trainer.KerasTrainer`, served by the cohort."""
+    """:class:`LocalTrainer` of one job in a cohort: its fits (the one
+    :meth:`LocalTrainer.fit`) and evaluations served by the cohort."""
 
     def __init__(
         self,
@@ -202,36 +197,10 @@ class CohortTrainer(LocalTrainer):
     def trainable(self) -> list[int]:
         return list(self._trainable)
 
-    def fit(
-        self,
-        weights: Sequence[np.ndarray],
-        *,
-        seed: int,
-        proximal_mu: float = 0.0,
-        anchor: Sequence[np.ndarray] | None = None,
-        gradient_offset: Sequence[np.ndarray] | None = None,
-        epochs: int | None = None,
-    ) -> LocalFit:
-        n_epochs, max_steps = fit_length(
-            self.training, epochs, self.steps_taken, self.fits_done
+    def run_fit(self, request: FitRequest) -> LocalFit:
+        result: LocalFit = self.barrier.submit(
+            _Fit(self.index, self.data, request.weights, fit=request)
         )
-        self.fits_done += 1
-        if max_steps == 0:
-            return spent(weights)
-        request = _Fit(
-            self.index,
-            self.data,
-            list(weights),
-            seed=seed,
-            epochs=n_epochs,
-            batch_size=self.training.batch_size,
-            max_steps=max_steps,
-            proximal_mu=proximal_mu,
-            anchor=None if anchor is None else list(anchor),
-            gradient_offset=None if gradient_offset is None else list(gradient_offset),
-        )
-        result: LocalFit = self.barrier.submit(request)
-        self.steps_taken += result.steps
         return result
 
     def evaluate(self, weights: Sequence[np.ndarray]) -> dict[str, float]:
@@ -404,27 +373,7 @@ def unvectorizable(runner: ModelRunner) -> str | None:
             )
     if model.losses:
         return "the model adds losses of its own (not vectorized)"
-    return _optimizer_unsupported(runner.optimizer)
-
-
-def _optimizer_unsupported(optimizer: keras.optimizers.Optimizer) -> str | None:
-    """Why the optimizer's math is not the one written out here, or None."""
-    name = type(optimizer).__name__
-    if type(optimizer) not in (keras.optimizers.SGD, keras.optimizers.Adam):
-        return f"optimizer {name} is not vectorized (sgd and adam are)"
-    extras = ("clipnorm", "clipvalue", "global_clipnorm", "weight_decay")
-    set_ = [k for k in extras if getattr(optimizer, k, None)]
-    if optimizer.use_ema or set_ or getattr(optimizer, "loss_scale_factor", None):
-        return f"optimizer {name} has settings not vectorized ({', '.join(set_)})"
-    if isinstance(optimizer, keras.optimizers.SGD) and (
-        optimizer.momentum or optimizer.nesterov
-    ):
-        return "SGD with momentum is not vectorized"
-    if isinstance(optimizer, keras.optimizers.Adam) and optimizer.amsgrad:
-        return "Adam with amsgrad is not vectorized"
-    if not isinstance(optimizer.learning_rate, keras.Variable | tf.Variable):
-        return "a learning-rate schedule is not vectorized"
-    return None
+    return unsupported(runner.optimizer)
 
 
 @dataclass
@@ -450,12 +399,7 @@ class CohortEngine:
         self.non_trainable = [place[id(v)] for v in self.model.non_trainable_variables]
         self.dtypes = [np.dtype(v.dtype) for v in self.model.weights]
         self.shapes = [tuple(v.shape) for v in self.model.weights]
-        opt = runner.optimizer
-        self.adam = isinstance(opt, keras.optimizers.Adam)
-        self.lr = tf.constant(np.float32(opt.learning_rate.numpy()))
-        if self.adam:
-            self.beta_1, self.beta_2 = opt.beta_1, opt.beta_2
-            self.epsilon = opt.epsilon
+        self.update = runner.update
         self._steps: dict[tuple[bool, bool], Callable[..., Any]] = {}
         self.x_dtype = np.dtype(
             keras.backend.standardize_dtype(self.model.inputs[0].dtype)
@@ -484,8 +428,7 @@ class CohortEngine:
         common = [
             tv,
             ntv,
-            tv if self.adam else [],
-            tv if self.adam else [],
+            [tv] * self.update.slots,
             clients,
             x,
             y,
@@ -547,7 +490,7 @@ class CohortEngine:
 
     def _fits_model(self, r: _Fit) -> bool:
         lists = [r.weights] + [
-            a for a in (r.anchor, r.gradient_offset) if a is not None
+            a for a in (r.fit.anchor, r.fit.gradient_offset) if a is not None
         ]
         ok = all(
             len(ws) == len(self.shapes)
@@ -567,18 +510,7 @@ class CohortEngine:
 
     def _fit_sequential(self, group: Sequence[_Fit]) -> None:
         (r,) = group
-        r.result = fit_client(
-            self.runner,
-            r.data,
-            r.weights,
-            epochs=r.epochs,
-            batch_size=r.batch_size,
-            max_steps=r.max_steps,
-            seed=r.seed,
-            proximal_mu=r.proximal_mu,
-            anchor=r.anchor,
-            gradient_offset=r.gradient_offset,
-        )
+        r.result = fit_client(self.runner, r.data, r.fit)
 
     # ------------------------------------------------------------ fitting
 
@@ -591,25 +523,23 @@ class CohortEngine:
         extra: list[Any] = []
         if prox:
             anchors = [
-                w if r.anchor is None else self._cast(r.anchor)
+                w if r.fit.anchor is None else self._cast(r.fit.anchor)
                 for r, w in zip(group, weights, strict=True)
             ]
-            mu = tf.constant(np.array([r.proximal_mu for r in group], np.float32))
+            mu = tf.constant(np.array([r.fit.proximal_mu for r in group], np.float32))
             extra += [mu, self._stack(anchors, self.trainable)]
         if offset:
-            offsets = [self._cast(r.gradient_offset or []) for r in group]
+            offsets = [self._cast(r.fit.gradient_offset or []) for r in group]
             extra.append(self._stack(offsets, self.trainable))
-        moments = [tf.zeros_like(v) for v in tv] if self.adam else []
-        velocities = [tf.zeros_like(v) for v in tv] if self.adam else []
+        state = [[tf.zeros_like(v) for v in tv] for _ in range(self.update.slots)]
         count = tf.zeros(len(group), tf.float32)
         step = self._step(prox=prox, offset=offset)
         losses = []
         for t in range(len(sched.active)):
-            tv, moments, velocities, count, loss = step(
+            tv, state, count, loss = step(
                 tv,
                 ntv,
-                moments,
-                velocities,
+                state,
                 count,
                 tf.constant(sched.x[t]),
                 tf.constant(sched.y[t]),
@@ -643,7 +573,7 @@ class CohortEngine:
 
     def _schedule(self, group: Sequence[_Fit]) -> _Schedule:
         """Each client's batches as ModelRunner.fit cuts them, padded to a grid."""
-        batch = group[0].batch_size
+        batch = group[0].fit.batch_size
         plans = [r.plan for r in group]
         n_steps = max((len(p) for p in plans), default=0)
         first = group[0].data
@@ -676,39 +606,35 @@ class CohortEngine:
         return self._steps[key]
 
     def _make_step(self, *, prox: bool, offset: bool) -> Callable[..., Any]:
+        """Every client's :func:`fedpipe.model.step.local_gradient` on its own
+        stacked weights (``tf.vectorized_map``), then the runner's
+        :class:`~fedpipe.model.step.Update` on the stack; a client without a
+        batch at this step keeps its weights, optimizer state and step count."""
         model, per_sample = self.model, self.runner._loss
         label_weights = self.runner.label_weights
 
         def grads_one(elems: tuple[Any, ...]) -> tuple[list[tf.Tensor], tf.Tensor]:
             tv, ntv, x, y, m, *rest = elems
-            with tf.GradientTape() as tape:
-                tape.watch(tv)
+
+            def loss(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
                 probs, _ = model.stateless_call(tv, ntv, x, training=True)
                 values = per_sample(y, probs) * m
                 weights = label_weights(y)  # train.class_weight
                 if weights is not None:
                     values = values * tf.reshape(weights, tf.shape(values))
-                loss = tf.reduce_sum(values) / tf.maximum(tf.reduce_sum(m), 1.0)
-                total = loss
-                if prox:
-                    mu, anchor = rest[0], rest[1]
-                    distance = tf.add_n(
-                        [
-                            tf.reduce_sum(tf.square(v - a))
-                            for v, a in zip(tv, anchor, strict=True)
-                        ]
-                    )
-                    total = loss + 0.5 * mu * distance
-            grads = tape.gradient(total, tv)
-            if offset:
-                grads = [g + o for g, o in zip(grads, rest[-1], strict=True)]
-            return grads, loss
+                return tf.reduce_sum(values) / tf.maximum(tf.reduce_sum(m), 1.0)
+
+            terms = Terms(
+                mu=rest[0] if prox else None,
+                anchor=rest[1] if prox else None,
+                offset=rest[-1] if offset else None,
+            )
+            return local_gradient(loss, x, y, tv, terms)
 
         def step(
             tv: list[tf.Tensor],
             ntv: list[tf.Tensor],
-            moments: list[tf.Tensor],
-            velocities: list[tf.Tensor],
+            state: list[list[tf.Tensor]],
             count: tf.Tensor,
             x: tf.Tensor,
             y: tf.Tensor,
@@ -720,8 +646,8 @@ class CohortEngine:
                 grads_one, (tv, ntv, x, y, m, *extra), fallback_to_while_loop=False
             )
             new_count = count + tf.cast(active, tf.float32)
-            new_tv, new_m, new_v = self.update(
-                tv, grads, moments, velocities, new_count
+            new_tv, new_state = self.update(
+                tv, grads, state, [_along(new_count, v) for v in tv]
             )
 
             def keep(new: list[tf.Tensor], old: list[tf.Tensor]) -> list[tf.Tensor]:
@@ -732,58 +658,12 @@ class CohortEngine:
 
             return (
                 keep(new_tv, tv),
-                keep(new_m, moments),
-                keep(new_v, velocities),
+                [keep(n, o) for n, o in zip(new_state, state, strict=True)],
                 new_count,
                 loss,
             )
 
         return step
-
-    def update(
-        self,
-        tv: list[tf.Tensor],
-        grads: list[tf.Tensor],
-        moments: list[tf.Tensor],
-        velocities: list[tf.Tensor],
-        count: tf.Tensor,
-    ) -> tuple[list[tf.Tensor], list[tf.Tensor], list[tf.Tensor]]:
-        """One step of the runner's optimizer on every client's stacked variables.
-
-        Keras' ``update_step`` of SGD (no momentum) or Adam, written out because
-        Keras' optimizers update variables, not the stacked tensors of
-        ``tf.vectorized_map``: ``tv``, ``grads``, Adam's ``moments`` and
-        ``velocities`` (empty for SGD) are (K, ...) per trainable variable;
-        ``count`` (K,) is each client's step number (Keras' ``iterations + 1``).
-        Returns the new variables, moments and velocities
-        (tests/test_trainer.py checks them against Keras' own step).
-        """
-        if self.adam:
-            return self._adam(tv, grads, moments, velocities, count)
-        new_tv = [v - g * self.lr for v, g in zip(tv, grads, strict=True)]
-        return new_tv, moments, velocities
-
-    def _adam(
-        self,
-        tv: list[tf.Tensor],
-        grads: list[tf.Tensor],
-        moments: list[tf.Tensor],
-        velocities: list[tf.Tensor],
-        count: tf.Tensor,
-    ) -> tuple[list[tf.Tensor], list[tf.Tensor], list[tf.Tensor]]:
-        """keras.optimizers.Adam.update_step on stacked variables."""
-        new_tv, new_m, new_v = [], [], []
-        for v, g, m, s in zip(tv, grads, moments, velocities, strict=True):
-            local_step = _along(count, v)
-            beta_1_power = tf.pow(tf.constant(self.beta_1, tf.float32), local_step)
-            beta_2_power = tf.pow(tf.constant(self.beta_2, tf.float32), local_step)
-            alpha = self.lr * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
-            m = m + (g - m) * (1 - self.beta_1)
-            s = s + (tf.square(g) - s) * (1 - self.beta_2)
-            new_tv.append(v - (m * alpha) / (tf.sqrt(s) + self.epsilon))
-            new_m.append(m)
-            new_v.append(s)
-        return new_tv, new_m, new_v
 
     # ------------------------------------------------------------ evaluation
 
@@ -853,11 +733,10 @@ class CohortEngine:
         ntv = self._stack([weights, weights], self.non_trainable)
         try:
             self._predict(tv, ntv, x, tf.constant(y))
-            zeros = [tf.zeros_like(v) for v in tv] if self.adam else []
+            zeros = [[tf.zeros_like(v) for v in tv]] * self.update.slots
             self._step(prox=False, offset=False)(
                 tv,
                 ntv,
-                zeros,
                 zeros,
                 tf.zeros(2),
                 x,

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedpipe.client.base import (
+    FitRequest,
     LocalFit,
     LocalTrainer,
     LocalTraining,
@@ -66,102 +67,41 @@ class KerasTrainer(LocalTrainer):
     def trainable(self) -> list[int]:
         return self.runner.trainable_indices()
 
-    def fit(
-        self,
-        weights: Sequence[np.ndarray],
-        *,
-        seed: int,
-        proximal_mu: float = 0.0,
-        anchor: Sequence[np.ndarray] | None = None,
-        gradient_offset: Sequence[np.ndarray] | None = None,
-        epochs: int | None = None,
-    ) -> LocalFit:
-        """Train on the client's training split. With ``epochs`` given, that many
-        whole epochs (fine-tuning); otherwise ``train.epochs`` capped at
-        ``train.local_steps``; either within what is left of the round's budget
-        (:func:`fit_length`)."""
-        n_epochs, max_steps = fit_length(
-            self.training, epochs, self.steps_taken, self.fits_done
-        )
-        self.fits_done += 1
-        if max_steps == 0:
-            return spent(weights)
-        fit = fit_client(
+    def run_fit(self, request: FitRequest) -> LocalFit:
+        return fit_client(
             self.runner,
             self.data,
-            weights,
-            epochs=n_epochs,
-            batch_size=self.training.batch_size,
-            max_steps=max_steps,
-            seed=seed,
-            proximal_mu=proximal_mu,
-            anchor=anchor,
-            gradient_offset=gradient_offset,
+            request,
             dp=self.training.record_dp,
             client=self.data.client,
         )
-        self.steps_taken += fit.steps
-        return fit
 
     def evaluate(self, weights: Sequence[np.ndarray]) -> dict[str, float]:
         return self.runner.evaluate(list(weights), self.data.x_test, self.data.y_test)
 
 
-def fit_length(
-    training: LocalTraining, epochs: int | None = None, taken: int = 0, done: int = 0
-) -> tuple[int, int | None]:
-    """A fit's epochs and step cap (:meth:`LocalTrainer.fit`): ``train.epochs``
-    capped at ``train.local_steps``; with ``epochs`` given (fine-tuning), that
-    many whole epochs. With a round budget (``training.round_steps``) the cap is
-    at most this fit's share of what the client's earlier fits this round
-    (``done`` fits, ``taken`` steps) left of it: ``ceil(left / fits left)`` of
-    ``training.round_fits``, so all its fits together keep to the budget and
-    each gets steps while the budget has one per fit left (0: nothing left)."""
-    n_epochs, cap = training.epochs, training.max_steps
-    if epochs is not None:
-        n_epochs, cap = epochs, None
-    if training.round_steps is not None:
-        left = max(0, training.round_steps - taken)
-        share = -(-left // max(1, training.round_fits - done))
-        cap = share if cap is None else min(cap, share)
-    return n_epochs, cap
-
-
-def spent(weights: Sequence[np.ndarray]) -> LocalFit:
-    """The fit of a client whose round budget is spent: its start weights
-    (copies), 0 steps, no loss."""
-    return LocalFit([np.array(w) for w in weights], 0, float("nan"))
-
-
 def fit_client(
     runner: ModelRunner,
     data: ClientData,
-    weights: Sequence[np.ndarray],
+    request: FitRequest,
     *,
-    epochs: int,
-    batch_size: int,
-    max_steps: int | None,
-    seed: int,
-    proximal_mu: float = 0.0,
-    anchor: Sequence[np.ndarray] | None = None,
-    gradient_offset: Sequence[np.ndarray] | None = None,
     dp: RecordDP | None = None,
     client: int = 0,
 ) -> LocalFit:
-    """One fit of ``weights`` on ``data``'s training split, one step at a time on
-    ``runner`` (:meth:`fedpipe.model.training.ModelRunner.fit`, which says what
-    each argument does): the trained weights, steps taken and mean data loss."""
+    """One fit on ``data``'s training split, one step at a time on ``runner``
+    (:meth:`fedpipe.model.training.ModelRunner.fit`, which says what each
+    setting does): the trained weights, steps taken and mean data loss."""
     trained = runner.fit(
-        list(weights),
+        list(request.weights),
         data.x_train,
         data.y_train,
-        epochs=epochs,
-        batch_size=batch_size,
-        seed=seed,
-        proximal_mu=proximal_mu,
-        anchor=anchor,
-        gradient_offset=gradient_offset,
-        max_steps=max_steps,
+        epochs=request.epochs,
+        batch_size=request.batch_size,
+        seed=request.seed,
+        proximal_mu=request.proximal_mu,
+        anchor=request.anchor,
+        gradient_offset=request.gradient_offset,
+        max_steps=request.max_steps,
         dp=dp,
         client=client,
     )

@@ -35,6 +35,7 @@ from fedpipe.core.errors import EXIT_BAD_PARAMS, FedpipeError  # noqa: E402
 from fedpipe.core.secretkey import derived_key  # noqa: E402
 from fedpipe.core.seeds import derive_seed, keyed_rng, rng_for  # noqa: E402
 from fedpipe.model.metrics import classification_metrics  # noqa: E402
+from fedpipe.model.step import PerRecord, Terms, Update, local_gradient  # noqa: E402
 from fedpipe.model.zoo import build_model, loss_for  # noqa: E402
 
 if TYPE_CHECKING:
@@ -397,7 +398,6 @@ class ModelRunner:
         # compiled so that model.evaluate/fit work on it too (tests compare with them)
         self.model.compile(optimizer=optimizer, loss=self._train_loss)
         optimizer.build(self.model.trainable_variables)
-        self._optimizer_initial = [v.numpy() for v in optimizer.variables]
         self._seed_generators = [
             sg
             for layer in self.model._flatten_layers()
@@ -410,6 +410,15 @@ class ModelRunner:
         self._offset = [
             tf.Variable(tf.zeros_like(v), trainable=False)
             for v in self.model.trainable_variables
+        ]
+        self.update = Update.of(optimizer)  # the step Keras' optimizer takes
+        self._count = tf.Variable(0.0, trainable=False)  # steps since the reset
+        self._state = [
+            [
+                tf.Variable(tf.zeros_like(v), trainable=False)
+                for v in self.model.trainable_variables
+            ]
+            for _ in range(self.update.slots)
         ]
         self._steps: dict[tuple, Any] = {}
         self.last_steps = 0
@@ -430,9 +439,17 @@ class ModelRunner:
         """
         _assign(self.model.weights, weights, what="model")
 
+    @property
+    def iterations(self) -> int:
+        """Optimizer steps the last fit took (:attr:`update`'s step count)."""
+        return int(self._count.numpy())
+
     def _reset(self, weights: list[np.ndarray], seed: int) -> None:
         self.load(weights)
-        _assign(self.optimizer.variables, self._optimizer_initial, what="optimizer")
+        self._count.assign(0.0)
+        for slot in self._state:
+            for v in slot:
+                v.assign(tf.zeros_like(v))
         for i, sg in enumerate(self._seed_generators):
             sg.state.assign(np.array([seed + i, 0], dtype=sg.state.dtype))
 
@@ -639,42 +656,52 @@ class ModelRunner:
         expected: tf.Tensor,
         clip: tf.Tensor,
     ) -> tuple[list[tf.Tensor], tf.Tensor]:
-        """DP-SGD's gradient of one batch, and the batch's mean data loss.
+        """DP-SGD's gradient of one batch (:class:`fedpipe.model.step.PerRecord`),
+        and the batch's mean data loss."""
+        return PerRecord(noise, expected, clip).gradient(
+            self._record_loss, x, y, self.model.trainable_variables
+        )
 
-        Each record's gradient of its own loss (``tf.vectorized_map`` over the
-        records, as TensorFlow Privacy's vectorized optimizers do) is scaled to
-        L2 norm at most ``clip`` over all trainable arrays together
-        (``g * min(1, clip / ||g||)``); the scaled gradients are summed, the
-        ``noise`` added, and the sum divided by ``expected`` (the expected batch
-        size q n, fixed whoever was sampled, so one record moves the gradient by
-        at most ``clip / expected``). An empty batch gives the noise alone.
-        """
+    def _record_loss(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        """The data loss of ``(x, y)`` at the model's weights (DP-SGD's)."""
+        return self.data_loss(y, self.model(x, training=True))
+
+    def _batch_loss(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        """The data loss of ``(x, y)`` and the model's own losses."""
+        loss = self.data_loss(y, self.model(x, training=True))
+        if self.model.losses:
+            loss = loss + tf.add_n(self.model.losses)
+        return loss
+
+    def _terms(self, *, prox: bool, offset: bool, mu: Sequence[tf.Tensor]) -> Terms:
+        """The added terms of the fit in progress (:meth:`fit` set them)."""
+        return Terms(
+            mu=mu[0] if prox else None,
+            anchor=self._anchor if prox else None,
+            offset=self._offset if offset else None,
+        )
+
+    def _apply(self, grads: Sequence[tf.Tensor]) -> None:
+        """One step of :attr:`update` on the model's trainable variables."""
         variables = self.model.trainable_variables
-        if x.shape[0] == 0:
-            return [z / expected for z in noise], tf.constant(np.nan, tf.float32)
-
-        def one(example: tuple[tf.Tensor, tf.Tensor]) -> tuple[list, tf.Tensor]:
-            xi, yi = example
-            with tf.GradientTape() as tape:
-                loss = self.data_loss(yi[None], self.model(xi[None], training=True))
-            return tape.gradient(loss, variables), loss
-
-        per_record, losses = tf.vectorized_map(one, (x, y))
-        squares = [
-            tf.reduce_sum(tf.reshape(tf.square(g), (tf.shape(g)[0], -1)), axis=1)
-            for g in per_record
-        ]
-        # clip / 0 = inf: a zero gradient is kept as it is
-        scale = tf.minimum(1.0, clip / tf.sqrt(tf.add_n(squares)))
-        grads = [
-            (tf.tensordot(scale, g, axes=1) + z) / expected
-            for g, z in zip(per_record, noise, strict=True)
-        ]
-        return grads, tf.reduce_mean(losses)
+        self._count.assign_add(1.0)
+        step = self._count.read_value()
+        new, state = self.update(
+            [v.value for v in variables],
+            grads,
+            [[v.read_value() for v in slot] for slot in self._state],
+            [step] * len(variables),
+        )
+        for v, value in zip(variables, new, strict=True):
+            v.assign(value)
+        for slot, values in zip(self._state, state, strict=True):
+            for v, value in zip(slot, values, strict=True):
+                v.assign(value)
 
     def _dp_step(self, *, prox: bool, offset: bool) -> Any:
-        """The compiled DP-SGD step (:meth:`private_gradients`, then the
-        optimizer) for this combination of added terms."""
+        """The compiled DP-SGD step (:func:`fedpipe.model.step.local_gradient`
+        with :class:`~fedpipe.model.step.PerRecord`, then :meth:`_apply`) for
+        this combination of added terms."""
         key = ("dp", prox, offset)
         if key not in self._steps:
 
@@ -686,16 +713,15 @@ class ModelRunner:
                 clip: tf.Tensor,
                 *mu: tf.Tensor,
             ) -> tf.Tensor:
-                variables = self.model.trainable_variables
-                grads, loss = self.private_gradients(x, y, noise, expected, clip)
-                if prox:
-                    grads = [
-                        g + mu[0] * (v - a)
-                        for g, v, a in zip(grads, variables, self._anchor, strict=True)
-                    ]
-                if offset:
-                    grads = [g + o for g, o in zip(grads, self._offset, strict=True)]
-                self.optimizer.apply(grads, variables)
+                grads, loss = local_gradient(
+                    self._record_loss,
+                    x,
+                    y,
+                    self.model.trainable_variables,
+                    self._terms(prox=prox, offset=offset, mu=mu),
+                    PerRecord(noise, expected, clip),
+                )
+                self._apply(grads)
                 return loss
 
             self._steps[key] = OpenBatches(step, batched=(0, 1))
@@ -728,35 +754,25 @@ class ModelRunner:
         return y.reshape(-1, 1) if self.spec.n_classes == 2 else y
 
     def _step(self, *, prox: bool, offset: bool) -> Any:
-        """The compiled minibatch step for this combination of added terms.
+        """The compiled minibatch step for this combination of added terms:
+        :func:`fedpipe.model.step.local_gradient`, then :meth:`_apply`.
 
-        One definition for every local objective; each combination is traced once
-        and kept. With neither term it is exactly what ``model.fit`` does per
-        batch, without its per-call setup (about 0.1 s, more than a small
-        client's whole epoch).
+        Each combination is traced once and kept. With neither term it is
+        exactly what ``model.fit`` does per batch, without its per-call setup
+        (about 0.1 s, more than a small client's whole epoch).
         """
         key = (prox, offset)
         if key not in self._steps:
 
             def step(x: tf.Tensor, y: tf.Tensor, *mu: tf.Tensor) -> tf.Tensor:
-                variables = self.model.trainable_variables
-                with tf.GradientTape() as tape:
-                    loss = self.data_loss(y, self.model(x, training=True))
-                    if self.model.losses:
-                        loss = loss + tf.add_n(self.model.losses)
-                    total = loss
-                    if prox:
-                        distance = tf.add_n(
-                            [
-                                tf.reduce_sum(tf.square(v - a))
-                                for v, a in zip(variables, self._anchor, strict=True)
-                            ]
-                        )
-                        total = loss + 0.5 * mu[0] * distance
-                grads = tape.gradient(total, variables)
-                if offset:
-                    grads = [g + o for g, o in zip(grads, self._offset, strict=True)]
-                self.optimizer.apply(grads, variables)
+                grads, loss = local_gradient(
+                    self._batch_loss,
+                    x,
+                    y,
+                    self.model.trainable_variables,
+                    self._terms(prox=prox, offset=offset, mu=mu),
+                )
+                self._apply(grads)
                 return loss
 
             self._steps[key] = OpenBatches(step, batched=(0, 1))

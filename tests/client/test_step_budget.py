@@ -52,8 +52,8 @@ COMBINATIONS = [
 
 
 class CountingRunner(ModelRunner):
-    """A runner that adds up its optimizer's ``iterations`` after every fit (each
-    fit starts the optimizer afresh): the real optimizer steps taken."""
+    """A runner that adds up its optimizer's steps (``iterations``) after every
+    fit (each fit starts the optimizer afresh): the real optimizer steps taken."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__(spec)
@@ -61,7 +61,7 @@ class CountingRunner(ModelRunner):
 
     def fit(self, *args, **kwargs) -> list[np.ndarray]:
         out = super().fit(*args, **kwargs)
-        self.optimizer_steps += int(self.optimizer.iterations.numpy())
+        self.optimizer_steps += self.iterations
         return out
 
 
