@@ -330,6 +330,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--keep", type=Path, help="keep the projects in this folder")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--api-url",
+        help="a running Prefect server's API to report to (default: start one)",
+    )
     return parser
 
 
@@ -341,8 +345,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = (args.keep or Path(tempfile.mkdtemp(prefix="fedpipe-chaos-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     try:
-        with ct.prefect_server(work / "prefect-server") as url:
-            outcome = chaos(args, work, url)
+        if args.api_url:
+            outcome = chaos(args, work, args.api_url)
+        else:
+            with ct.prefect_server(work / "prefect-server") as url:
+                outcome = chaos(args, work, url)
     except ct.UsageError as exc:
         print(f"chaos.py: {exc}", file=sys.stderr)
         return 2

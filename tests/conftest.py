@@ -15,3 +15,11 @@ def _restore_cwd() -> Iterator[None]:
     before = os.getcwd()
     yield
     os.chdir(before)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """Hand the modules to the workers heaviest first (tests/suite_order.py)."""
+    from suite_order import heaviest_first, measured_weights
+
+    order = heaviest_first([item.nodeid for item in items], measured_weights())
+    items[:] = [items[i] for i in order]

@@ -141,6 +141,20 @@ def test_a_non_numeric_value_is_named_with_its_rows(tmp_path: Path) -> None:
         read_scoring_table(path, columns=COLUMNS, id_column=None, allow_missing=True)
 
 
+def test_one_non_numeric_value_is_named_with_its_row(tmp_path: Path) -> None:
+    """A value with a unit in one row (moved here from the end-to-end test of
+    `fedpipe predict`, which keeps one bad table for the CLI's path)."""
+    frame = pd.DataFrame(
+        {"tiny": [1, 2, 3, 4], "unit": [1, 2, 3, 4], "huge": ["1", "2", "3", "12 kg"]}
+    )
+    path = _csv(tmp_path, frame)
+    with pytest.raises(
+        ScoringError,
+        match=r"column 'huge' has non-numeric values \(row 4, e\.g\. '12 kg'\)",
+    ):
+        read_scoring_table(path, columns=COLUMNS, id_column=None, allow_missing=True)
+
+
 def test_empty_cells_without_imputation_are_refused(tmp_path: Path) -> None:
     frame = pd.DataFrame({"tiny": [1, None], "unit": [1, 2], "huge": [1, 2]})
     path = _csv(tmp_path, frame)

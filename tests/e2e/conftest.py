@@ -154,10 +154,13 @@ def _projects_changed_since(base: Path, since: float) -> list[Path]:
     """Projects under ``base`` that have run (a ``dvc.lock``) and whose
     ``dvc.lock`` or published metrics changed since ``since``."""
     found = []
-    for lock in base.rglob("dvc.lock"):
-        root = lock.parent
-        if ".dvc" in root.parts or not (root / "params.yaml").is_file():
+    for folder, subfolders, files in os.walk(base):
+        # git's and DVC's own folders hold no project (and most of the files)
+        subfolders[:] = [d for d in subfolders if d not in (".git", ".dvc")]
+        root = Path(folder)
+        if "dvc.lock" not in files or not (root / "params.yaml").is_file():
             continue
+        lock = root / "dvc.lock"
         touched = [lock, root / "metrics", root / "data/preprocess", root / "reports"]
         if any(p.exists() and p.stat().st_mtime >= since for p in touched):
             found.append(root)

@@ -18,11 +18,12 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "chaos.py"
 
 
 def test_killed_runs_resume_to_the_bits_of_an_uninterrupted_run(
-    tmp_path: Path,
+    tmp_path: Path, prefect_api: str
 ) -> None:
     figures = tmp_path / "chaos.json"
     args = ["--kills", "3", "--rounds", "2", "--clients", "3", "--seed", "2"]
     args += ["--window", "2", "20", "--json", str(figures)]
+    args += ["--api-url", prefect_api]  # the session's server, not one more
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), *args],
         capture_output=True,

@@ -128,23 +128,20 @@ def test_predict_equals_the_saved_model_loaded_with_plain_keras(
     assert "up to date" in status  # the exported file is no pipeline output
 
 
-def test_predict_names_a_missing_column_and_a_non_numeric_value(
+def test_predict_names_a_missing_column_in_one_line(
     project: Path, cli_env: dict[str, str]
 ) -> None:
+    """The CLI's path for a table it cannot score: one line, no traceback. What
+    each kind of bad table says is tested in process (tests/test_predict_raw.py:
+    a missing column, a non-numeric value, empty cells)."""
     raw = pd.read_csv(project / "new.csv", dtype=str)
     raw.drop(columns=["unit"]).to_csv(project / "no_unit.csv", index=False)
-    raw.loc[3, "huge"] = "12 kg"
-    raw.to_csv(project / "text.csv", index=False)
-    for table, expected in (
-        ("no_unit.csv", "no_unit.csv: column 'unit' is missing; the model takes"),
-        ("text.csv", "text.csv: column 'huge' has non-numeric values (row 4, e.g. "
-                     "'12 kg')"),
-    ):  # fmt: skip
-        proc = run_cli([FEDPIPE, "predict", table], project, cli_env, check=False)
-        assert proc.returncode != 0, table
-        errors = [line for line in proc.stderr.splitlines() if line.strip()]
-        assert len(errors) == 1 and expected in errors[0], proc.stderr
-        assert "Traceback" not in proc.stderr
+    expected = "no_unit.csv: column 'unit' is missing; the model takes"
+    proc = run_cli([FEDPIPE, "predict", "no_unit.csv"], project, cli_env, check=False)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and expected in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize("round_", [1, 2])

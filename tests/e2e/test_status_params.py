@@ -127,18 +127,16 @@ def test_status_names_changed_data(project: Path, cli_env: dict[str, str]) -> No
 def test_a_bad_override_exits_2_naming_the_key(
     project: Path, cli_env: dict[str, str]
 ) -> None:
+    """The CLI's path for a refused override: exit 2, one line, nothing written.
+    What each bad value says is tested in process (tests/test_overrides.py)."""
     params = project / "params.yaml"
     text = params.read_text()
-    for args, key in (
-        (["-S", "train.lr=-1"], "train.lr"),
-        (["-S", "train.lrr=0.1"], "train.lrr"),
-        (["-S", "federation.rounds=2", "-S", "strategy.name=fedbest"], "strategy.name"),
-    ):
-        proc = run_cli([FEDPIPE, "run", *args], project, cli_env, check=False)
-        assert proc.returncode == 2, proc.stderr
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"error: -S: {key}: "), lines
-        assert params.read_text() == text
+    args = ["-S", "federation.rounds=2", "-S", "strategy.name=fedbest"]
+    proc = run_cli([FEDPIPE, "run", *args], project, cli_env, check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: -S: strategy.name: "), lines
+    assert params.read_text() == text  # the good override not written either
 
 
 def test_exp_is_listed_by_dvc_and_leaves_the_workspace(
