@@ -314,15 +314,9 @@ VARIANTS: tuple[Variant, ...] = (
         "dpsgd-fedprox",
         "privacy dpsgd (noise from the seed: params_not_private) with client "
         "fedprox: DP-SGD's step with the proximal term",
-        {
-            "privacy": {
-                "mechanism": "dpsgd",
-                "clip_norm": 1.0,
-                "noise_multiplier": 1.1,
-                "noise_key": "params_not_private",
-            },
-            "client": {"algorithm": "fedprox", "options": {"proximal_mu": 0.1}},
-        },
+        "privacy.mechanism=dpsgd privacy.clip_norm=1.0 privacy.noise_multiplier=1.1 "
+        "privacy.noise_key=params_not_private client.algorithm=fedprox "
+        "client.options.proximal_mu=0.1",
     ),
     # ---- attacks
     Variant(
