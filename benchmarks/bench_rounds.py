@@ -24,6 +24,11 @@ the repository root:
 
     python benchmarks/bench_rounds.py [--rounds 10] [--repeats 2] [--peers]
 
+``--modes ...,command`` adds ``fedpipe run`` as a person types it, timed from
+process start to exit after a change of ``train.lr`` (data stages cached, the
+report drawn), against which pfl's whole script (process start to its final
+evaluation) is the peer's whole command: issue 39's "whole command" figure.
+
 ``--peers`` adds pfl-research (Apple's simulator built for speed,
 ``benchmarks/peers/pfl_peer.py``) to the alternation, at fedpipe's training rows
 (3,200: fedpipe's clients keep a fifth of their 400 rows for their local test); it
@@ -174,12 +179,36 @@ def fedpipe_rounds(project: Path, rounds: int) -> dict[str, float]:
     }
 
 
+def fedpipe_command(project: Path, rounds: int) -> dict[str, float]:
+    """``fedpipe run`` as a person types it, timed from process start to exit
+    (report included), after a change of ``train.lr`` (the data stages stay
+    cached, every round reruns): issue 39's whole command. Its ``steady`` is
+    between the round metrics files' writes, as :func:`fedpipe_rounds`'s."""
+    params = project / "params.yaml"
+    text = params.read_text()
+    lr = 0.05 if "lr: 0.049" in text else 0.049  # a change every time
+    params.write_text(re.sub(r"(?m)^  lr: [0-9.e-]+", f"  lr: {lr}", text))
+    start = time.perf_counter()
+    subprocess.run(
+        [FEDPIPE, "-C", str(project), "run"], check=True, stdout=subprocess.DEVNULL
+    )
+    wall = time.perf_counter() - start
+    written = [project / f"metrics/rounds/round-{k}.json" for k in range(1, rounds + 1)]
+    stamps = np.array([p.stat().st_mtime for p in written])
+    return {
+        "whole": wall / rounds,
+        "steady": float(statistics.median(np.diff(stamps))),
+        "command": wall,
+    }
+
+
 def pfl_rounds(project: Path, rounds: int) -> dict[str, float]:
     """pfl-research on the same digits, clients, model layout and settings, at
     fedpipe's training rows; its own clock: rounds 2..R, and its training loop
     (not its imports and data set-up) over the rounds."""
     python = pfl_python()
     assert python is not None
+    start = time.perf_counter()
     out = subprocess.run(
         [str(python), str(PEERS / "pfl_peer.py")],
         check=True,
@@ -189,12 +218,17 @@ def pfl_rounds(project: Path, rounds: int) -> dict[str, float]:
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"pfl: final accuracy {result['final_acc']:.4f}", file=sys.stderr)
-    return {"steady": result["round_s_median"], "whole": result["train_s"] / rounds}
+    return {
+        "steady": result["round_s_median"],
+        "whole": result["train_s"] / rounds,
+        "command": time.perf_counter() - start,  # the whole script, imports included
+    }
 
 
 def _child(mode: str, project: Path, rounds: int) -> dict[str, float]:
-    if mode == "pfl":  # its own interpreter: no fedpipe process around it
-        return pfl_rounds(project, rounds)
+    if mode in ("pfl", "command"):  # its own process: no fedpipe process around it
+        return VARIANTS[mode](project, rounds)
+    start = time.perf_counter()
     out = subprocess.run(
         [
             sys.executable,
@@ -210,7 +244,8 @@ def _child(mode: str, project: Path, rounds: int) -> dict[str, float]:
         stdout=subprocess.PIPE,
         text=True,
     )
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    figures = dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {**figures, "command": time.perf_counter() - start}
 
 
 def _reset_rounds(project: Path) -> None:
@@ -237,7 +272,8 @@ def main() -> None:
     parser.add_argument(
         "--modes",
         default="hand,library,fedpipe",
-        help="runners to time, comma-separated (of hand, library, fedpipe)",
+        help="runners to time, comma-separated (of hand, library, fedpipe, "
+        "command: `fedpipe run` as a whole command)",
     )
     parser.add_argument("--child", choices=list(VARIANTS))
     parser.add_argument("--project", type=Path)
@@ -277,6 +313,8 @@ def main() -> None:
         for mode in modes:
             if mode == "fedpipe":
                 _reset_rounds(project)
+            if mode == "command":
+                _quiet_server()
             t = _child(mode, project, args.rounds)
             times[mode].append(t)
             print(
@@ -284,16 +322,18 @@ def main() -> None:
                 f"{t['whole']:.2f} whole run / rounds",
                 flush=True,
             )
+    keys = ("steady", "whole", "command")
     med = {
-        mode: {k: statistics.median(t[k] for t in ts) for k in ("steady", "whole")}
+        mode: {k: statistics.median(t[k] for t in ts) for k in keys}
         for mode, ts in times.items()
     }
     print()
     print(
         f"| runner (median of {args.repeats}) | s/round, rounds 2..{args.rounds} "
-        "| fedpipe / runner | whole run / rounds | fedpipe / runner |"
+        "| fedpipe / runner | whole run / rounds | fedpipe / runner "
+        "| whole command s (process start to exit) |"
     )
-    print("|---|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|")
     fed = med.get("fedpipe", next(iter(med.values())))
     for mode, title in TITLES.items():
         if mode not in med:
@@ -301,7 +341,14 @@ def main() -> None:
         m = med[mode]
         print(
             f"| {title} | {m['steady']:.2f} | {fed['steady'] / m['steady']:.2f} "
-            f"| {m['whole']:.2f} | {fed['whole'] / m['whole']:.2f} |"
+            f"| {m['whole']:.2f} | {fed['whole'] / m['whole']:.2f} "
+            f"| {m['command']:.1f} |"
+        )
+    if "command" in med and "pfl" in med:
+        ratio = med["command"]["command"] / med["pfl"]["command"]
+        print(
+            f"\nwhole `fedpipe run` command / pfl's whole script: {ratio:.2f}x "
+            f"({med['command']['command']:.1f} s against {med['pfl']['command']:.1f})"
         )
 
 
@@ -309,6 +356,7 @@ VARIANTS = {
     "hand": hand_loop,
     "library": library_loop,
     "fedpipe": fedpipe_rounds,
+    "command": fedpipe_command,
     "pfl": pfl_rounds,
 }
 TITLES = {
@@ -317,8 +365,17 @@ TITLES = {
     "fedpipe": (
         "`fedpipe run` (a task run per round, outputs, dvc.lock, summary, report)"
     ),
+    "command": "`fedpipe run` as typed, after a change of train.lr (report included)",
     "pfl": "pfl-research 0.6.0 (SimulatedBackend, FedAvg), 3,200 training rows",
 }
+
+
+def _quiet_server() -> None:
+    """The Prefect server the command reports to is up before the clock starts
+    (issue 39 measures a first run with "the Prefect server already running")."""
+    from orchestration.server import ensure_api
+
+    ensure_api()
 
 
 if __name__ == "__main__":

@@ -30,9 +30,9 @@ __all__ = [
 
 EXIT_SIGNAL = 128  # + the signal's number: 130 after Ctrl-C, 143 after kill
 
-_ONE_LINE = (FedpipeError, FileNotFoundError, ValueError)
-"""What ends a command with one line: fedpipe's own errors, and a missing file or
-a bad value from the libraries below (status :data:`EXIT_FAILED`)."""
+_ONE_LINE = (FedpipeError, FileNotFoundError)
+"""What ends a command with one line: fedpipe's own errors, and a missing file
+(status :data:`EXIT_FAILED`)."""
 
 _TERMINATION_SIGNAL = ("prefect.exceptions", "TerminationSignal")
 """Where Prefect's flow engine defines the exception it raises on SIGTERM."""

@@ -33,6 +33,7 @@ from fedpipe.config.params import (
     load_params,
     sync_round_chain,
 )
+from fedpipe.core.errors import SettingError
 from fedpipe.data.preflight import preflight
 
 FLOW_NAME = "fedpipe-federation"
@@ -166,7 +167,7 @@ def ensure_process_pool(pool: str) -> bool:
             )
             return True
     if found.type != "process":
-        raise ValueError(
+        raise SettingError(
             f"work pool {pool!r} has type {found.type!r}; fedpipe deploys to a "
             "`process` pool: choose another --pool name"
         )

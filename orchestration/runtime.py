@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpipe.config.params import ParamsError, RuntimeParams
-from fedpipe.core.errors import FedpipeError
+from fedpipe.core.errors import FedpipeError, SettingError
 
 
 class JobNotLoadable(FedpipeError, RuntimeError):
@@ -210,13 +210,13 @@ def check_workers(address: str, *, security: Any = None) -> int:
     with Client(address, timeout=30, set_as_default=False, **extra) as client:
         workers = client.scheduler_info(n_workers=-1)["workers"]
     if not workers:
-        raise ValueError(
+        raise SettingError(
             f"runtime.dask_address={address}: no Dask worker is connected; start "
             f"some with `dask worker {address} --nthreads 1`"
         )
     threaded = sorted(w for w, info in workers.items() if info["nthreads"] != 1)
     if threaded:
-        raise ValueError(
+        raise SettingError(
             f"runtime.dask_address={address}: worker {threaded[0]} runs "
             f"{workers[threaded[0]]['nthreads']} threads; fedpipe needs one thread "
             "per worker process (it keeps one compiled model per process): start "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from fedpipe.core.errors import EXIT_BAD_PARAMS, EXIT_FAILED, FedpipeError
+from fedpipe.core.errors import (
+    EXIT_BAD_PARAMS,
+    EXIT_FAILED,
+    FedpipeError,
+    SettingError,
+)
 from fedpipe_app import cli, exits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,8 +159,11 @@ def test_a_fedpipe_error_ends_with_its_exit_code(
     assert capsys.readouterr().err == "error: no: why\n"
 
 
-@pytest.mark.parametrize("exc", [ValueError("bad value"), FileNotFoundError("gone")])
-def test_a_value_or_missing_file_from_below_is_one_line_and_status_1(
+@pytest.mark.parametrize(
+    "exc",
+    [SettingError("model.width: got 0; allowed: >= 1"), FileNotFoundError("gone")],
+)
+def test_a_bad_setting_or_missing_file_is_one_line_and_status_1(
     project: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -165,12 +174,31 @@ def test_a_value_or_missing_file_from_below_is_one_line_and_status_1(
     assert capsys.readouterr().err == f"error: {exc}\n"
 
 
+def _raised(fn) -> Exception:  # type: ignore[no-untyped-def]
+    try:
+        fn()
+    except Exception as exc:
+        return exc
+    raise AssertionError(f"{fn} raised nothing")
+
+
+def _zip_strict() -> None:
+    list(zip([1, 2], [1], strict=True))  # a bug of fedpipe's: a builtin's ValueError
+
+
+@pytest.mark.parametrize(
+    "bug",
+    [RuntimeError("a bug"), ValueError("a bug"), _raised(_zip_strict)],
+    ids=["runtime-error", "value-error", "builtin-value-error"],
+)
 def test_a_bug_keeps_its_traceback(
-    project: Path, monkeypatch: pytest.MonkeyPatch
+    project: Path, monkeypatch: pytest.MonkeyPatch, bug: Exception
 ) -> None:
-    bug = RuntimeError("a bug")
+    """A ValueError fedpipe did not raise as a :class:`SettingError` is a bug
+    (a ``zip(strict=True)`` of lists of different lengths once ended a run in
+    one line, with the traceback only in the log)."""
     monkeypatch.setattr("fedpipe_app.commands.status.cmd_status", _raising(bug))
-    with pytest.raises(RuntimeError, match="a bug"):
+    with pytest.raises(type(bug), match=re.escape(str(bug))):
         _main(project, "status")
 
 

@@ -8,6 +8,8 @@ costs nothing.
 
 from __future__ import annotations
 
+from fedpipe.core.errors import SettingError
+
 DEDUPE_MODES = ("auto", "content", "row", "none")
 """``data.dedupe``: ``auto`` (the default: images ``content``, tables ``none``),
 ``content`` (drop a sample whose features repeat an earlier sample's), ``row``
@@ -36,7 +38,7 @@ def dedupe_mode(setting: str | bool, *, table: bool) -> str:
     if isinstance(setting, bool):
         return "content" if setting else "none"
     if setting not in DEDUPE_MODES:
-        raise ValueError(
+        raise SettingError(
             f"data.dedupe: unknown {setting!r}; allowed: {', '.join(DEDUPE_MODES)}"
         )
     if setting == "auto":

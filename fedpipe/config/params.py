@@ -26,7 +26,7 @@ from fedpipe.config.dedupe import DEDUPE_MODES
 from fedpipe.config.sections import ComponentSection, Section
 from fedpipe.config.skew import DOMAIN_TRANSFORMS, FEATURE_SKEWS
 from fedpipe.core import atomic, registry
-from fedpipe.core.errors import ParamsError
+from fedpipe.core.errors import ParamsError, SettingError
 from fedpipe.core.plugins import code_files
 
 PARAMS_FILE = "params.yaml"
@@ -43,7 +43,7 @@ def _builtin_or_reference(key: str, value: str, builtins: tuple[str, ...]) -> st
     reference to the user's code; else a ValueError naming ``key``."""
     if value in builtins or (":" in value and all(value.split(":", 1))):
         return value
-    raise ValueError(
+    raise SettingError(
         f"{key}: unknown {value!r}; allowed: {', '.join(builtins)}, or your own "
         "code as path/to/file.py:Name or package.module:Name"
     )
@@ -94,7 +94,7 @@ class DataParams(Section):
             return value
         for name in value:
             if isinstance(name, bool):
-                raise ValueError(
+                raise SettingError(
                     f"data.classes: {name!r} was read as a boolean (YAML reads yes, "
                     "no, on, off, true, false that way); quote the names, e.g. "
                     "['no', 'yes']"
@@ -104,7 +104,7 @@ class DataParams(Section):
     @model_validator(mode="after")
     def _path_fits_source(self) -> DataParams:
         if self.source == "mnist5k" and self.path != MNIST5K_PATH:
-            raise ValueError(
+            raise SettingError(
                 f"data.path must be {MNIST5K_PATH} for data.source=mnist5k "
                 f"(got {self.path!r}); for your own data set data.source to "
                 "images or table"
@@ -112,7 +112,7 @@ class DataParams(Section):
         if self.classes is not None:
             _check_class_names(self.classes, self.num_classes)
         if min(self.image_size) < 1:
-            raise ValueError(
+            raise SettingError(
                 f"data.image_size must be two positive integers [height, width], "
                 f"got {list(self.image_size)}"
             )
@@ -125,19 +125,19 @@ MNIST5K_PATH = "data/raw/mnist5k.parquet"
 def _check_class_names(classes: list[str], num_classes: int | None) -> None:
     """``data.classes``: at least two distinct, non-empty names (K if given)."""
     if len(classes) < 2:
-        raise ValueError(
+        raise SettingError(
             f"data.classes must list at least 2 class names, got {classes}"
         )
     if any(not name.strip() for name in classes):
-        raise ValueError(f"data.classes: names must not be empty, got {classes}")
+        raise SettingError(f"data.classes: names must not be empty, got {classes}")
     repeated = sorted({c for c in classes if classes.count(c) > 1})
     if repeated:
-        raise ValueError(
+        raise SettingError(
             f"data.classes: {', '.join(map(repr, repeated))} listed more than once; "
             "each class needs one name"
         )
     if num_classes is not None and num_classes != len(classes):
-        raise ValueError(
+        raise SettingError(
             f"data.num_classes={num_classes} but data.classes lists {len(classes)} "
             "names; set data.num_classes to null (or to the number of names)"
         )
@@ -191,12 +191,12 @@ class FederationParams(Section):
     @model_validator(mode="after")
     def _min_clients_fit(self) -> FederationParams:
         if self.min_clients > self.clients:
-            raise ValueError(
+            raise SettingError(
                 f"federation.min_clients={self.min_clients} exceeds "
                 f"federation.clients={self.clients}; allowed: 1..{self.clients}"
             )
         if self.slow_clients > 0 and self.round_deadline_steps is None:
-            raise ValueError(
+            raise SettingError(
                 "federation.slow_clients needs federation.round_deadline_steps (the "
                 "step budget a slow client completes a share slow_speed of)"
             )
@@ -254,7 +254,7 @@ class ModelParams(Section):
     def _known_model(self) -> ModelParams:
         _builtin_or_reference("model.name", self.name, MODEL_NAMES)
         if self.options and ":" not in self.name:
-            raise ValueError(
+            raise SettingError(
                 "model.options: settings for your own model builder; "
                 f"model.name={self.name!r} is built in (use model.depth, ...)"
             )
@@ -338,12 +338,12 @@ class PersonalizationParams(Section):
     @model_validator(mode="after")
     def _settings_fit_method(self) -> PersonalizationParams:
         if self.layers is not None and self.last_k is not None:
-            raise ValueError(
+            raise SettingError(
                 "personalization.layers and personalization.last_k both set; "
                 "fedper keeps either the named layers or the last k: set one"
             )
         if self.layers is not None and not self.layers:
-            raise ValueError(
+            raise SettingError(
                 "personalization.layers is empty; name at least one layer or use "
                 "null (fedper then keeps the last personalization.last_k layers)"
             )
@@ -460,22 +460,22 @@ class CompressionParams(Section):
     @model_validator(mode="after")
     def _settings_of_the_codec(self) -> CompressionParams:
         if self.uplink == "qsgd" and self.bits is None:
-            raise ValueError(
+            raise SettingError(
                 "compression.uplink=qsgd needs compression.bits (2..8 bits per "
                 "coordinate: sign and level)"
             )
         if self.uplink == "topk" and self.fraction is None:
-            raise ValueError(
+            raise SettingError(
                 "compression.uplink=topk needs compression.fraction (the share of "
                 "coordinates sent, 0 < fraction <= 1; e.g. 0.01)"
             )
         if self.bits is not None and self.uplink != "qsgd":
-            raise ValueError(
+            raise SettingError(
                 f"compression.bits is a setting of compression.uplink=qsgd, not "
                 f"{self.uplink}; set compression.bits: null"
             )
         if self.fraction is not None and self.uplink != "topk":
-            raise ValueError(
+            raise SettingError(
                 f"compression.fraction is a setting of compression.uplink=topk, not "
                 f"{self.uplink}; set compression.fraction: null"
             )
@@ -537,17 +537,17 @@ class AttackParams(ComponentSection):
     def _known_attack(self) -> AttackParams:
         names = registry.names("attack")
         if self.name is not None and self.name not in names:
-            raise ValueError(
+            raise SettingError(
                 f"attack.name: unknown {self.name!r}; allowed: "
                 f"{', '.join(names)} (or null: no attack)"
             )
         if self.share is not None and self.clients is not None:
-            raise ValueError(
+            raise SettingError(
                 "attack.share and attack.clients both set; choose the malicious "
                 "clients either by share or by id: set one"
             )
         if self.name is not None and self.share is None and self.clients is None:
-            raise ValueError(
+            raise SettingError(
                 f"attack.name={self.name!r} needs attack.share (0..1 of the "
                 "clients) or attack.clients (their ids)"
             )
@@ -565,7 +565,7 @@ def _check_attack(params: Params) -> None:
     if attack.clients is not None:
         bad = [c for c in attack.clients if not 0 <= c < n]
         if bad:
-            raise ValueError(
+            raise SettingError(
                 f"attack.clients: {bad} out of range; allowed: client ids 0..{n - 1} "
                 f"(federation.clients={n})"
             )
@@ -575,7 +575,7 @@ def _check_attack(params: Params) -> None:
     if attack.name is not None and bound is not None:
         share = attack.share if attack.clients is None else len(set(attack.clients)) / n
         if share is not None and share >= bound:
-            raise ValueError(
+            raise SettingError(
                 f"attack.share: {share:g} of the clients malicious; "
                 f"strategy.name={name} holds only a minority (< {bound:g}) of "
                 "malicious clients: lower attack.share (or attack.clients) or "
@@ -595,7 +595,7 @@ def _check_attack_privacy(params: Params) -> None:
         allowed = [
             n for n, cls in registry.classes("attack").items() if not cls.omniscient
         ]
-        raise ValueError(
+        raise SettingError(
             f"attack.name={attack.name} reads the benign clients' raw updates, "
             f"which privacy.mechanism={mechanism} keeps from everyone but their "
             f"owner; with privacy use attack.name in {', '.join(allowed)}, or "
@@ -645,7 +645,7 @@ def _check_min_updates(
         f"{per_round} clients per round (federation.clients x federation.fraction_fit)"
     )
     if per_round < need:
-        raise ValueError(
+        raise SettingError(
             f"strategy.name={name} needs {why} client updates a round; the "
             f"federation samples {sampled}: lower that setting or sample more "
             "clients per round"
@@ -657,7 +657,7 @@ def _check_min_updates(
             for k in range(need, per_round + 1)
         )
         if share < 0.5:
-            raise ValueError(
+            raise SettingError(
                 f"strategy.name={name} needs {why} client updates a round; with "
                 f"federation.dropout={p:g} only {share:.0%} of rounds keep {need} "
                 f"of the {sampled}, so most rounds could not aggregate: lower "
@@ -688,7 +688,7 @@ class EvaluationParams(Section):
     @model_validator(mode="after")
     def _sample_needs_size(self) -> EvaluationParams:
         if self.clients == "sample" and self.sample_size is None:
-            raise ValueError(
+            raise SettingError(
                 "evaluation.clients=sample needs evaluation.sample_size (how many "
                 "clients to score each round, >= 1)"
             )
@@ -755,7 +755,7 @@ class PreprocessParams(Section):
     def _declared_once(self) -> PreprocessParams:
         both = sorted(set(self.categorical) & set(self.text))
         if both:
-            raise ValueError(
+            raise SettingError(
                 f"preprocess.categorical and preprocess.text both list {both}; "
                 "a column is one or the other"
             )
@@ -808,7 +808,7 @@ class RuntimeParams(Section):
     @model_validator(mode="after")
     def _tasks_on_dask(self) -> RuntimeParams:
         if self.clients_per_task == 0 and self.runner == "dask":
-            raise ValueError(
+            raise SettingError(
                 "runtime.clients_per_task=0 (clients trained in the round's own "
                 "task run) is for runtime.runner: local; on dask use null or a "
                 "number of clients per task (1 or more)"
@@ -825,14 +825,14 @@ class RuntimeParams(Section):
                 for k in ("dask_tls_ca", "dask_tls_cert", "dask_tls_key")
                 if f"runtime.{k}" not in tls
             ]
-            raise ValueError(
+            raise SettingError(
                 f"{all_keys} go together (CA, certificate, key); "
                 f"{', '.join(unset)} not set"
             )
         address = self.dask_address
         if address is None:
             if tls:
-                raise ValueError(
+                raise SettingError(
                     f"{all_keys} secure the scheduler at runtime.dask_address "
                     "(tls://host:8786), which is not set; the local cluster (no "
                     "address) listens on loopback only and needs none"
@@ -841,19 +841,19 @@ class RuntimeParams(Section):
         scheme, host = dask_address_parts(address)
         if scheme in _ENCRYPTED_SCHEMES:
             if not tls:
-                raise ValueError(
+                raise SettingError(
                     f"runtime.dask_address={address}: a TLS scheduler; set {all_keys} "
                     "(PEM files: the cluster's CA, this client's certificate, its key)"
                 )
             return self
         if tls:
-            raise ValueError(
+            raise SettingError(
                 f"runtime.dask_address={address}: {all_keys} are set but the address "
                 f"is {scheme}://, not encrypted; use tls://{host}:PORT"
             )
         if _is_loopback(host) or self.dask_allow_insecure:
             return self
-        raise ValueError(
+        raise SettingError(
             f"runtime.dask_address={address}: an unencrypted connection to another "
             "machine (a Dask scheduler runs any code it is sent, and the traffic "
             f"carries the model); use a tls:// address with {all_keys}, or set "
@@ -933,7 +933,7 @@ class Params(Section):
         for key in ("failing_clients", "nonfinite_clients"):
             bad = [c for c in getattr(self.faults, key) if not 0 <= c < n]
             if bad:
-                raise ValueError(
+                raise SettingError(
                     f"faults.{key}: client ids {bad} do not exist; allowed: "
                     f"0..{n - 1} (federation.clients={n})"
                 )
@@ -948,7 +948,7 @@ class Params(Section):
     def _class_weight_fits(self) -> Params:
         mechanism = self.privacy.mechanism
         if self.train.class_weight is not None and mechanism is not None:
-            raise ValueError(
+            raise SettingError(
                 f"train.class_weight={self.train.class_weight} weighs the loss by "
                 "the exact federated label counts, which "
                 f"privacy.mechanism={mechanism} does not cover; set "
@@ -963,7 +963,7 @@ class Params(Section):
         model = self.model
         has = registry.has_normalization(model.name, model.model_dump())
         if self.personalization.method == "fedbn" and has is False:
-            raise ValueError(
+            raise SettingError(
                 "personalization.method=fedbn keeps normalization layers local, but "
                 f"model.name={model.name} has none; use model.name cnn with "
                 "model.batch_norm: true, or resnet, or another "
@@ -981,7 +981,7 @@ class Params(Section):
         if self.privacy.mechanism != "dpsgd":
             return self
         if registry.has_normalization(model.name, model.model_dump()):
-            raise ValueError(
+            raise SettingError(
                 f"privacy.mechanism=dpsgd does not fit model.name={model.name} with "
                 "model.batch_norm: true (BatchNormalization mixes the records of a "
                 "batch, so a record's gradient cannot be clipped alone); set "
@@ -1005,7 +1005,7 @@ class Params(Section):
         if budget < DITTO_FITS:
             slow = budget < f.round_deadline_steps
             share = " (a slow client's share, federation.slow_speed)" if slow else ""
-            raise ValueError(
+            raise SettingError(
                 f"personalization.method=ditto fits {DITTO_FITS} times a round "
                 f"(global update, personal model); federation.round_deadline_steps="
                 f"{f.round_deadline_steps} gives {budget} step{share}, so the "
@@ -1028,7 +1028,7 @@ class Params(Section):
             and not self.data.client_column
             and not any(given.get(k) is not None for k in natural_keys)
         ):
-            raise ValueError(
+            raise SettingError(
                 "partition.method=natural needs each sample's client: "
                 "data.client_column (a table's column naming it, e.g. a writer or "
                 "hospital id), partition.natural_mapping (a CSV of path,client "
@@ -1038,7 +1038,7 @@ class Params(Section):
         if self.round_chain != expected:
             listed = sorted(self.round_chain)
             span = f"rounds {listed[0]}..{listed[-1]}" if listed else "no rounds"
-            raise ValueError(
+            raise SettingError(
                 f"round_chain lists {span} but federation.rounds="
                 f"{self.federation.rounds}; run `fedpipe sync` to regenerate it "
                 "(dvc.yaml makes one stage per entry)"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedpipe.core import registry
+from fedpipe.core.errors import SettingError
 
 #: Andrew et al. (2021): clipped-count noise std sigma_b = m / 20 for m clients a
 #: round, i.e. a count noise multiplier z_b = 2 sigma_b = m / 10
@@ -196,7 +197,7 @@ def check_privacy(
         _check_dpsgd(adaptive_clip, cohort_size, personalization)
         return
     if delta >= 1.0 / n_clients:
-        raise ValueError(
+        raise SettingError(
             f"privacy.delta={delta:g} must be < 1/federation.clients = "
             f"{1.0 / n_clients:g} (client-level DP: the unit of privacy is a client, "
             "and a delta of 1/n lets one client's data leak outright)"
@@ -205,13 +206,13 @@ def check_privacy(
     summed = mechanism in ("central", "distributed")  # the server sees one sum
     if never is not None or (summed and not _trait(strategy, "linear")):
         allowed = central_strategies() if summed else _any_but()
-        raise ValueError(
+        raise SettingError(
             f"privacy.mechanism={mechanism} does not fit strategy.name={strategy!r}: "
             + _why_not(strategy)
             + f"; with privacy use strategy.name in {allowed}"
         )
     if adaptive_clip and mechanism != "central":
-        raise ValueError(
+        raise SettingError(
             "privacy.adaptive_clip needs privacy.mechanism=central (the server "
             "counts the clipped updates); set privacy.adaptive_clip: false"
         )
@@ -219,7 +220,7 @@ def check_privacy(
         expected = per_round if expected_clients is None else expected_clients
         z_b = count_multiplier(count_noise_multiplier, expected)
         if not z_b > noise_multiplier:
-            raise ValueError(
+            raise SettingError(
                 f"privacy.count_noise_multiplier={z_b:g} (default: expected "
                 f"clients per round / 10 = "
                 f"{DEFAULT_COUNT_NOISE_PER_CLIENT * expected:g}) must exceed "
@@ -247,27 +248,27 @@ def _check_dpsgd(
     output (post-processing), so no server step can weaken the guarantee.
     """
     if adaptive_clip:
-        raise ValueError(
+        raise SettingError(
             "privacy.adaptive_clip needs privacy.mechanism=central (the server "
             "counts the clipped updates); with privacy.mechanism=dpsgd each "
             "record's gradient is clipped to privacy.clip_norm: set "
             "privacy.adaptive_clip: false"
         )
     if cohort_size is not None and cohort_size > 1:
-        raise ValueError(
+        raise SettingError(
             f"privacy.mechanism=dpsgd does not fit train.cohort_size={cohort_size}: "
             "vectorized cohorts train without the per-record clipping and noise; "
             "set train.cohort_size: null"
         )
     if personalization in DPSGD_UNACCOUNTED:
-        raise ValueError(
+        raise SettingError(
             f"privacy.mechanism=dpsgd does not fit personalization.method="
             f"{personalization}: it fine-tunes every scored client on its records "
             "at evaluation, outside the rounds' accounted steps; use "
             f"personalization.method in {', '.join(DPSGD_PERSONALIZATION)}"
         )
     if personalization in DPSGD_BATCH_STATISTICS:
-        raise ValueError(
+        raise SettingError(
             f"privacy.mechanism=dpsgd does not fit personalization.method="
             f"{personalization}: it keeps BatchNormalization layers local, and "
             "DP-SGD cannot clip one record's gradient through batch statistics; "

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedpipe.core import registry
+from fedpipe.core.errors import SettingError
 
 #: the fewest clients per round secure aggregation runs with: with two, each
 #: learns the other's update from the published sum and its own
@@ -58,7 +59,7 @@ def check_wire(
         Clients sampled per round (the most a round's sum holds).
     """
     if mechanism == "distributed" and secure is None:
-        raise ValueError(
+        raise SettingError(
             "privacy.mechanism=distributed has each client add its share of the "
             "noise before secure aggregation masks it; set secure_aggregation.name: "
             "secagg_plus, or privacy.mechanism: central"
@@ -66,7 +67,7 @@ def check_wire(
     if secure is None:
         return
     if mechanism in ("central", "local"):
-        raise ValueError(
+        raise SettingError(
             f"privacy.mechanism={mechanism} noises what the server sees of each "
             "update, but secure_aggregation.name="
             f"{secure} shows the server only the sum: use privacy.mechanism: "
@@ -74,7 +75,7 @@ def check_wire(
             "masking), or secure_aggregation.name: null"
         )
     if uplink != "none":
-        raise ValueError(
+        raise SettingError(
             f"compression.uplink={uplink} does not fit secure_aggregation.name="
             f"{secure}: the masked sum needs every client's vector dense and on "
             "one integer grid, which secure_aggregation.quantization_bits already "
@@ -82,13 +83,13 @@ def check_wire(
             "send fewer bits)"
         )
     if _strategy_trait(strategy, "linear") is False:
-        raise ValueError(
+        raise SettingError(
             f"strategy.name={strategy} needs each client's update, but "
             f"secure_aggregation.name={secure} shows the server only their sum; "
             f"use strategy.name in {', '.join(sum_strategies())}"
         )
     if attack is not None and _forges(attack):
-        raise ValueError(
+        raise SettingError(
             f"attack.name={attack} forges the update the server receives, which "
             f"secure_aggregation.name={secure} masks inside the client's job; use "
             f"attack.name in {', '.join(data_attacks())}, or secure_aggregation."
@@ -101,7 +102,7 @@ def check_wire(
         quantization_bits=quantization_bits,
     )
     if problem:
-        raise ValueError(problem)
+        raise SettingError(problem)
 
 
 def secure_problem(

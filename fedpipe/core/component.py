@@ -20,6 +20,8 @@ import numbers
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
+from fedpipe.core.errors import SettingError
+
 
 class _Required:
     """The default of a setting the component cannot do without."""
@@ -176,7 +178,7 @@ class Setting(str):
         if self.note:
             allowed = f"{allowed} ({self.note})"
         wrong = "is out of range" if self._has_kind(value) else f"is not {kind}"
-        raise ValueError(f"{key}: {value!r} {wrong}; allowed: {allowed}")
+        raise SettingError(f"{key}: {value!r} {wrong}; allowed: {allowed}")
 
     def _has_kind(self, value: Any) -> bool:
         """Whether ``value`` is of this setting's kind (range aside)."""

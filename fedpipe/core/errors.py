@@ -55,3 +55,10 @@ class FederationStopped(FedpipeError):
     def __init__(self, message: str, *, round_: int) -> None:
         super().__init__(message)
         self.round = round_
+
+
+class SettingError(FedpipeError, ValueError):
+    """A setting's or an argument's value that cannot work, found where it is
+    used (a model's option, a codec's bits, a plugin registered twice): named,
+    with what would be accepted. Other ``ValueError``\\ s are bugs, and keep
+    their traceback."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedpipe.core import plugins
-from fedpipe.core.errors import ParamsError
+from fedpipe.core.errors import ParamsError, SettingError
 
 STRATEGIES = {
     "fedavg": "fedpipe.strategy.fedavg:FedAvg",
@@ -214,7 +214,7 @@ def registered(kind: str, name: str, target: str) -> Iterator[None]:
     new built-in's line does, for a test."""
     table = kind_of(kind).table
     if name in table:
-        raise ValueError(f"{kind} {name!r} is registered already")
+        raise SettingError(f"{kind} {name!r} is registered already")
     table[name] = target
     try:
         yield

@@ -67,6 +67,7 @@ import numpy as np
 import tensorflow as tf
 
 from fedpipe.client.base import FitRequest, LocalFit, LocalTrainer, LocalTraining
+from fedpipe.core.errors import SettingError
 from fedpipe.data.splits import ClientData
 from fedpipe.model.jobs import ClientFailure, ClientJob, ClientResult, MapClients
 from fedpipe.model.metrics import classification_metrics
@@ -244,7 +245,7 @@ def cohort_map(
     same bits). ``on_trained(n)``, if given, is called after each client (or
     cohort of ``n``) is done: progress, nothing else."""
     if size is not None and size < 1:
-        raise ValueError(f"train.cohort_size: got {size}; allowed: null or >= 1")
+        raise SettingError(f"train.cohort_size: got {size}; allowed: null or >= 1")
     tell = on_trained or (lambda n: None)
 
     def map_clients(jobs: Sequence[ClientJob]) -> list[ClientResult | ClientFailure]:

@@ -31,7 +31,7 @@ from keras.src.random import seed_generator as _keras_seeds  # noqa: E402
 
 from fedpipe.client.base import RecordDP  # noqa: E402
 from fedpipe.core.concurrency import side_by_side  # noqa: E402
-from fedpipe.core.errors import EXIT_BAD_PARAMS, FedpipeError  # noqa: E402
+from fedpipe.core.errors import EXIT_BAD_PARAMS, FedpipeError, SettingError  # noqa: E402
 from fedpipe.core.secretkey import derived_key  # noqa: E402
 from fedpipe.core.seeds import derive_seed, keyed_rng, rng_for  # noqa: E402
 from fedpipe.model.metrics import classification_metrics  # noqa: E402
@@ -157,7 +157,7 @@ def model_spec_for(
     weights = None
     if train.class_weight == "balanced" and class_counts is not None:
         if len(class_counts) != len(dataset.classes):
-            raise ValueError(
+            raise SettingError(
                 f"train.class_weight: {len(class_counts)} class counts for "
                 f"{len(dataset.classes)} classes"
             )

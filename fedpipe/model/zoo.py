@@ -26,6 +26,8 @@ import keras
 import numpy as np
 from keras import layers
 
+from fedpipe.core.errors import SettingError
+
 # --------------------------------------------------------------------------- #
 # Settings: names, what each accepts, validation.
 # --------------------------------------------------------------------------- #
@@ -73,16 +75,16 @@ def _check(key: str, value: object) -> None:
     """Raise a ValueError naming ``model.<key>`` if ``value`` is not allowed."""
     if key not in _SETTINGS:
         allowed = ", ".join(SETTING_NAMES)
-        raise ValueError(f"model.{key}: unknown setting; allowed: {allowed}")
+        raise SettingError(f"model.{key}: unknown setting; allowed: {allowed}")
     accepts, allowed = _SETTINGS[key]
     if not accepts(value):
-        raise ValueError(f"model.{key}: got {value!r}; allowed: {allowed}")
+        raise SettingError(f"model.{key}: got {value!r}; allowed: {allowed}")
 
 
 def _spatial(name: str, input_shape: tuple[int, ...]) -> tuple[int | None, int | None]:
     """Height and width of an image input ``(height, width, channels)``."""
     if len(input_shape) != 3:
-        raise ValueError(
+        raise SettingError(
             f"model.name: {name!r} needs image inputs (height, width, channels), "
             f"got input shape {tuple(input_shape)}; use mlp or deep_mlp for tables"
         )
@@ -453,7 +455,9 @@ def _builder(name: str) -> Callable[..., keras.Model]:
         return MODELS[name]
     except KeyError:
         allowed = ", ".join(sorted(MODELS))
-        raise ValueError(f"model.name: unknown {name!r}; allowed: {allowed}") from None
+        raise SettingError(
+            f"model.name: unknown {name!r}; allowed: {allowed}"
+        ) from None
 
 
 def build_model(
@@ -487,7 +491,7 @@ def build_model(
         the message names the ``model.*`` key and what is allowed.
     """
     if n_classes < 2:
-        raise ValueError(f"a classifier needs at least 2 classes, got {n_classes}")
+        raise SettingError(f"a classifier needs at least 2 classes, got {n_classes}")
     if ":" in name:
         return _user_model(name, tuple(input_shape), n_classes, settings)
     builder = _builder(name)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpipe.config import layout
+from fedpipe.core.errors import SettingError
 from fedpipe.core.jsonio import read_json_or_none
 from fedpipe.core.smallcells import Relation, disclosures
 from fedpipe.observe.runfiles import PARAMS_YAML
@@ -230,7 +231,7 @@ def audit(root: Path | str, only: tuple[str, ...] = ()) -> list[AuditResult]:
     root = Path(root)
     unknown = sorted(set(only) - set(INVARIANTS))
     if unknown:
-        raise ValueError(
+        raise SettingError(
             f"unknown invariant(s) {', '.join(unknown)}; known: {', '.join(INVARIANTS)}"
         )
     return [

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from fedpipe.core.component import Setting
+from fedpipe.core.errors import SettingError
 from fedpipe.strategy.aggregate import (
     Weights,
     cast_like,
@@ -87,7 +88,7 @@ class Clipping(Strategy):
         self.clip_norm = self.checked(CLIP_NORM, clip_norm)
         self.clip_quantile = self.checked(CLIP_QUANTILE, clip_quantile)
         if self.clip_quantile is not None and self.clip_quantile > CLIP_QUANTILE.le:
-            raise ValueError(
+            raise SettingError(
                 f"strategy.clip_quantile: {clip_quantile!r} is out of range; "
                 "allowed: 0 < clip_quantile <= 1"
             )
@@ -99,7 +100,7 @@ class Clipping(Strategy):
             values.get("clip_norm") is not None
             and values.get("clip_quantile") is not None
         ):
-            raise ValueError(
+            raise SettingError(
                 "strategy.clip_norm and strategy.clip_quantile both set; clipping "
                 "uses a fixed bound (clip_norm) or an adaptive one (clip_quantile "
                 "of the round's update norms): set one"

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedpipe.core.component import Setting
+from fedpipe.core.errors import SettingError
 from fedpipe.strategy.aggregate import (
     AggregationError,
     Weights,
@@ -93,7 +94,7 @@ class Scaffold(Strategy):
     ) -> None:
         self.server_lr = self.checked(SERVER_LR, server_lr)
         if total_clients is None:
-            raise ValueError(
+            raise SettingError(
                 "strategy.total_clients: required for scaffold (N, the number of "
                 "clients in the federation); allowed: an integer total_clients >= 1"
             )

@@ -35,6 +35,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from fedpipe.core.errors import SettingError
+
 Weights = list[np.ndarray]
 Shapes = tuple[tuple[int, ...], ...]
 
@@ -224,7 +226,7 @@ def checked_bits(bits: object) -> int:
         or not isinstance(bits, int | np.integer)
         or not low <= int(bits) <= high
     ):
-        raise ValueError(
+        raise SettingError(
             f"compression.bits: {bits!r} is not allowed; qsgd needs an integer "
             f"{low} <= bits <= {high} (bits a coordinate, sign included)"
         )
@@ -299,7 +301,7 @@ def checked_fraction(fraction: object) -> float:
         or not isinstance(fraction, int | float | np.integer | np.floating)
         or not 0 < float(fraction) <= 1
     ):
-        raise ValueError(
+        raise SettingError(
             f"compression.fraction: {fraction!r} is not allowed; topk needs a "
             "number 0 < fraction <= 1 (the share of coordinates kept)"
         )
@@ -420,6 +422,6 @@ def make_codec(
         return QSGDCodec(bits=checked_bits(bits))
     if name == "topk":
         return TopKCodec(fraction=checked_fraction(fraction))
-    raise ValueError(
+    raise SettingError(
         f"compression.uplink: {name!r} is not a codec; allowed: {', '.join(CODECS)}"
     )

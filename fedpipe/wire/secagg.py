@@ -52,7 +52,7 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from fedpipe.core.errors import FedpipeError
+from fedpipe.core.errors import FedpipeError, SettingError
 from fedpipe.core.secretkey import derived_key
 from fedpipe.wire import shamir
 
@@ -238,7 +238,7 @@ def neighbours(
     ids = [int(c) for c in clients]
     n = len(ids)
     if not 0 <= k <= max(n - 1, 0) or (k % 2 and k != n - 1):
-        raise ValueError(
+        raise SettingError(
             f"a ring of {n} clients takes an even k up to {n - 1}, or {n - 1}; "
             f"got k = {k}"
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fedpipe.core.errors import SettingError
 from fedpipe_app.commands.common import PARAMS, HelpWithExamples, examples_epilog, load
 
 NAME = "predict"
@@ -57,7 +58,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     rounds = params.federation.rounds
     round_ = rounds if args.round_ is None else args.round_
     if not 0 <= round_ <= rounds:
-        raise ValueError(
+        raise SettingError(
             f"--round {round_}: this run has rounds 0..{rounds} (federation.rounds)"
         )
     from fedpipe_app import tfnotices

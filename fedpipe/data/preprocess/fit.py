@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fedpipe.core.errors import FedpipeError
+from fedpipe.core.errors import FedpipeError, SettingError
 from fedpipe.data.kinds import STRING_KINDS
 from fedpipe.data.preprocess.encode import (
     OTHER,
@@ -436,7 +436,7 @@ def fit_scaling(
     elif numeric == "none":
         center, scale = np.zeros(d), np.ones(d)
     else:
-        raise ValueError(f"preprocess.numeric: unknown {numeric!r}")
+        raise SettingError(f"preprocess.numeric: unknown {numeric!r}")
     center = np.nan_to_num(np.asarray(center, dtype=np.float64), nan=0.0)
     scale = np.asarray(scale, dtype=np.float64)
     scale = np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)

@@ -6,6 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fedpipe.core.errors import SettingError
+
 FEATURE_MIN = "feature_min"
 FEATURE_MAX = "feature_max"
 FEATURE_NULL_COUNT = "feature_null_count"
@@ -46,13 +48,15 @@ class Spec:
     ) -> Spec:
         """Check and normalise the user-facing arguments."""
         if id_column == label_column:
-            raise ValueError("id_column and label_column must differ")
+            raise SettingError("id_column and label_column must differ")
         clashes = {id_column, label_column} & set(SUMMARY_COLUMNS)
         if clashes:
-            raise ValueError(f"column names clash with row-summary columns: {clashes}")
+            raise SettingError(
+                f"column names clash with row-summary columns: {clashes}"
+            )
         low, high = (float(v) for v in value_range)
         if low > high:
-            raise ValueError(f"value_range low > high: {value_range}")
+            raise SettingError(f"value_range low > high: {value_range}")
         return cls(
             id_column=id_column,
             label_column=label_column,

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedpipe.core.component import Setting
+from fedpipe.core.errors import SettingError
 from fedpipe.federation.attacks.base import Attack, Weights
 
 Z = Setting("z", float, help="shift in stds (null: from n and f, as the paper)")
@@ -59,7 +60,7 @@ class Alie(Attack):
 
     def __init__(self, *, z: float | None = None) -> None:
         if z is not None and not math.isfinite(float(z)):
-            raise ValueError(f"attack.z: {z!r} is not finite; allowed: a number")
+            raise SettingError(f"attack.z: {z!r} is not finite; allowed: a number")
         self.z = None if z is None else float(z)
 
     def forge(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fedpipe.core.component import Setting
+from fedpipe.core.errors import SettingError
 from fedpipe.federation.attacks.base import Attack
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ class TargetedLabelFlip(Attack):
         source_class = self.checked(SOURCE_CLASS, source_class)
         target_class = self.checked(TARGET_CLASS, target_class)
         if source_class == target_class:
-            raise ValueError(
+            raise SettingError(
                 f"attack.source_class and attack.target_class are both {source_class};"
                 " allowed: two different class indices"
             )
@@ -64,7 +65,7 @@ class TargetedLabelFlip(Attack):
         source = SOURCE_CLASS.default if source is None else source
         target = TARGET_CLASS.default if target is None else target
         if source == target:
-            raise ValueError(
+            raise SettingError(
                 f"attack.source_class and attack.target_class are both {source}; "
                 "allowed: two different class indices"
             )
@@ -75,7 +76,7 @@ class TargetedLabelFlip(Attack):
         for key, value in (("source_class", self.source_class),
                            ("target_class", self.target_class)):  # fmt: skip
             if value >= n_classes:
-                raise ValueError(
+                raise SettingError(
                     f"attack.{key}: {value} is not a class of the data; allowed: "
                     f"0..{n_classes - 1}"
                 )
