@@ -66,8 +66,14 @@ def _run_name() -> str:
     flow_run_name=_run_name,
     task_runner=ThreadPoolTaskRunner(max_workers=1),
 )
-def run_pipeline(params: Params, force: bool = False, report: bool = True) -> list[str]:
+def run_pipeline(
+    params: Params, force: bool = False, report: bool = True, fresh: int | None = None
+) -> list[str]:
     """Bring every stage up to date; returns the stages that ran.
+
+    ``fresh``: how many stages from the first are up to date, when the caller
+    knows (:meth:`fedpipe.observe.status.Staleness.fresh_prefix`); else DVC is
+    asked.
 
     With ``report`` (the default), a run that reaches the summary stage ends with
     the doctor's findings and the HTML report (``reports/report.html``), both also
@@ -84,10 +90,12 @@ def run_pipeline(params: Params, force: bool = False, report: bool = True) -> li
     """
     console.run_started(_ui_url())
     with hold(Path(".")), beating(), older_objects_frozen():
-        return _run_and_report(params, force, report)
+        return _run_and_report(params, force, report, fresh)
 
 
-def _run_and_report(params: Params, force: bool, report: bool) -> list[str]:
+def _run_and_report(
+    params: Params, force: bool, report: bool, fresh: int | None = None
+) -> list[str]:
     reported: list[tuple[str, Path]] = []
 
     def epilogue(ran: list[str], records_landed: Callable[[], None]) -> None:
@@ -102,7 +110,7 @@ def _run_and_report(params: Params, force: bool, report: bool) -> list[str]:
         if params.runtime.runner == "dask":
             dask.start()  # workers start while the data stages run
         try:
-            ran = _run_stages(params, force, dask, epilogue)
+            ran = _run_stages(params, force, dask, epilogue, fresh)
         finally:
             flush_artifacts()  # the rounds' tables, sent while training went on
     last = layout.round_metrics(params.federation.rounds)
@@ -133,6 +141,7 @@ def _run_stages(
     force: bool,
     dask: DaskScheduler,
     epilogue: Callable[[list[str], Callable[[], None]], None] = lambda ran, w: None,
+    known_fresh: int | None = None,
 ) -> list[str]:
     """Run the stages not up to date, recording each; ``epilogue(ran, landed)``
     runs after the last stage, while the last records are being written:
@@ -145,7 +154,12 @@ def _run_stages(
     with LockRecorder(root) as recorder, without_heartbeat():
         # the recorder's process (it imports DVC, about a second of CPU) reads
         # dvc.lock now and records later stages while rounds train
-        fresh = 0 if force else recorder.fresh_prefix(stages)
+        if force:
+            fresh = 0
+        elif known_fresh is not None:
+            fresh = known_fresh
+        else:
+            fresh = recorder.fresh_prefix(stages)
         for stage in stages[:fresh]:
             logger.info("%s: up to date (dvc.lock)", stage)
         records = _Records(recorder)
