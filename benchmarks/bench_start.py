@@ -7,8 +7,8 @@ up to date, e.g. 30 recorded rounds), alternating, ``--repeats`` times:
 - *run*: ``fedpipe run --no-server-start`` (start to exit);
 - *status*: ``fedpipe status``;
 - *cold* (with ``--cold``): both again with the kept answers
-  (``.dvc/tmp/fedpipe-*.json``, :mod:`orchestration.staleness`) removed first:
-  what the first call after a change pays.
+  (``.dvc/tmp/fedpipe-*.json``, :mod:`orchestration.staleness`) moved aside for
+  the call (and put back after it): what the first call after a change pays.
 
 ``--before TREE`` runs the same commands with ``PYTHONPATH=TREE`` (a clone at the
 commit before, ``git clone -q REPO /tmp/base``) beside this tree's. Its ``fedpipe
@@ -44,9 +44,11 @@ COMMANDS = {
 def time_command(name: str, tree: Path, project: Path, *, cold: bool) -> float:
     """Seconds of one ``fedpipe NAME`` process with ``tree``'s code."""
     args, expect = COMMANDS[name]
-    if cold:
-        for kept in (project / ".dvc" / "tmp").glob("fedpipe-*.json"):
-            kept.unlink()
+    # cold: the kept answers moved aside for this call, then put back (the
+    # warm calls that follow find them as they were)
+    aside = {p: p.read_bytes() for p in _kept(project)} if cold else {}
+    for path in aside:
+        path.unlink()
     started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "fedpipe_app.cli", *args],
@@ -56,6 +58,11 @@ def time_command(name: str, tree: Path, project: Path, *, cold: bool) -> float:
         env=os.environ | {"PYTHONPATH": str(tree)},
     )
     took = time.perf_counter() - started
+    if cold:
+        for path in _kept(project):
+            path.unlink()
+        for path, data in aside.items():
+            path.write_bytes(data)
     if proc.returncode != 0 or expect not in proc.stdout:
         raise SystemExit(
             f"error: `fedpipe {' '.join(args)}` with {tree} in {project} exited "
@@ -63,6 +70,10 @@ def time_command(name: str, tree: Path, project: Path, *, cold: bool) -> float:
             f"once there first\n{proc.stdout[-1000:]}\n{proc.stderr[-2000:]}"
         )
     return took
+
+
+def _kept(project: Path) -> list[Path]:
+    return sorted((project / ".dvc" / "tmp").glob("fedpipe-*.json"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
