@@ -30,6 +30,7 @@ from fedpipe.config.params import Params
 from fedpipe.core.jsonio import read_json
 from fedpipe.core.stopping import raise_if_stopped, stop_requested
 from fedpipe.model.process import older_objects_frozen
+from fedpipe.observe.runfiles import report_is_current
 from flows.stages import dask_scheduler, run_stage, without_heartbeat
 from orchestration import console
 from orchestration.dvclock import LockRecorder, restore_stage_outputs
@@ -75,9 +76,10 @@ def run_pipeline(
     knows (:meth:`fedpipe.observe.status.Staleness.fresh_prefix`); else DVC is
     asked.
 
-    With ``report`` (the default), a run that reaches the summary stage ends with
-    the doctor's findings and the HTML report (``reports/report.html``), both also
-    published as artifacts.
+    With ``report`` (the default), a run that reaches the summary stage (or
+    finds every stage up to date but the report missing or older than the
+    metrics) ends with the doctor's findings and the HTML report
+    (``reports/report.html``), both also published as artifacts.
 
     With ``runtime.runner: dask`` one Dask scheduler (a local cluster unless
     ``runtime.dask_address`` names one) serves every round of the run.
@@ -103,7 +105,10 @@ def _run_and_report(
         (a process of their own: side by side on two cores); the report's
         lineage waits for them (``records_landed``), so its hashes are
         dvc.lock's."""
-        if report and "summary" in ran:
+        if report and (
+            "summary" in ran
+            or not report_is_current(Path("."), params.federation.rounds)
+        ):  # nothing ran, the report missing or older than the metrics: made
             reported.append(doctor_and_report(Path("."), records_landed))
 
     with dask_scheduler(params) as dask:

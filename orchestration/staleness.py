@@ -52,7 +52,7 @@ from fedpipe.observe.status import (
     staleness,
 )
 
-FORMAT = 2
+FORMAT = 3
 SETTLE_S = 1.0
 """Files written this recently are not trusted by their ``stat`` yet."""
 

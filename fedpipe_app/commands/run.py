@@ -273,6 +273,7 @@ def _finished(args: argparse.Namespace, loaded: list[Params]) -> bool:
     place: say so, print the table as a run ends, and return True. Nothing
     else is imported: no TensorFlow, no Prefect, no flow run. Params loaded on
     the way are put in ``loaded``."""
+    from fedpipe.observe.runfiles import report_is_current
     from orchestration import console
     from orchestration.staleness import kept_staleness, remembered
 
@@ -284,10 +285,7 @@ def _finished(args: argparse.Namespace, loaded: list[Params]) -> bool:
         rounds = params.federation.rounds
         return {
             "stages": layout.stage_names(rounds, params.data.source),
-            "metrics": [
-                str(layout.round_metrics(rounds)),
-                str(layout.SUMMARY_METRICS),
-            ],
+            "rounds": rounds,
         }
 
     # what `load` would find is kept while params.yaml, dvc.yaml and the
@@ -299,8 +297,8 @@ def _finished(args: argparse.Namespace, loaded: list[Params]) -> bool:
         return False
     if not kept.nothing_to_do or not SUMMARY.is_file():
         return False
-    if not args.no_report and not _report_current(run["metrics"]):
-        return False  # the report is work to do: the normal path
+    if not args.no_report and not report_is_current(Path("."), run["rounds"]):
+        return False  # the report is work to do: the normal path makes it
     if verbosity(args) != console.QUIET:
         print(
             "done: 0 stage(s) ran: every stage is up to date in dvc.lock "
@@ -308,18 +306,6 @@ def _finished(args: argparse.Namespace, loaded: list[Params]) -> bool:
         )
     print(SUMMARY.read_text())
     return True
-
-
-def _report_current(metrics: list[str]) -> bool:
-    """Whether the HTML report is there and newer than the run's last metrics."""
-    report = Path("reports/report.html")
-    try:
-        written = report.stat().st_mtime_ns
-        return all(
-            written >= Path(m).stat().st_mtime_ns for m in metrics if Path(m).exists()
-        )
-    except OSError:
-        return False
 
 
 def _fresh_prefix(args: argparse.Namespace, params: Params) -> int | None:

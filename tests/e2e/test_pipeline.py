@@ -167,6 +167,19 @@ def test_second_run_does_nothing(projects: dict, cli_env: dict[str, str]) -> Non
     assert "Data and pipelines are up to date" in status.stdout
 
 
+def test_nothing_to_do_but_the_report_makes_the_report(
+    projects: dict, cli_env: dict[str, str]
+) -> None:
+    project = projects["base"] / "no-report"
+    shutil.copytree(projects["run"], project)
+    (project / "reports/report.html").unlink()
+    time.sleep(SETTLE_S)  # as above: the kept answer is not what is checked here
+    again = run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env)
+    assert "done: 0 stage(s) ran" in again.stdout
+    assert "no flow run" not in again.stdout  # the normal path: a flow run
+    assert (project / "reports/report.html").is_file()
+
+
 def test_resume_after_kill_ends_with_the_same_model(
     projects: dict, cli_env: dict[str, str]
 ) -> None:
