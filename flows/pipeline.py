@@ -30,6 +30,7 @@ from fedpipe.config.params import Params
 from fedpipe.core.jsonio import read_json
 from fedpipe.core.stopping import raise_if_stopped, stop_requested
 from fedpipe.model.process import older_objects_frozen
+from fedpipe.observe.runfiles import report_is_current
 from flows.stages import dask_scheduler, run_stage, without_heartbeat
 from orchestration import console
 from orchestration.dvclock import LockRecorder, restore_stage_outputs
@@ -66,12 +67,19 @@ def _run_name() -> str:
     flow_run_name=_run_name,
     task_runner=ThreadPoolTaskRunner(max_workers=1),
 )
-def run_pipeline(params: Params, force: bool = False, report: bool = True) -> list[str]:
+def run_pipeline(
+    params: Params, force: bool = False, report: bool = True, fresh: int | None = None
+) -> list[str]:
     """Bring every stage up to date; returns the stages that ran.
 
-    With ``report`` (the default), a run that reaches the summary stage ends with
-    the doctor's findings and the HTML report (``reports/report.html``), both also
-    published as artifacts.
+    ``fresh``: how many stages from the first are up to date, when the caller
+    knows (:meth:`fedpipe.observe.status.Staleness.fresh_prefix`); else DVC is
+    asked.
+
+    With ``report`` (the default), a run that reaches the summary stage (or
+    finds every stage up to date but the report missing or older than the
+    metrics) ends with the doctor's findings and the HTML report
+    (``reports/report.html``), both also published as artifacts.
 
     With ``runtime.runner: dask`` one Dask scheduler (a local cluster unless
     ``runtime.dask_address`` names one) serves every round of the run.
@@ -84,10 +92,12 @@ def run_pipeline(params: Params, force: bool = False, report: bool = True) -> li
     """
     console.run_started(_ui_url())
     with hold(Path(".")), beating(), older_objects_frozen():
-        return _run_and_report(params, force, report)
+        return _run_and_report(params, force, report, fresh)
 
 
-def _run_and_report(params: Params, force: bool, report: bool) -> list[str]:
+def _run_and_report(
+    params: Params, force: bool, report: bool, fresh: int | None = None
+) -> list[str]:
     reported: list[tuple[str, Path]] = []
 
     def epilogue(ran: list[str], records_landed: Callable[[], None]) -> None:
@@ -95,14 +105,17 @@ def _run_and_report(params: Params, force: bool, report: bool) -> list[str]:
         (a process of their own: side by side on two cores); the report's
         lineage waits for them (``records_landed``), so its hashes are
         dvc.lock's."""
-        if report and "summary" in ran:
+        if report and (
+            "summary" in ran
+            or not report_is_current(Path("."), params.federation.rounds)
+        ):  # nothing ran, the report missing or older than the metrics: made
             reported.append(doctor_and_report(Path("."), records_landed))
 
     with dask_scheduler(params) as dask:
         if params.runtime.runner == "dask":
             dask.start()  # workers start while the data stages run
         try:
-            ran = _run_stages(params, force, dask, epilogue)
+            ran = _run_stages(params, force, dask, epilogue, fresh)
         finally:
             flush_artifacts()  # the rounds' tables, sent while training went on
     last = layout.round_metrics(params.federation.rounds)
@@ -133,6 +146,7 @@ def _run_stages(
     force: bool,
     dask: DaskScheduler,
     epilogue: Callable[[list[str], Callable[[], None]], None] = lambda ran, w: None,
+    known_fresh: int | None = None,
 ) -> list[str]:
     """Run the stages not up to date, recording each; ``epilogue(ran, landed)``
     runs after the last stage, while the last records are being written:
@@ -145,7 +159,12 @@ def _run_stages(
     with LockRecorder(root) as recorder, without_heartbeat():
         # the recorder's process (it imports DVC, about a second of CPU) reads
         # dvc.lock now and records later stages while rounds train
-        fresh = 0 if force else recorder.fresh_prefix(stages)
+        if force:
+            fresh = 0
+        elif known_fresh is not None:
+            fresh = known_fresh
+        else:
+            fresh = recorder.fresh_prefix(stages)
         for stage in stages[:fresh]:
             logger.info("%s: up to date (dvc.lock)", stage)
         records = _Records(recorder)

@@ -11,6 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from fedpipe.observe.cachecheck import (
@@ -120,3 +121,35 @@ def test_status_calls_an_altered_writable_cache_object_altered(tmp_path: Path) -
     (damaged,) = collect(tmp_path).damaged_cache
     assert damaged.startswith("m.bin (init): ")
     assert f"is altered (its md5 is {_md5(b'rotten')})" in damaged, damaged
+
+
+def test_an_object_hashed_before_and_altered_since_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Objects hashed once are not hashed again while their stat holds
+    (``.dvc/tmp/fedpipe-verified.json``); one altered in place with its mode
+    and times put back is hashed again (its ctime moved) and named."""
+    import os
+
+    from fedpipe.observe import cachecheck
+
+    monkeypatch.setattr(cachecheck, "SETTLE_S", 0.0)  # the files were just made
+    root = _project(tmp_path)
+    (root / ".dvc/tmp").mkdir(parents=True)
+    assert damaged_objects(root) == []
+    kept = json.loads((root / cachecheck.VERIFIED).read_text())
+    assert len(kept) == 6  # two models, two listings, two files in them
+    hashed: list[Path] = []
+    real_md5 = cachecheck._md5
+    monkeypatch.setattr(cachecheck, "_md5", lambda p: hashed.append(p) or real_md5(p))
+    assert damaged_objects(root) == [] and hashed == []
+    obj = _object(root, _md5(b"state1"))
+    st = obj.stat()
+    obj.write_bytes(b"state!")  # same size
+    os.chmod(obj, st.st_mode & 0o777)
+    os.utime(obj, ns=(st.st_atime_ns, st.st_mtime_ns))
+    found = damaged_objects(root)
+    assert [(d.path, d.problem) for d in found] == [
+        ("models/round-1/c/0.npz", "altered")
+    ]
+    assert hashed == [obj]

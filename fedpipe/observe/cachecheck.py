@@ -12,7 +12,9 @@ round here) and names the missing and altered ones; :func:`remove_damaged` takes
 the altered ones out of the cache, as DVC does with a corrupted object it finds,
 so that DVC sees the stage's output "not in cache" and the run rebuilds it. Data
 stages are not hashed (their outputs can be gigabytes); DVC's own check covers
-them. The cache is the project's default one, ``.dvc/cache``.
+them. The cache is the project's default one, ``.dvc/cache``. An object whose
+``stat`` (size, mtime, ctime, inode, mode) is what it was when it was last hashed
+is not hashed again (:class:`Verified`, ``.dvc/tmp/fedpipe-verified.json``).
 """
 
 from __future__ import annotations
@@ -20,12 +22,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
+from typing import Any
 
 import yaml
+
+from fedpipe.core import atomic
 
 __all__ = [
     "CACHE", "Damaged", "damaged_objects", "damaged_outs", "model_stage",
@@ -78,11 +84,59 @@ def model_stage(name: str) -> bool:
     return name == "init" or name.startswith("round@")
 
 
-def _check(root: Path, stage: str, path: str, md5: str) -> Damaged | None:
+VERIFIED = Path(".dvc/tmp/fedpipe-verified.json")
+"""What was hashed, by stat (DVC's scratch folder, never versioned)."""
+
+SETTLE_S = 1.0
+"""An object written this recently is hashed again next time."""
+
+
+class Verified:
+    """The md5 of each cache object hashed before, kept with its ``stat``
+    (size, mtime, ctime, inode, mode) in :data:`VERIFIED`: an object whose stat
+    is unchanged is not hashed again. An object altered in place changes its
+    ctime even when its mode and mtime are put back."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / VERIFIED
+        try:
+            kept = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            kept = {}
+        self.kept: dict[str, list[Any]] = kept if isinstance(kept, dict) else {}
+        self.seen: set[str] = set()
+        self.changed = False
+
+    def md5(self, obj: Path) -> str:
+        """``obj``'s md5, from the record while its stat is unchanged."""
+        st = obj.stat()
+        key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode]
+        name = obj.as_posix()
+        self.seen.add(name)
+        kept = self.kept.get(name)
+        if isinstance(kept, list) and kept[:-1] == key:
+            return str(kept[-1])
+        actual = _md5(obj)
+        if max(st.st_mtime, st.st_ctime) < time.time() - SETTLE_S:
+            self.kept[name] = [*key, actual]
+            self.changed = True
+        return actual
+
+    def save(self) -> None:
+        """Write the record back (where DVC's scratch folder is), with only
+        the objects looked at this time."""
+        kept = {name: v for name, v in self.kept.items() if name in self.seen}
+        if (self.changed or kept != self.kept) and self.path.parent.is_dir():
+            atomic.write_text(self.path, json.dumps(kept), durable=False)
+
+
+def _check(
+    root: Path, stage: str, path: str, md5: str, verified: Verified | None = None
+) -> Damaged | None:
     obj = _object(root, md5)
     if not obj.is_file():
         return Damaged(stage, path, md5, "missing")
-    actual = _md5(obj)
+    actual = _md5(obj) if verified is None else verified.md5(obj)
     if actual != md5.removesuffix(".dir"):
         return Damaged(stage, path, md5, "altered", actual)
     return None
@@ -115,36 +169,47 @@ def damaged_objects(root: Path) -> list[Damaged]:
     lock = root / "dvc.lock"
     if not lock.is_file():
         return []
-    stages = (yaml.safe_load(lock.read_text()) or {}).get("stages") or {}
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    lock_data = yaml.load(lock.read_text(), Loader=loader)  # noqa: S506
+    stages = (lock_data or {}).get("stages") or {}
     skip = uncached(root)
     found: list[Damaged] = []
+    verified = Verified(root)
     for name, record in stages.items():
         outs = [
             (o["path"], o.get("md5"))
             for o in record.get("outs") or []
             if not any(fnmatch(o["path"], pattern) for pattern in skip)
         ]
-        found += damaged_outs(root, name, outs)
+        found += damaged_outs(root, name, outs, verified=verified)
+    verified.save()
     return found
 
 
 def damaged_outs(
-    root: Path, stage: str, outs: Iterable[tuple[str, str | None]]
+    root: Path,
+    stage: str,
+    outs: Iterable[tuple[str, str | None]],
+    *,
+    verified: Verified | None = None,
 ) -> list[Damaged]:
     """Of ``stage``'s recorded outputs (path, md5), the ones whose cache objects
-    are missing or altered; [] for a data stage (see the module)."""
+    are missing or altered; [] for a data stage (see the module). ``verified``:
+    objects hashed before and unchanged since are not hashed again."""
     if not model_stage(stage):
         return []
     found: list[Damaged] = []
     for path, md5 in outs:
         if not md5:
             continue
-        bad = _check(root, stage, path, md5)
+        bad = _check(root, stage, path, md5, verified)
         if bad is not None or not md5.endswith(".dir"):
             found.extend([bad] if bad else [])
             continue
         for entry in json.loads(_object(root, md5).read_text()):
-            bad = _check(root, stage, f"{path}/{entry['relpath']}", entry["md5"])
+            bad = _check(
+                root, stage, f"{path}/{entry['relpath']}", entry["md5"], verified
+            )
             found.extend([bad] if bad else [])
     return found
 

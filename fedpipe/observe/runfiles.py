@@ -62,6 +62,7 @@ __all__ = [
     "read_commit",
     "read_lock_inputs",
     "read_lock_outs",
+    "report_is_current",
     "rounds_text",
     "stale_views",
     "foreign_files",
@@ -555,6 +556,22 @@ def read_lock_inputs(path: Path, data_path: str) -> list[dict[str, Any]]:
                     "nfiles": dep.get("nfiles"),
                 }
     return list(found.values())
+
+
+def report_is_current(root: Path, rounds: int) -> bool:
+    """Whether ``reports/report.html`` is there and no older than the run's
+    last metrics (its last round's record and ``metrics/summary.json``)."""
+    root = Path(root)
+    metrics = [layout.round_metrics(rounds), layout.SUMMARY_METRICS]
+    try:
+        written = (root / layout.REPORT_HTML).stat().st_mtime_ns
+        return all(
+            written >= (root / m).stat().st_mtime_ns
+            for m in metrics
+            if (root / m).exists()
+        )
+    except OSError:
+        return False
 
 
 def read_commit(root: Path) -> Commit:

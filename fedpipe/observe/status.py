@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ import yaml
 from fedpipe.config import layout
 from fedpipe.core.dotted import lookup
 from fedpipe.core.jsonio import read_json_or_none
-from fedpipe.observe.cachecheck import damaged_objects
+from fedpipe.observe.cachecheck import Damaged, damaged_objects
 from fedpipe.observe.runfiles import (
     flat_params,
     fmt,
@@ -340,9 +340,9 @@ def _stage_reasons(
 
 def _staleness(
     root: Path, raw: Mapping | None, problems: list[str]
-) -> tuple[dict[str, list[Reason]] | None, list[int] | None]:
+) -> tuple[dict[str, list[Reason]] | None, list[int] | None, list[str] | None]:
     """Every stale stage of ``dvc.yaml`` with its reasons; the rounds ``dvc.lock``
-    records.
+    records; ``dvc.yaml``'s stages.
 
     What ``dvc status`` computes, stage by stage (``Stage.status``): each stage as
     DVC loads it from ``dvc.yaml`` and ``dvc.lock``; its data and code inputs and
@@ -373,14 +373,14 @@ def _staleness(
                     stale[name] = reasons
     except LineageError as exc:
         problems.append(str(exc))
-        return None, None
+        return None, None, None
     except Exception as exc:  # noqa: BLE001 - DVC's errors are many; say what it said
         problems.append(f"DVC cannot tell what is stale: {exc}")
-        return None, sorted(_recorded_rounds(root))
+        return None, sorted(_recorded_rounds(root)), None
     rounds = sorted(
         int(n[len(ROUND_PREFIX) :]) for n in recorded if n.startswith(ROUND_PREFIX)
     )
-    return stale, rounds
+    return stale, rounds, list(pipeline)
 
 
 def _stage_status(project: Any, stage: Any, root: Path, raw: Mapping | None):  # type: ignore[no-untyped-def]
@@ -438,20 +438,77 @@ def _recorded_rounds(root: Path) -> list[int]:
     return [int(n[len(ROUND_PREFIX) :]) for n in stages if n.startswith(ROUND_PREFIX)]
 
 
-def collect(root: Path) -> Status:
+@dataclass(frozen=True)
+class Staleness:
+    """What a run would redo: the stale stages with their reasons (None when
+    DVC cannot tell), the rounds ``dvc.lock`` records, the recorded outputs
+    damaged in DVC's cache and what went wrong on the way."""
+
+    stale: dict[str, list[Reason]] | None
+    rounds: list[int] | None
+    damaged: list[Damaged]
+    problems: list[str]
+    pipeline: list[str] | None = None
+    """``dvc.yaml``'s stages, in its order (None when DVC cannot tell)."""
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """Every stage recorded and unchanged, no cache object damaged."""
+        return self.stale == {} and not self.damaged and not self.problems
+
+    def fresh_prefix(self, names: Sequence[str]) -> int | None:
+        """How many of ``names`` (in pipeline order), from the first, are
+        recorded and unchanged; None when a name is not a stage of
+        ``dvc.yaml``, a cache object is damaged or DVC could not tell."""
+        if self.stale is None or self.pipeline is None or self.damaged:
+            return None
+        if self.problems or not set(names) <= set(self.pipeline):
+            return None
+        for n, name in enumerate(names):
+            if name in self.stale:
+                return n
+        return len(names)
+
+
+def staleness(root: Path, raw: Mapping | None) -> Staleness:
+    """:class:`Staleness` of the project at ``root`` through DVC
+    (``raw``: params.yaml as read, or None)."""
+    problems: list[str] = []
+    # before DVC's status: DVC deletes a cache object it finds altered (one not
+    # read-only), which would then read "missing" here
+    damaged = damaged_objects(root)
+    stale, rounds, pipeline = _staleness(root, raw, problems)
+    return Staleness(stale, rounds, damaged, problems, pipeline)
+
+
+def git_state(root: Path) -> dict[str, Any]:
+    """The commit, the uncommitted changes and whether ``root`` is in a git
+    repository (:attr:`Status.git`)."""
+    commit = read_commit(root)
+    return {
+        "commit": commit.sha,
+        "uncommitted": commit.dirty,
+        "repository": commit.repository,
+    }
+
+
+def collect(
+    root: Path, *, check: Callable[[Path, Mapping | None], Staleness] = staleness
+) -> Status:
     """The status of the project at ``root`` (reads; never writes but DVC's own
-    state database)."""
+    state database). ``check`` answers what is stale (:func:`staleness`, or one
+    that remembers its answers)."""
     start = time.perf_counter()
     root = Path(root)
     problems: list[str] = []
     raw = _params(root, problems)
     planned = lookup(raw, "federation.rounds")
     doctor = _doctor_meanwhile(root)
-    # before DVC's status: DVC deletes a cache object it finds altered (one not
-    # read-only), which would then read "missing" here
-    damaged = [bad.text() for bad in damaged_objects(root)]
-    stale, rounds = _staleness(root, raw, problems)
-    commit = read_commit(root)
+    found_stale = check(root, raw)
+    stale, rounds = found_stale.stale, found_stale.rounds
+    damaged = [bad.text() for bad in found_stale.damaged]
+    problems += found_stale.problems
+    git = git_state(root)
     doctor_problems: list[str] = []
     found = doctor(doctor_problems)
     problems += doctor_problems
@@ -462,11 +519,7 @@ def collect(root: Path) -> Status:
         problems.append(not_read)
     return Status(
         root=str(root.resolve()),
-        git={
-            "commit": commit.sha,
-            "uncommitted": commit.dirty,
-            "repository": commit.repository,
-        },
+        git=git,
         data=_data(raw) if raw is not None else None,
         validation=_validation(root),
         partition=_partition(root),

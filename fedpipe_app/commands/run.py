@@ -7,6 +7,7 @@ import functools
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from fedpipe.core import stopping
 from fedpipe_app import exits
@@ -20,7 +21,12 @@ from fedpipe_app.commands.common import (
     verbosity,
 )
 
+if TYPE_CHECKING:
+    from fedpipe.config.params import Params
+    from fedpipe.observe.status import Staleness
+
 NAME = "run"
+SUMMARY = Path("reports/summary.md")
 EXAMPLES = [
     ("fedpipe run", "bring every stage up to date"),
     ("fedpipe run -S train.lr=0.1 -S strategy.name=fedadam", "change params"),
@@ -200,8 +206,15 @@ def _overrides(args: argparse.Namespace) -> None:
 
 def _run_locked(args: argparse.Namespace) -> int:
     _overrides(args)
+    answer = _staleness(args)
+    loaded: list[Params] = []
+    if answer is not None and answer.nothing_to_do and _finished(args, loaded):
+        return 0
+    params = loaded[0] if loaded else None
     _damaged_cache()
-    params = load(PARAMS, sync=True)
+    if params is None:
+        params = load(PARAMS, sync=True)
+    fresh = _fresh_prefix(args, params)
     url = connect(args)
     from flows.pipeline import run_pipeline
     from orchestration import console
@@ -220,19 +233,94 @@ def _run_locked(args: argparse.Namespace) -> int:
         if not quiet:
             print(f"log: {log}", flush=True)
         with own_heartbeat():  # one that stops at once when the run ends
-            ran = run_pipeline(params, force=args.force, report=not args.no_report)
+            ran = run_pipeline(
+                params, force=args.force, report=not args.no_report, fresh=fresh
+            )
     if not quiet:
         print(
             f"done: {len(ran)} stage(s) ran" + (f" ({', '.join(ran)})" if ran else "")
         )
         if "partition" in ran:
             _say_rows()
-    summary = Path("reports/summary.md")
-    if summary.is_file():
-        print(summary.read_text())
+    if SUMMARY.is_file():
+        print(SUMMARY.read_text())
     if not quiet:
         print(f"log: {log}")
     return 0
+
+
+def _staleness(args: argparse.Namespace) -> Staleness | None:
+    """What the run would redo, as DVC answers it (remembered while nothing it
+    depends on changes: :mod:`orchestration.staleness`); None with ``--force``
+    or before anything is recorded."""
+    if args.force or not Path("dvc.lock").is_file():
+        return None
+    import yaml
+
+    from orchestration.staleness import remembered_staleness
+
+    try:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        raw = yaml.load(Path(PARAMS).read_text(), Loader=loader)  # noqa: S506
+    except (OSError, yaml.YAMLError):
+        return None
+    return remembered_staleness(Path("."), raw if isinstance(raw, dict) else None)
+
+
+def _finished(args: argparse.Namespace, loaded: list[Params]) -> bool:
+    """With every stage up to date (params.yaml synced) and the run's final
+    table (and, unless ``--no-report``, a report newer than its metrics) in
+    place: say so, print the table as a run ends, and return True. Nothing
+    else is imported: no TensorFlow, no Prefect, no flow run. Params loaded on
+    the way are put in ``loaded``."""
+    from fedpipe.observe.runfiles import report_is_current
+    from orchestration import console
+    from orchestration.staleness import kept_staleness, remembered
+
+    def plan() -> dict[str, Any]:
+        from fedpipe.config import layout
+
+        params = load(PARAMS, sync=True)  # params.yaml synced, data there
+        loaded.append(params)
+        rounds = params.federation.rounds
+        return {
+            "stages": layout.stage_names(rounds, params.data.source),
+            "rounds": rounds,
+        }
+
+    # what `load` would find is kept while params.yaml, dvc.yaml and the
+    # files they name are as they were (pydantic, pandas: about a second)
+    run = remembered(Path("."), "run-plan", plan)
+    kept = kept_staleness(Path("."))
+    stages = run["stages"]
+    if kept is None or kept.fresh_prefix(stages) != len(stages):
+        return False
+    if not kept.nothing_to_do or not SUMMARY.is_file():
+        return False
+    if not args.no_report and not report_is_current(Path("."), run["rounds"]):
+        return False  # the report is work to do: the normal path makes it
+    if verbosity(args) != console.QUIET:
+        print(
+            "done: 0 stage(s) ran: every stage is up to date in dvc.lock "
+            "(nothing to do; no flow run)"
+        )
+    print(SUMMARY.read_text())
+    return True
+
+
+def _fresh_prefix(args: argparse.Namespace, params: Params) -> int | None:
+    """How many stages from the first are up to date, from the kept answer
+    when it still holds (None: the run asks DVC)."""
+    if args.force:
+        return None
+    from fedpipe.config import layout
+    from orchestration.staleness import kept_staleness
+
+    kept = kept_staleness(Path("."))
+    if kept is None:
+        return None
+    stages = layout.stage_names(params.federation.rounds, params.data.source)
+    return kept.fresh_prefix(stages)
 
 
 def _say_rows(root: Path = Path(".")) -> None:

@@ -39,8 +39,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """``fedpipe status``: text or JSON."""
-    from fedpipe.observe.status import collect, format_json, format_text
+    from fedpipe.observe.status import format_json, format_text
+    from orchestration.staleness import remembered_status
 
-    status = collect(Path("."))
+    status = remembered_status(Path("."))
     print(format_json(status) if args.format == "json" else format_text(status))
     return 0

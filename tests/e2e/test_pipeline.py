@@ -18,6 +18,8 @@ import pandas as pd
 import pytest
 from e2e_helpers import BIN, file_hashes, run_cli
 
+from orchestration.staleness import SETTLE_S
+
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
 DVC = str(BIN / "dvc")
@@ -132,11 +134,50 @@ def test_plots_render(projects: dict, cli_env: dict[str, str]) -> None:
     assert "Accuracy over rounds" in html
 
 
+# `fedpipe run` in-process, then the heavy modules it imported
+NOOP_RUN = """
+import sys
+from fedpipe_app import cli
+code = cli.main(["run", "--no-server-start"])
+heavy = ("tensorflow", "keras", "prefect")
+print("imported:", [m for m in heavy if m in sys.modules])
+sys.exit(code)
+"""
+
+
 def test_second_run_does_nothing(projects: dict, cli_env: dict[str, str]) -> None:
     project = projects["base"] / "again"  # the session's run stays as it ran
     shutil.copytree(projects["run"], project)
+    time.sleep(SETTLE_S)  # the copied files' stats settle (orchestration.staleness)
+    again = run_cli([str(BIN / "python"), "-c", NOOP_RUN], project, cli_env)
+    assert "done: 0 stage(s) ran" in again.stdout
+    # DVC's answer, then the final table, with no TensorFlow, Prefect or flow run
+    assert "nothing to do; no flow run" in again.stdout
+    assert "imported: []" in again.stdout
+    assert "| accuracy |" in again.stdout
+    # a change after it: the run trains again (the kept answer is not reused)
+    changed = run_cli(
+        [FEDPIPE, "run", "--no-server-start", "--no-report", "-S", "train.lr=0.07"],
+        project,
+        cli_env,
+    )
+    ran = changed.stdout.split("stage(s) ran", 1)[1].splitlines()[0]
+    assert "round@1" in ran and "summary" in ran and "partition" not in ran
+    status = run_cli([DVC, "status"], project, cli_env)
+    assert "Data and pipelines are up to date" in status.stdout
+
+
+def test_nothing_to_do_but_the_report_makes_the_report(
+    projects: dict, cli_env: dict[str, str]
+) -> None:
+    project = projects["base"] / "no-report"
+    shutil.copytree(projects["run"], project)
+    (project / "reports/report.html").unlink()
+    time.sleep(SETTLE_S)  # as above: the kept answer is not what is checked here
     again = run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env)
     assert "done: 0 stage(s) ran" in again.stdout
+    assert "no flow run" not in again.stdout  # the normal path: a flow run
+    assert (project / "reports/report.html").is_file()
 
 
 def test_resume_after_kill_ends_with_the_same_model(
