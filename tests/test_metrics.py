@@ -267,3 +267,33 @@ def test_class_report_of_an_absent_class_has_no_recall() -> None:
     report = class_report(y, probs, 3)
     assert report["recall"] == [0.5, None, 1.0]
     assert report["support"] == [2, 0, 2]
+
+
+# ---------------------------------------------------------------- every class at once
+
+
+@pytest.mark.parametrize("kind", ["distinct", "ties", "float32", "nan", "absent"])
+@pytest.mark.parametrize("n", [1, 2, 9, 60])
+def test_class_aucs_are_binary_aucs_to_the_bit(kind: str, n: int) -> None:
+    from fedpipe.model.metrics import class_aucs, column_ranks
+
+    rng = np.random.default_rng(n)
+    probs = rng.random((n, 4))
+    y = rng.integers(0, 4, n)
+    if kind == "ties":
+        probs = np.round(probs * 3) / 3
+    elif kind == "float32":
+        probs = probs.astype(np.float32)
+    elif kind == "nan":
+        probs[n // 2, 1] = np.nan
+    elif kind == "absent":
+        y[:] = 2  # one class only: every AUC NaN
+    classes = np.flatnonzero(np.bincount(y, minlength=4))
+    expected = [binary_auc(y == c, probs[:, c]) for c in classes]
+    got = class_aucs(y, probs, classes)
+    assert np.array(got).tobytes() == np.array(expected).tobytes()
+    from fedpipe.model.metrics import average_ranks
+
+    ranks = column_ranks(probs)
+    for c in range(4):
+        np.testing.assert_array_equal(ranks[:, c], average_ranks(probs[:, c]))

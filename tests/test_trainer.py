@@ -161,3 +161,52 @@ def test_model_package_imports_nothing_above_it() -> None:
                 names = [node.module]
             bad += [f"{path.name}: {n}" for n in names if n.startswith(above)]
     assert bad == []
+
+
+# ---------------------------------------------------------------- loads
+
+
+class _CountingRunner(ModelRunner):
+    """A runner that counts the weight loads it is asked for."""
+
+    loads = 0
+
+    def load(self, weights) -> None:  # type: ignore[no-untyped-def]
+        self.loads += 1
+        super().load(weights)
+
+
+def _fit_and_score(change) -> tuple[dict[str, float], dict[str, float], int]:  # type: ignore[no-untyped-def]
+    """A client's fit and its local score on a counting runner (``change``:
+    what the algorithm does to the trained weights before the score), and the
+    same weights scored on a fresh runner."""
+    from fedpipe.model.trainer import KerasTrainer
+
+    runner = _CountingRunner(ModelSpec("mlp", (FEATURES,), 3, "sgd", 0.05))
+    data = _data(0, 20)
+    trainer = KerasTrainer(runner, data, LocalTraining(1, 8, 0.05))
+    start = [np.array(w) for w in runner.model.get_weights()]
+    fit = trainer.run_fit(
+        FitRequest(start, seed=4, epochs=1, batch_size=8, max_steps=None)
+    )
+    trained = change(fit.weights)
+    runner.loads = 0
+    got = trainer.evaluate(trained)
+    fresh = ModelRunner(runner.spec).evaluate(trained, data.x_test, data.y_test)
+    return got, fresh, runner.loads
+
+
+def test_a_local_score_right_after_the_fit_loads_no_weights() -> None:
+    got, fresh, loads = _fit_and_score(lambda w: w)
+    assert loads == 0
+    assert got == fresh
+
+
+def test_weights_changed_after_the_fit_are_loaded_for_the_score() -> None:
+    def in_place(weights):  # type: ignore[no-untyped-def]
+        weights[-1] += 1.0  # the fit's own arrays, changed in place
+        return weights
+
+    got, fresh, loads = _fit_and_score(in_place)
+    assert loads == 1
+    assert got == fresh

@@ -59,6 +59,46 @@ def binary_auc(positive: np.ndarray, scores: np.ndarray) -> float:
     return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
+def column_ranks(values: np.ndarray) -> np.ndarray:
+    """:func:`average_ranks` of each column of the 2-D ``values`` at once, to
+    the bit (a column with a NaN is all NaN)."""
+    values = np.asarray(values)
+    n, k = values.shape
+    order = np.argsort(values, axis=0, kind="mergesort")
+    ordered = np.take_along_axis(values, order, axis=0)
+    new = np.ones((n, k), dtype=bool)
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    rows = np.arange(n)[:, None]
+    # each sorted position's tie group: its first position and one past its last
+    starts = np.maximum.accumulate(np.where(new, rows, 0), axis=0)
+    last = np.ones((n, k), dtype=bool)
+    last[:-1] = new[1:]
+    ends = np.minimum.accumulate(np.where(last, rows + 1, n)[::-1], axis=0)[::-1]
+    ranks = np.empty((n, k), dtype=np.float64)
+    np.put_along_axis(ranks, order, (starts + ends + 1) / 2.0, axis=0)
+    ranks[:, np.isnan(values).any(axis=0)] = np.nan
+    return ranks
+
+
+def class_aucs(y_true: np.ndarray, probs: np.ndarray, classes: np.ndarray) -> list:
+    """:func:`binary_auc` of each class in ``classes`` against the rest
+    (``probs[:, c]`` its scores), the same bits, with the ranks of every
+    column taken at once (a small client's two scores a round spent 60 % of
+    their metrics' time ranking one class at a time)."""
+    positive = y_true[:, None] == classes[None, :]
+    n_pos = positive.sum(axis=0)
+    n_neg = len(y_true) - n_pos
+    ranks = column_ranks(probs[:, classes])
+    # the sums are of exact halves, whatever their order
+    sums = np.where(positive, ranks, 0.0).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):  # a class absent: NaN
+        aucs = (sums - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+    return [
+        float("nan") if p == 0 or q == 0 else float(a)
+        for p, q, a in zip(n_pos, n_neg, aucs, strict=True)
+    ]
+
+
 def classification_metrics(
     y_true: np.ndarray, probs: np.ndarray, losses: np.ndarray
 ) -> dict[str, float]:
@@ -91,7 +131,7 @@ def classification_metrics(
         predicted = np.bincount(pred, minlength=n_classes)[present]
         precisions = tp / np.maximum(predicted, 1)
         recalls = tp / true_count[present]
-        aucs = [binary_auc(y_true == c, probs[:, c]) for c in present]
+        aucs = class_aucs(y_true, probs, present)
         precision = float(np.mean(precisions))
         recall = float(np.mean(recalls))
         finite = [a for a in aucs if not np.isnan(a)]
