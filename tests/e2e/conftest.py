@@ -8,8 +8,9 @@ The warm workers ``fedpipe stage`` starts (``dvc repro``) keep their sockets in 
 folder of the session's (``FEDPIPE_WARM_DIR``), never the user's, and every one
 still running when the session ends is stopped.
 
-One tiny project (``tiny_fresh``) and one `fedpipe run` of it (``tiny_run``) serve
-every module that needs the default tiny federation as it is, or as it ran.
+One tiny project (``tiny_fresh``), one `fedpipe run` of it (``tiny_run``) and one
+`dvc repro` of it (``tiny_repro``) serve every module that needs the default tiny
+federation as it is, or as it ran.
 
 After every module, :func:`fedpipe.observe.audit.audit` checks the invariants every
 run keeps (``fedpipe audit``) on each project the module ran or changed: a broken
@@ -147,6 +148,19 @@ def tiny_run(
     project = tmp_path_factory.mktemp("tiny-run") / "project"
     shutil.copytree(tiny_fresh, project)
     proc = run_cli([str(BIN / "fedpipe"), "run", "--no-server-start"], project, cli_env)
+    return {"project": project, "proc": proc}
+
+
+@pytest.fixture(scope="session")
+def tiny_repro(
+    tiny_fresh: Path, tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]
+) -> dict:
+    """One `dvc repro` of a copy of ``tiny_fresh`` (its stages through a warm
+    worker of the session's), shared by the session: ``project`` (copy it before
+    changing it) and ``proc``."""
+    project = tmp_path_factory.mktemp("tiny-repro") / "project"
+    shutil.copytree(tiny_fresh, project)
+    proc = run_cli([str(BIN / "dvc"), "repro"], project, cli_env)
     return {"project": project, "proc": proc}
 
 

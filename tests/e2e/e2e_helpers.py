@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import io
+import os
 import signal
 import subprocess
 import sys
@@ -21,9 +24,10 @@ from tiny_data import TINY, merge, write_image_folder, write_table  # noqa: E402
 
 __all__ = [
     "BIN", "TINY", "file_hashes",
-    "load_script", "make_project", "run_cli",
+    "load_script", "make_project", "run_cli", "run_main",
     "start_in_session", "wait_for_file", "write_image_folder", "write_table",
 ]  # fmt: skip
+
 
 def run_cli(
     args: list[str], cwd: Path, env: dict[str, str], *, check: bool = True
@@ -33,6 +37,41 @@ def run_cli(
     if check and proc.returncode != 0:
         raise AssertionError(
             f"{' '.join(args)} exited {proc.returncode}\n"
+            f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-6000:]}"
+        )
+    return proc
+
+
+def run_main(
+    args: list[str], cwd: Path, env: dict[str, str], *, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``fedpipe ARGS`` in ``cwd`` in this process (``fedpipe_app.cli.main``), read
+    as :func:`run_cli` reads a subprocess: for read-only commands whose process is
+    not what a test checks (each such command keeps one subprocess test). The
+    environment is ``env`` during the call; it and the working folder are put back
+    after it."""
+    from fedpipe_app.cli import main
+
+    saved_env, saved_cwd = dict(os.environ), Path.cwd()
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(["-C", str(cwd), *args])
+            except SystemExit as exc:  # argparse's refusals
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+    proc = subprocess.CompletedProcess(
+        ["fedpipe", *args], code, out.getvalue(), err.getvalue()
+    )
+    if check and code != 0:
+        raise AssertionError(
+            f"fedpipe {' '.join(args)} (in process) exited {code}\n"
             f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-6000:]}"
         )
     return proc

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from e2e_helpers import BIN, file_hashes, make_project, run_cli
+from e2e_helpers import BIN, file_hashes, make_project, run_cli, run_main
 
 pytestmark = pytest.mark.e2e
 FEDPIPE, DVC = str(BIN / "fedpipe"), str(BIN / "dvc")
@@ -94,7 +94,7 @@ def test_run_and_repro_give_the_same_bits(projects: dict) -> None:
 def test_lineage_names_the_encoded_columns(
     projects: dict, cli_env: dict[str, str]
 ) -> None:
-    out = run_cli([FEDPIPE, "lineage", "round", "2"], projects["run"], cli_env).stdout
+    out = run_main(["lineage", "round", "2"], projects["run"], cli_env).stdout
     assert "encoded shop (onehot, 4), message (multihot," in out
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import BIN, file_hashes, run_cli
+from e2e_helpers import BIN, file_hashes, run_cli, run_main
 
 from fedpipe.observe.cachecheck import damaged_objects
 
@@ -84,9 +84,11 @@ def test_a_damaged_round_output_is_named_and_rebuilt(
         assert "up to date" in said.stdout, said.stdout
         assert [d.path for d in damaged_objects(project)] == [TARGET]
 
-    status = run_cli([FEDPIPE, "status"], project, cli_env)
+    # in this process: the commands' own processes are tested in
+    # test_status_params.py and test_lineage_remote.py
+    status = run_main(["status"], project, cli_env)
     assert TARGET in status.stdout, status.stdout
-    lineage = run_cli([FEDPIPE, "lineage"], project, cli_env, check=False)
+    lineage = run_main(["lineage"], project, cli_env, check=False)
     flagged = lineage.stdout.split("FLAGGED:")[-1]
     assert "FLAGGED:" in lineage.stdout and TARGET in flagged, lineage.stdout
 
@@ -100,5 +102,5 @@ def test_a_damaged_round_output_is_named_and_rebuilt(
     assert damaged_objects(project) == []
     clean = run_cli([DVC, "status"], project, cli_env)
     assert "up to date" in clean.stdout, clean.stdout
-    verified = run_cli([FEDPIPE, "lineage"], project, cli_env)
+    verified = run_main(["lineage"], project, cli_env)
     assert "FLAGGED" not in verified.stdout, verified.stdout

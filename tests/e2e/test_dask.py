@@ -1,49 +1,58 @@
 """Scale-out on Dask: the same tiny project trained locally and on Dask workers.
 
-Two identical projects; one runs with ``runtime.runner: local``, the other with
-``runtime.runner: dask`` (a LocalCluster of two worker processes for the whole
-``fedpipe run``). The runtime section must not change results: every round's model
-must be the same bytes, and ``dvc.lock`` the same text.
+Two identical projects; one runs with ``runtime.runner: local`` (the session's
+tiny run), the other, a copy of the same fresh project, with ``runtime.runner:
+dask`` (a LocalCluster of two worker processes for the whole ``fedpipe run``).
+The runtime section must not change results: every round's model must be the
+same bytes, and ``dvc.lock`` the same text.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import BIN, file_hashes, make_project, run_cli
+from e2e_helpers import BIN, file_hashes, run_cli
 
 from fedpipe.config.overrides import set_params
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
-ROUNDS = 2
+ROUNDS = 4  # the tiny run's
 COMPILED = re.compile(
     r"mlp compiled in (Dask worker (\S+) \(process \d+\)|process \d+)"
 )
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> dict:
-    base = tmp_path_factory.mktemp("dask")
-    local = make_project(base / "local", cli_env, federation={"rounds": ROUNDS})
-    on_dask = base / "on-dask"
-    shutil.copytree(local, on_dask)
+def runs(
+    tiny_fresh: Path,
+    tiny_run: dict,
+    tmp_path_factory: pytest.TempPathFactory,
+    cli_env: dict[str, str],
+) -> dict:
+    """The session's tiny run (local) and a copy of its fresh project run on Dask;
+    each with its console output and Prefect's logs (which process compiled)."""
+    on_dask = shutil.copytree(tiny_fresh, tmp_path_factory.mktemp("dask") / "on-dask")
     set_params(
         on_dask / "params.yaml", {"runtime.runner": "dask", "runtime.dask_workers": 2}
     )
-    out = {}
-    for name, project in (("local", local), ("dask", on_dask)):
-        # -v: the tests below read Prefect's logs (which process compiled)
-        proc = run_cli(
-            [FEDPIPE, "run", "-v", "--no-server-start", "--no-report"],
-            project,
-            cli_env,
-        )
-        out[name] = {"project": project, "log": proc.stdout + proc.stderr}
-    return out
+    # -v: Prefect's logs on the console
+    proc = run_cli(
+        [FEDPIPE, "run", "-v", "--no-server-start", "--no-report"], on_dask, cli_env
+    )
+    local = tiny_run["project"]
+    (log,) = (local / "logs").glob("fedpipe-run-*.log")  # Prefect's logs, as -v
+    return {
+        "local": {
+            "project": local,
+            "log": tiny_run["proc"].stdout + tiny_run["proc"].stderr + log.read_text(),
+        },
+        "dask": {"project": on_dask, "log": proc.stdout + proc.stderr},
+    }
 
 
 def test_dask_gives_bitwise_identical_models(runs: dict) -> None:
@@ -80,10 +89,10 @@ def test_clients_trained_on_workers_that_keep_their_model(runs: dict) -> None:
     compiled = COMPILED.findall(log)
     workers = [address for _, address in compiled if address]
     # every client training ran on a worker; each worker built the model once
-    # for all its clients and rounds (2 rounds x 2 clients = 4 trainings)
+    # for all its clients and rounds (4 rounds x 2 clients = 8 trainings)
     assert compiled and len(workers) == len(compiled)
     assert 1 <= len(workers) <= 2 and len(set(workers)) == len(workers)
-    assert "round   2/2" in log
+    assert f"round   {ROUNDS}/{ROUNDS}" in log
 
 
 def test_local_runner_trains_in_the_run_process(runs: dict) -> None:

@@ -14,14 +14,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import BIN, make_project, run_cli
+from e2e_helpers import BIN, run_cli
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -109,12 +111,15 @@ def recording_env(
 
 @pytest.fixture(scope="module")
 def triggered(
-    tmp_path_factory: pytest.TempPathFactory, recording_env: dict[str, str]
+    tiny_fresh: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    recording_env: dict[str, str],
 ) -> dict:
-    """Deploy a tiny project, start a worker, run the deployment with rounds=2."""
+    """Deploy a copy of the session's tiny project, start a worker, run the
+    deployment with rounds=2."""
     base = tmp_path_factory.mktemp("deploy")
     env = recording_env
-    project = make_project(base / "nightly", env)
+    project = shutil.copytree(tiny_fresh, base / "nightly")  # TINY, committed
     deployed = run_cli(
         [FEDPIPE, "deploy", "--pool", POOL, "--cron", CRON, "--no-server-start"],
         project,

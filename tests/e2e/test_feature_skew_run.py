@@ -11,7 +11,7 @@ import shutil
 
 import pandas as pd
 import pytest
-from e2e_helpers import BIN, file_hashes, make_project, run_cli
+from e2e_helpers import BIN, file_hashes, make_project, run_cli, run_main
 
 pytestmark = pytest.mark.e2e
 FEDPIPE, DVC = str(BIN / "fedpipe"), str(BIN / "dvc")
@@ -59,5 +59,5 @@ def test_the_partition_report_shows_feature_skew(
     assert list(stats["client"]) == [0, 1, 2]
     assert (stats["distance"] > 0).all()
     assert (report / "feature_skew.png").read_bytes()[:4] == b"\x89PNG"
-    text = run_cli([FEDPIPE, "status"], projects["run"], cli_env).stdout
+    text = run_main(["status"], projects["run"], cli_env).stdout
     assert f"feature skew {skew['feature_skew']:.3f}" in text

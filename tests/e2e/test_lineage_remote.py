@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import BIN, file_hashes, run_cli
+from e2e_helpers import BIN, file_hashes, run_cli, run_main
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -59,10 +59,16 @@ def pushed(
     }
 
 
-def _lineage(project: Path, env: dict[str, str], *target: str, fmt: str = "json"):  # type: ignore[no-untyped-def]
-    return run_cli(
-        [FEDPIPE, "lineage", *target, "--format", fmt], project, env, check=False
-    )
+def _lineage(  # type: ignore[no-untyped-def]
+    project: Path, env: dict[str, str], *target: str, fmt: str = "json",
+    process: bool = False,
+):  # fmt: skip
+    """`fedpipe lineage`, in this process unless ``process`` (its own process:
+    the first test)."""
+    args = ["lineage", *target, "--format", fmt]
+    if process:
+        return run_cli([FEDPIPE, *args], project, env, check=False)
+    return run_main(args, project, env, check=False)
 
 
 def _tree_md5s(folder: Path) -> dict[str, str]:
@@ -91,8 +97,9 @@ def _flip_byte(path: Path, offset: int = 200) -> None:
 
 def test_round_model_traced_to_raw_data(pushed: dict) -> None:
     project, env = pushed["project"], pushed["env"]
-    out = _lineage(project, env, "round", "4")
+    out = _lineage(project, env, "round", "4", process=True)
     assert out.returncode == 0, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
     data = json.loads(out.stdout)
     assert data["verified"] is True
     assert [s["name"] for s in data["stages"]] == [

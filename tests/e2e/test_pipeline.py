@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -27,23 +26,16 @@ DVC = str(BIN / "dvc")
 
 @pytest.fixture(scope="module")
 def projects(
-    tiny_fresh: Path,
-    tiny_run: dict,
-    tmp_path_factory: pytest.TempPathFactory,
-    cli_env: dict[str, str],
+    tiny_run: dict, tiny_repro: dict, tmp_path_factory: pytest.TempPathFactory
 ) -> dict:
     """Two identical projects: one run by `fedpipe run` (the session's tiny run),
-    one by `dvc repro`."""
-    base = tmp_path_factory.mktemp("e2e")
-    by_repro = base / "by-repro"
-    shutil.copytree(tiny_fresh, by_repro)
-    repro_out = run_cli([DVC, "repro"], by_repro, cli_env)
+    one by `dvc repro` (the session's tiny repro)."""
     return {
         "run": tiny_run["project"],
-        "repro": by_repro,
+        "repro": tiny_repro["project"],
         "run_out": tiny_run["proc"],
-        "repro_out": repro_out,
-        "base": base,
+        "repro_out": tiny_repro["proc"],
+        "base": tmp_path_factory.mktemp("e2e"),
     }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from e2e_helpers import BIN, make_project, run_cli
+from e2e_helpers import BIN, make_project, run_cli, run_main
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -134,8 +134,8 @@ def test_predict_on_the_heldout_rows_scores_what_the_round_recorded(
     assert len(rows) == len(held) > 20
     rows.drop(columns=["label"]).to_csv(tmp_path / "held.csv", index=False)
     out = tmp_path / "pred.csv"
-    run_cli([FEDPIPE, "predict", str(tmp_path / "held.csv"), "--out", str(out)],
-            project, cli_env)  # fmt: skip
+    run_main(["predict", str(tmp_path / "held.csv"), "--out", str(out)],
+             project, cli_env)  # fmt: skip
     pred = pd.read_csv(out, dtype={"pid": str}).set_index("pid")
     truth = rows.set_index("pid")["label"]
     accuracy = float((pred.loc[truth.index, "prediction"] == truth).mean())
@@ -161,7 +161,7 @@ def test_a_numeric_column_with_text_is_named_and_categories_are_not(
 def test_fedpipe_stats_shows_the_top_values(
     project: Path, cli_env: dict[str, str]
 ) -> None:
-    out = run_cli([FEDPIPE, "stats"], project, cli_env).stdout
+    out = run_main(["stats"], project, cli_env).stdout
     assert "top values (values of fewer than 5 rows not shown):" in out
     lines = [line for line in out.splitlines() if line.startswith("  color (values): ")]
     assert len(lines) == 1 + 3  # global and each client

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from e2e_helpers import BIN, file_hashes, make_project, run_cli
+from e2e_helpers import BIN, file_hashes, make_project, run_cli, run_main
 
 pytestmark = pytest.mark.e2e
 FEDPIPE, DVC = str(BIN / "fedpipe"), str(BIN / "dvc")
@@ -86,7 +86,7 @@ def test_the_model_sees_the_indicator_columns(projects: dict) -> None:
 
 
 def test_lineage_shows_the_transform(projects: dict, cli_env: dict[str, str]) -> None:
-    out = run_cli([FEDPIPE, "lineage", "round", "3"], projects["run"], cli_env).stdout
+    out = run_main(["lineage", "round", "3"], projects["run"], cli_env).stdout
     assert "preprocess" in out
     assert "data/preprocess/transform.json" in out
     assert "transform: standard (federated fit from 3 clients' statistics" in out

@@ -12,7 +12,7 @@ import json
 import shutil
 
 import pytest
-from e2e_helpers import BIN, run_cli
+from e2e_helpers import BIN, run_cli, run_main
 
 from fedpipe.config.overrides import set_params
 from fedpipe.observe.doctor import codes
@@ -44,13 +44,13 @@ def test_the_records_say_who_attacked(run: dict, cli_env) -> None:
     for k in range(1, ROUNDS + 1):
         summary = json.loads((project / f"metrics/rounds/round-{k}.json").read_text())
         assert summary["malicious"] == [2]
-    lineage = run_cli([FEDPIPE, "lineage", "round", "4"], project, cli_env)
+    lineage = run_main(["lineage", "round", "4"], project, cli_env)
     assert "malicious (planted by attack.*): 2" in lineage.stdout
 
 
 def test_the_doctor_names_the_attacker_and_nobody_else(run: dict, cli_env) -> None:
-    proc = run_cli(
-        [FEDPIPE, "doctor", "--format", "json"], run["project"], cli_env, check=False
+    proc = run_main(
+        ["doctor", "--format", "json"], run["project"], cli_env, check=False
     )
     findings = {f["code"]: f for f in json.loads(proc.stdout)}
     found = findings[codes.CLIENTS_AGAINST_FEDERATION]

@@ -2,7 +2,8 @@
 
 Two tiny projects from the same data: a healthy one, and the seed question's
 configuration (the seed question's CNN, Adam, and a FedAvg whose aggregation
-weights sum to more than 1, planted with `faults.aggregation_weight_sum`). The
+weights sum to more than 1, planted with `faults.aggregation_weight_sum`), made
+from a copy of the healthy one after its run (its data stages are not rerun). The
 doctor must find nothing in the first and name the misweighted aggregation as
 the cause in the second, whose global loss climbs by orders of magnitude while
 its accuracy holds.
@@ -16,8 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import BIN, make_project, run_cli
+from e2e_helpers import BIN, make_project, run_cli, run_main
 
+from fedpipe.config.overrides import set_params
 from fedpipe.observe.doctor import codes
 
 pytestmark = [
@@ -27,24 +29,27 @@ pytestmark = [
     ),
 ]
 FEDPIPE = str(BIN / "fedpipe")
-SEED_QUESTION = {
-    "federation": {"clients": 4, "rounds": 5, "fraction_fit": 1.0},
-    "train": {"optimizer": "adam", "lr": 0.001},
-    "model": {"name": "seed_cnn"},
-    "faults": {"aggregation_weight_sum": 2.0},  # 1.5 in the README, over 10 rounds
-}
 HEALTHY = {"federation": {"clients": 4, "rounds": 5, "fraction_fit": 1.0}}
+SEED_QUESTION = {  # on top of HEALTHY
+    "train.optimizer": "adam",
+    "train.lr": 0.001,
+    "model.name": "seed_cnn",
+    "faults.aggregation_weight_sum": 2.0,  # 1.5 in the README, over 10 rounds
+}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> dict:
     base = tmp_path_factory.mktemp("diagnostics")
-    out = {}
-    for name, overrides in (("healthy", HEALTHY), ("seed", SEED_QUESTION)):
-        project = make_project(base / name, cli_env, **overrides)
-        run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env)
-        out[name] = project
-    return out
+    healthy = make_project(base / "healthy", cli_env, **HEALTHY)
+    run_cli([FEDPIPE, "run", "--no-server-start"], healthy, cli_env)
+    seed = shutil.copytree(healthy, base / "seed", symlinks=True)
+    set_params(seed / "params.yaml", SEED_QUESTION)
+    run_cli(["git", "commit", "-qam", "the seed question"], seed, cli_env)
+    proc = run_cli([FEDPIPE, "run", "--no-server-start"], seed, cli_env)
+    ran = proc.stdout.split("stage(s) ran", 1)[1]
+    assert "partition" not in ran and "init" in ran  # the same data, a new model
+    return {"healthy": healthy, "seed": seed}
 
 
 def _rounds(project: Path) -> list[dict]:
@@ -71,7 +76,7 @@ def test_every_round_records_its_health(runs: dict) -> None:
 
 
 def test_healthy_run_has_no_findings(runs: dict, cli_env: dict[str, str]) -> None:
-    proc = run_cli([FEDPIPE, "doctor"], runs["healthy"], cli_env, check=False)
+    proc = run_main(["doctor"], runs["healthy"], cli_env, check=False)
     assert proc.returncode == 0, proc.stdout
     assert "no findings" in proc.stdout
 
@@ -84,6 +89,7 @@ def test_doctor_on_a_damaged_copy_lists_what_it_could_not_read(
     health = project / "metrics/health/round-2.json"
     health.write_text(health.read_text()[:50])  # partly written
     (project / "metrics/rounds/round-5.json").unlink()  # stopped after health 5
+    # the command's own process (the other doctor calls run in this one)
     proc = run_cli([FEDPIPE, "doctor"], project, cli_env, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr  # info findings only
     assert "Traceback" not in proc.stderr
@@ -116,23 +122,21 @@ def test_rounds_record_the_weight_sum_they_applied(runs: dict) -> None:
 def test_doctor_names_the_seed_question_cause(
     runs: dict, cli_env: dict[str, str]
 ) -> None:
-    proc = run_cli(
-        [FEDPIPE, "doctor", "--format", "json"], runs["seed"], cli_env, check=False
-    )
+    proc = run_main(["doctor", "--format", "json"], runs["seed"], cli_env, check=False)
     assert proc.returncode == 1
     findings = json.loads(proc.stdout)
     findings = findings["findings"] if isinstance(findings, dict) else findings
     assert findings[0]["code"] == codes.AGGREGATION_WEIGHTS_NOT_NORMALIZED
     assert "sum to 2, not 1" in findings[0]["title"]
     assert any(f["code"] == codes.LOSS_RISING_ACCURACY_HOLDS for f in findings)
-    text = run_cli([FEDPIPE, "doctor"], runs["seed"], cli_env, check=False).stdout
+    text = run_main(["doctor"], runs["seed"], cli_env, check=False).stdout
     assert "effective weights sum to 2" in text and "fix:" in text
 
 
 def test_report_shows_the_findings_and_lineage(
     runs: dict, cli_env: dict[str, str]
 ) -> None:
-    run_cli([FEDPIPE, "report"], runs["seed"], cli_env)
+    run_main(["report"], runs["seed"], cli_env)  # its process: test_own_data.py
     page = (runs["seed"] / "reports/report.html").read_text()
     assert "aggregation weights sum to 2, not 1" in page
     assert page.count("<svg") >= 3  # plots inline

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from e2e_helpers import BIN, SCRIPTS, TINY, run_cli
+from e2e_helpers import BIN, SCRIPTS, TINY, run_cli, run_main
 
 from fedpipe.config import layout
 from fedpipe.config.params import load_params
@@ -191,7 +191,7 @@ def test_a_dp_run_publishes_no_oracle_statistic(
     run_cli(["git", "check-ignore", "-q", str(layout.oracle_record(rounds))], project,
             cli_env)  # fmt: skip
     assert not any(str(f).startswith(str(project / ".fedpipe")) for f in published)
-    doctor = run_cli([FEDPIPE, "doctor", "--fail-on", "never"], project, cli_env)
+    doctor = run_main(["doctor", "--fail-on", "never"], project, cli_env)
     assert doctor.stdout.startswith("View: oracle"), doctor.stdout[:500]
     assert "Not read" not in doctor.stdout
     # every record the views read is of the run dvc.lock records, the oracle

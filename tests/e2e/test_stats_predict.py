@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from e2e_helpers import BIN, make_project, run_cli
+from e2e_helpers import BIN, make_project, run_cli, run_main
 
 pytestmark = pytest.mark.e2e
 FEDPIPE, DVC = str(BIN / "fedpipe"), str(BIN / "dvc")
@@ -67,7 +67,9 @@ def test_the_stage_writes_the_statistics_and_the_heatmap(project: Path) -> None:
 def test_fedpipe_stats_prints_every_column_and_client(
     project: Path, cli_env: dict[str, str]
 ) -> None:
-    out = run_cli([FEDPIPE, "stats"], project, cli_env).stdout
+    proc = run_cli([FEDPIPE, "stats"], project, cli_env)  # the command's process
+    assert "Traceback" not in proc.stderr
+    out = proc.stdout
     lines = out.splitlines()
     assert lines[0].startswith("data/preprocess/stats.json: table, 3 clients, ")
     for name in COLUMNS:
@@ -75,11 +77,11 @@ def test_fedpipe_stats_prints_every_column_and_client(
     for i in range(3):
         assert any(line.startswith(f"client {i}: ") for line in lines), i
     assert "heatmap: reports/preprocess/feature_skew.png" in out
-    one = run_cli([FEDPIPE, "stats", "--client", "2", "--column", "huge"], project,
-                  cli_env).stdout  # fmt: skip
+    one = run_main(["stats", "--client", "2", "--column", "huge"], project,
+                   cli_env).stdout  # fmt: skip
     assert "client 0:" not in one and "client 2:" in one
-    bad = run_cli([FEDPIPE, "stats", "--column", "nope"], project, cli_env,
-                  check=False)  # fmt: skip
+    bad = run_main(["stats", "--column", "nope"], project, cli_env,
+                   check=False)  # fmt: skip
     assert bad.returncode != 0
     assert "--column 'nope': not a column of data/preprocess/stats.json" in bad.stderr
 
@@ -107,10 +109,11 @@ def _plain_keras(model_file: Path, rows: np.ndarray, tmp: Path) -> np.ndarray:
 def test_predict_equals_the_saved_model_loaded_with_plain_keras(
     project: Path, cli_env: dict[str, str], tmp_path: Path, round_: int | None
 ) -> None:
-    args = [FEDPIPE, "predict", "new.csv", "--out", str(tmp_path / "pred.csv")]
-    if round_ is not None:
-        args += ["--round", str(round_)]
-    out = run_cli(args, project, cli_env).stdout
+    args = ["predict", "new.csv", "--out", str(tmp_path / "pred.csv")]
+    if round_ is None:  # the command's own process
+        out = run_cli([FEDPIPE, *args], project, cli_env).stdout
+    else:
+        out = run_main([*args, "--round", str(round_)], project, cli_env).stdout
     k = 2 if round_ is None else round_
     assert f"23 rows of new.csv scored by round {k}'s global model" in out
     pred = pd.read_csv(tmp_path / "pred.csv", dtype={"pid": str})
@@ -158,8 +161,8 @@ def test_predict_on_the_heldout_rows_scores_what_the_round_recorded(
     assert len(rows) == len(held) > 20 and rows[COLUMNS].isna().any().any()
     rows.drop(columns=["label"]).to_csv(tmp_path / "held.csv", index=False)
     out = tmp_path / "pred.csv"
-    run_cli([FEDPIPE, "predict", str(tmp_path / "held.csv"), "--out", str(out),
-             "--round", str(round_)], project, cli_env)  # fmt: skip
+    run_main(["predict", str(tmp_path / "held.csv"), "--out", str(out),
+              "--round", str(round_)], project, cli_env)  # fmt: skip
     pred = pd.read_csv(out, dtype={"pid": str}).set_index("pid")
     truth = rows.set_index("pid")["label"]
     accuracy = float((pred.loc[truth.index, "prediction"] == truth).mean())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import BIN, run_cli
+from e2e_helpers import BIN, run_cli, run_main
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -33,8 +33,9 @@ def project(
 
 
 def _status(project: Path, env: dict[str, str]) -> dict:
-    proc = run_cli([FEDPIPE, "status", "--format", "json"], project, env)
-    return json.loads(proc.stdout)
+    """`fedpipe status --format json`, in this process (the command's own process:
+    the first test)."""
+    return json.loads(run_main(["status", "--format", "json"], project, env).stdout)
 
 
 def test_status_of_a_finished_run_is_up_to_date(
@@ -48,7 +49,9 @@ def test_status_of_a_finished_run_is_up_to_date(
     assert status["last_round"]["round"] == 4
     assert 0 < status["last_round"]["global"]["accuracy"] <= 1
     assert status["doctor"] is not None
-    text = run_cli([FEDPIPE, "status"], project, cli_env).stdout
+    proc = run_cli([FEDPIPE, "status"], project, cli_env)  # the command's process
+    assert "Traceback" not in proc.stderr
+    text = proc.stdout
     assert "up to date" in text and "4 planned (federation.rounds)" in text
 
 
@@ -71,7 +74,7 @@ def test_status_names_a_changed_param_with_old_and_new_value(
                     "text": "param train.lr 0.05 -> 0.2",
                 }
             ]
-        shown = run_cli([FEDPIPE, "status"], project, cli_env).stdout
+        shown = run_main(["status"], project, cli_env).stdout
         assert "round@1-4: param train.lr 0.05 -> 0.2" in shown
         # the same stages as DVC's own `dvc status`
         dvc = json.loads(run_cli([DVC, "status", "--json"], project, cli_env).stdout)
@@ -97,7 +100,7 @@ def test_status_reads_exponent_params_as_dvc_does(
         status = _status(project, cli_env)
         assert sorted(status["stale"]) == sorted(dvc) == ROUNDS
         assert status["stale"]["round@1"][0]["new"] == 0.001
-        shown = run_cli([FEDPIPE, "status"], project, cli_env).stdout
+        shown = run_main(["status"], project, cli_env).stdout
         assert "round@1-4: param train.lr 0.05 -> 0.001" in shown
     finally:
         params.write_text(text)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from e2e_helpers import BIN, make_project, run_cli
+from e2e_helpers import BIN, make_project, run_cli, run_main
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -167,7 +167,7 @@ def test_editing_a_file_reruns_exactly_its_stages(
 
 
 def test_lineage_shows_the_code_hashes(project: Path, cli_env: dict) -> None:
-    text = run_cli([FEDPIPE, "lineage"], project, cli_env).stdout
+    text = run_main(["lineage"], project, cli_env).stdout  # in this process
     for name in ("model", "strategy", "client"):
         path = project / "code" / f"{name}.py"
         assert f"code: code/{name}.py  md5 {_md5(path)}" in text

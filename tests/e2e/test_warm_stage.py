@@ -1,7 +1,8 @@
 """`fedpipe stage` through the project's warm worker (fedpipe_app/stageclient.py,
 fedpipe_app/warm.py): same bits, same errors, one worker, gone when idle.
 
-Real DVC, real Prefect server, real Keras (the tiny MLP, 2 rounds). What the
+Real DVC, real Prefect server, real Keras (the tiny MLP: copies of the session's
+tiny project, its `dvc repro` compared with its `fedpipe run`). What the
 worker did is read from its log in the session's FEDPIPE_WARM_DIR: one line when
 it starts (pid, project), one per stage (its exit status), one when it exits (why).
 """
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import BIN, file_hashes, make_project, run_cli, start_in_session
+from e2e_helpers import BIN, file_hashes, run_cli, start_in_session
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -69,35 +70,21 @@ def wait_gone(pid: int, timeout: float = 60) -> bool:
     return not alive(pid)
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> Path:
-    return make_project(
-        tmp_path_factory.mktemp("warm") / "tiny",
-        cli_env,
-        federation={"rounds": 2},
-    )
-
-
 def test_repro_through_the_worker_gives_the_same_bits_as_run(
-    tiny: Path, tmp_path: Path, cli_env: dict[str, str], warm_dir: Path
+    tiny_repro: dict, tiny_run: dict, warm_dir: Path
 ) -> None:
-    by_run, by_repro = tmp_path / "run", tmp_path / "repro"
-    shutil.copytree(tiny, by_run)
-    shutil.copytree(tiny, by_repro)
-    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], by_run, cli_env)
-    repro = run_cli([DVC, "repro"], by_repro, cli_env)
-
-    run_models = file_hashes(by_run, "models/round-*/weights.npz")
-    assert len(run_models) == 3
+    by_repro, repro = tiny_repro["project"], tiny_repro["proc"]
+    run_models = file_hashes(tiny_run["project"], "models/round-*/weights.npz")
+    assert len(run_models) == 5
     assert file_hashes(by_repro, "models/round-*/weights.npz") == run_models
-    assert "round   2/2  global acc" in repro.stdout  # the stage's own output
+    assert "round   4/4  global acc" in repro.stdout  # the stage's own output
     events = worker_events(warm_dir, by_repro)
     assert len(started(events)) == 1, events  # one worker served every stage
     served = [e for _, e in events if e.startswith("fedpipe stage")]
     assert served == [
         f"fedpipe stage {s}: exit 0"
         for s in ("mnist5k", "ingest", "validate", "partition", "preprocess", "init")
-        + ("round 1", "round 2", "summary")
+        + ("round 1", "round 2", "round 3", "round 4", "summary")
     ]
     # the worker ends with the `dvc repro` that used it
     (pid,) = started(events)
@@ -106,10 +93,10 @@ def test_repro_through_the_worker_gives_the_same_bits_as_run(
 
 
 def test_stage_error_is_one_line_and_exits_nonzero_as_in_process(
-    tiny: Path, tmp_path: Path, cli_env: dict[str, str], warm_dir: Path
+    tiny_fresh: Path, tmp_path: Path, cli_env: dict[str, str], warm_dir: Path
 ) -> None:
     project = tmp_path / "fails"
-    shutil.copytree(tiny, project)
+    shutil.copytree(tiny_fresh, project)
     # round 1 before ingest: a failure a person can act on (data not found)
     warm = run_cli([FEDPIPE, "stage", "round", "1"], project, cli_env, check=False)
     cold_env = cli_env | {"FEDPIPE_WARM": "0"}
@@ -139,11 +126,11 @@ def test_stage_error_is_one_line_and_exits_nonzero_as_in_process(
 
 @pytest.fixture(scope="module")
 def racing(
-    tiny: Path, tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]
+    tiny_fresh: Path, tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]
 ) -> tuple[Path, list[subprocess.CompletedProcess[str]]]:
     """Two `fedpipe stage mnist5k` started at once, no worker yet, 3 s idle."""
     project = tmp_path_factory.mktemp("race") / "p"
-    shutil.copytree(tiny, project)
+    shutil.copytree(tiny_fresh, project)
     env = cli_env | {"FEDPIPE_WARM_IDLE": "3"}
     procs = [
         subprocess.Popen(
@@ -181,12 +168,12 @@ def test_worker_exits_after_its_idle_timeout(racing, warm_dir: Path) -> None:
 
 
 def test_ctrl_c_of_repro_stops_the_stage_in_the_worker(
-    tiny: Path, tmp_path: Path, cli_env: dict[str, str], warm_dir: Path
+    tiny_fresh: Path, tmp_path: Path, cli_env: dict[str, str], warm_dir: Path
 ) -> None:
     """Ctrl-C in a terminal reaches dvc and the client (their process group),
     not the worker (a session of its own): the client passes it on."""
     project = tmp_path / "stopped"
-    shutil.copytree(tiny, project)
+    shutil.copytree(tiny_fresh, project)
     proc = start_in_session([DVC, "repro"], project, cli_env, merge_stderr=False)
     logs = project / "logs"
     deadline = time.monotonic() + 300
