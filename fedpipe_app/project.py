@@ -5,9 +5,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import shutil
 import subprocess
-import sys
 from importlib import resources
 from pathlib import Path
 
@@ -74,20 +72,28 @@ def init_project(
     # `dvc init` keeps a .dvcignore that exists
     _ignore(directory / ".dvcignore", DVCIGNORED)
     if git:
-        env = dict(os.environ, DVC_NO_ANALYTICS="1")
         if not (directory / ".git").exists():
             subprocess.run(["git", "init", "-q"], cwd=directory, check=True)
         if not (directory / ".dvc").exists():
-            dvc = _dvc_exe()
-            subprocess.run([dvc, "init", "-q"], cwd=directory, check=True, env=env)
             url = remote or default_remote_url(directory.resolve().name)
-            subprocess.run(
-                [dvc, "remote", "add", "-q", "-d", REMOTE_NAME, url],
-                cwd=directory,
-                check=True,
-                env=env,
-            )
+            _dvc_init(directory, url)
     return directory.resolve()
+
+
+def _dvc_init(directory: Path, url: str) -> None:
+    """``dvc init`` and ``dvc remote add -d REMOTE_NAME url`` through DVC's API,
+    in this process: the same files (``.dvc/`` staged in git as ``dvc init``
+    stages it), without two ``dvc`` processes' start-up (about 2-5 s each)."""
+    os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+    from dvc.repo import Repo
+
+    repo = Repo.init(str(directory))
+    try:
+        with repo.config.edit() as conf:
+            conf["remote"][REMOTE_NAME] = {"url": url}
+            conf["core"]["remote"] = REMOTE_NAME
+    finally:
+        repo.close()
 
 
 def _ignore(path: Path, lines: tuple[str, ...]) -> None:
@@ -97,12 +103,6 @@ def _ignore(path: Path, lines: tuple[str, ...]) -> None:
     if missing:
         with path.open("a") as f:
             f.write("".join(f"{line}\n" for line in missing))
-
-
-def _dvc_exe() -> str:
-    """``dvc`` beside this interpreter (a venv not activated), else on PATH."""
-    beside = Path(sys.executable).with_name("dvc")
-    return str(beside) if beside.exists() else (shutil.which("dvc") or "dvc")
 
 
 def sync_demo_stage(source: str, path: Path = Path("dvc.yaml")) -> bool:
