@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import chdir, contextmanager
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 import pytest
 from dvc.repo import Repo
+from helpers_dvc import reproduced_project
 
 from fedpipe.observe.status import Reason, Staleness, staleness
 from orchestration import staleness as remembered
@@ -52,30 +52,21 @@ EXTRA = """\
 """
 
 
-def _run(args: list[str], root: Path) -> None:
-    proc = subprocess.run(args, cwd=root, capture_output=True, text=True)
-    assert proc.returncode == 0, f"{' '.join(args)}: {proc.stdout}{proc.stderr}"
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("staleness")
+    files = {
+        "params.yaml": PARAMS,
+        "in.txt": "weights\n",
+        "data/a.txt": "a\n",
+        "dvc.yaml": PIPELINE,
+    }
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DVC_NO_ANALYTICS", "1")
-        mp.setenv("DVC_SITE_CACHE_DIR", str(tmp_path_factory.mktemp("dvc-site")))
         # what these tests check is which answer is given, not the wait for
         # files written this instant to settle (test_a_file_written_now_...)
         mp.setattr(remembered, "SETTLE_S", 0.0)
-        _run(["git", "init", "-q"], root)
-        Repo.init(str(root)).close()
-        (root / "params.yaml").write_text(PARAMS)
-        (root / "in.txt").write_text("weights\n")
-        (root / "data").mkdir()
-        (root / "data" / "a.txt").write_text("a\n")
-        (root / "dvc.yaml").write_text(PIPELINE)
-        with chdir(root), Repo(str(root)) as repo:
-            repo.reproduce()
-        yield root
+        site = tmp_path_factory.mktemp("dvc-site")
+        yield reproduced_project(root, files, mp, site)
 
 
 def _raw() -> dict[str, Any]:

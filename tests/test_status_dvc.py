@@ -10,7 +10,6 @@ back. fedpipe's own run on a real pipeline: tests/e2e/test_status_params.py.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import chdir, contextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from dvc.repo import Repo
+from helpers_dvc import reproduced_project
 
 from fedpipe.observe.status import Reason, collect, format_text
 
@@ -36,29 +36,18 @@ stages:
 """
 
 
-def _run(args: list[str], root: Path) -> None:
-    proc = subprocess.run(args, cwd=root, capture_output=True, text=True)
-    assert proc.returncode == 0, f"{' '.join(args)}: {proc.stdout}{proc.stderr}"
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("status-dvc")
+    files = {
+        "params.yaml": PARAMS,
+        "in.txt": "hello\n",
+        "code.py": "print('hello')\n",
+        "dvc.yaml": PIPELINE,
+    }
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DVC_NO_ANALYTICS", "1")
-        mp.setenv("DVC_SITE_CACHE_DIR", str(tmp_path_factory.mktemp("dvc-site")))
-        for who in ("AUTHOR", "COMMITTER"):
-            mp.setenv(f"GIT_{who}_NAME", "fedpipe tests")
-            mp.setenv(f"GIT_{who}_EMAIL", "tests@fedpipe.invalid")
-        _run(["git", "init", "-q"], root)
-        Repo.init(str(root)).close()  # `dvc init`
-        (root / "params.yaml").write_text(PARAMS)
-        (root / "in.txt").write_text("hello\n")
-        (root / "code.py").write_text("print('hello')\n")
-        (root / "dvc.yaml").write_text(PIPELINE)
-        with chdir(root), Repo(str(root)) as repo:
-            repo.reproduce()  # `dvc repro`
-        yield root
+        site = tmp_path_factory.mktemp("dvc-site")
+        yield reproduced_project(root, files, mp, site)
 
 
 @contextmanager
