@@ -390,3 +390,35 @@ def test_the_legend_of_a_sweep_plot_never_covers_its_data(
     box = legend.get_window_extent(renderer)
     assert not box.overlaps(ax.get_window_extent(renderer))
     assert not box.overlaps(ax.xaxis.label.get_window_extent(renderer))
+
+
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs Linux /proc")
+def test_a_killed_sweeps_orphan_with_no_pid_file_is_ended(tmp_path: Path) -> None:
+    """A sweep killed between starting a run's command and writing its pid file
+    left the command running, holding DVC's lock: the resumed sweep's runs in
+    that slot were refused (CI, 2026-12-07). The slot's leftovers are found by
+    working directory; a process there that is not fedpipe's or DVC's is not."""
+    import subprocess
+    import sys
+
+    from fedpipe_app.experiments.sweeprun import PID_FILE, _end_leftover
+
+    slot = tmp_path / "slot-0"
+    (slot / ".dvc" / "tmp").mkdir(parents=True)
+    sleep = "import time; time.sleep(120)"
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", sleep, "fedpipe_app.cli", "run"],
+        cwd=slot, start_new_session=True,
+    )  # fmt: skip
+    other = subprocess.Popen(
+        [sys.executable, "-c", sleep], cwd=slot, start_new_session=True
+    )
+    try:
+        assert not (slot / PID_FILE).exists()
+        _end_leftover(slot)
+        assert orphan.wait(timeout=20) == -9
+        assert other.poll() is None
+    finally:
+        for p in (orphan, other):
+            p.kill()
+            p.wait()

@@ -151,27 +151,79 @@ def _changed_files(root: Path) -> list[str]:
 # ---------------------------------------------------------------- slots
 
 
-def _end_leftover(slot: Path) -> None:
-    """End the process group a killed sweep left running in ``slot``."""
+def _leftover_groups(slot: Path) -> set[int]:
+    """Process groups a killed sweep left running in ``slot``.
+
+    Each command of a run is started in a session of its own with the slot as
+    its working directory, and its pid is written to ``PID_FILE`` right after:
+    a sweep killed between the two leaves a running command and no pid file
+    (seen on CI: the resumed run was refused, DVC's lock held by the orphan).
+    So on Linux the leaders of sessions working in the slot and running fedpipe
+    or DVC are found in /proc too; elsewhere the pid file is all there is.
+    """
+    groups: set[int] = set()
     try:
-        pgid = int((slot / PID_FILE).read_text().split()[0])
+        groups.add(int((slot / PID_FILE).read_text().split()[0]))
     except (OSError, ValueError, IndexError):
-        return
-    try:
-        cwd = Path(os.readlink(f"/proc/{pgid}/cwd"))
-    except OSError:
-        cwd = None  # gone, or not Linux: the group is checked below instead
-    if cwd is not None and cwd.resolve() != slot.resolve():
-        return  # the pid was reused by something else
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # gone, and its locks with it
-            os.killpg(pgid, 0)
-            time.sleep(0.1)
-    except (ProcessLookupError, PermissionError):
         pass
+    here = slot.resolve()
+    proc = Path("/proc")
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            if Path(os.readlink(entry / "cwd")) != here or os.getsid(pid) != pid:
+                continue
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone, or not ours to look at
+        if any(
+            b"fedpipe" in a or Path(a.decode(errors="replace")).name == "dvc"
+            for a in argv
+        ):
+            groups.add(pid)
+    return groups
+
+
+def _end_leftover(slot: Path) -> None:
+    """End the process groups a killed sweep left running in ``slot``."""
+    for pgid in _leftover_groups(slot):
+        try:
+            cwd = Path(os.readlink(f"/proc/{pgid}/cwd"))
+        except OSError:
+            cwd = None  # gone, or not Linux: the group is checked below instead
+        if cwd is not None and cwd.resolve() != slot.resolve():
+            continue  # the pid was reused by something else
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+        deadline = time.monotonic() + 30
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)  # until gone, and its locks with it
     (slot / PID_FILE).unlink(missing_ok=True)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies, which hold no
+    locks and which nobody may reap when their parent was killed, do not)."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for entry in proc.iterdir():
+        try:
+            stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def open_slot(root: Path, base: str, path: Path, cache: Path) -> bool:
