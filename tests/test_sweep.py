@@ -422,3 +422,56 @@ def test_a_killed_sweeps_orphan_with_no_pid_file_is_ended(tmp_path: Path) -> Non
         for p in (orphan, other):
             p.kill()
             p.wait()
+
+
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs Linux /proc")
+def test_a_leftover_save_is_let_finish_not_killed(tmp_path: Path) -> None:
+    """A `dvc exp save` killed half-way left the slot's dvc.lock empty and the
+    resumed sweep's runs there failed: a leftover save ends by itself."""
+    import subprocess
+    import sys
+
+    from fedpipe_app.experiments.sweeprun import _end_leftover
+
+    slot = tmp_path / "slot-0"
+    (slot / ".dvc" / "tmp").mkdir(parents=True)
+    save = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(1.5)", "dvc", "exp", "save"],
+        cwd=slot, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert _end_leftover(slot) is True
+        assert save.wait(timeout=20) == 0
+    finally:
+        save.kill()
+        save.wait()
+
+
+def test_a_slot_that_held_a_half_finished_run_is_made_anew(tmp_path: Path) -> None:
+    from fedpipe_app.experiments.sweeprun import RUN_MARKER, _git, open_slot
+
+    def git(where: Path, *args: str) -> str:
+        return _git(where, *args)
+
+    root = tmp_path / "project"
+    root.mkdir()
+    git(root, "init", "-q")
+    (root / "params.yaml").write_text("seed: 1\n")
+    (root / ".gitignore").write_text("/.dvc/tmp\n/dvc.lock\n")
+    (root / ".dvc").mkdir()
+    (root / ".dvc" / "config").write_text("")
+    git(root, "add", "-A")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    base = git(root, "rev-parse", "HEAD").strip()
+    (root / "dvc.lock").write_text("schema: '2.0'\n")
+    slot = root / ".dvc" / "tmp" / "sweeps" / "t" / "slot-0"
+    assert open_slot(root, base, slot, root / ".dvc" / "cache") is False
+    assert (slot / "dvc.lock").read_text() == "schema: '2.0'\n"
+    (slot / "dvc.lock").write_text("")  # what a killed save left
+    (slot / "half-written").write_text("x")
+    (slot / RUN_MARKER).parent.mkdir(parents=True, exist_ok=True)
+    (slot / RUN_MARKER).write_text("t-a-s0\n")
+    assert open_slot(root, base, slot, root / ".dvc" / "cache") is True
+    assert (slot / "dvc.lock").read_text() == "schema: '2.0'\n"
+    assert not (slot / "half-written").exists()
+    assert git(slot, "rev-parse", "HEAD").strip() == base

@@ -151,19 +151,27 @@ def _changed_files(root: Path) -> list[str]:
 # ---------------------------------------------------------------- slots
 
 
-def _leftover_groups(slot: Path) -> set[int]:
-    """Process groups a killed sweep left running in ``slot``.
+LEFTOVER_GRACE_S = 120.0
+"""How long a leftover that must not be cut short (``dvc exp save``, the run's
+dvc.lock recorder) may take to end by itself before it is killed anyway."""
+
+
+def _leftovers(slot: Path) -> dict[int, list[bytes]]:
+    """Process groups a killed sweep left running in ``slot``, with the command
+    line of each group's leader (empty when it cannot be read).
 
     Each command of a run is started in a session of its own with the slot as
     its working directory, and its pid is written to ``PID_FILE`` right after:
     a sweep killed between the two leaves a running command and no pid file
     (seen on CI: the resumed run was refused, DVC's lock held by the orphan).
-    So on Linux the leaders of sessions working in the slot and running fedpipe
-    or DVC are found in /proc too; elsewhere the pid file is all there is.
+    A run's dvc.lock recorder is a session of its own too. So on Linux the
+    leaders of sessions working in the slot and running fedpipe, its
+    orchestration or DVC are found in /proc; elsewhere the pid file is all
+    there is.
     """
-    groups: set[int] = set()
+    groups: dict[int, list[bytes]] = {}
     try:
-        groups.add(int((slot / PID_FILE).read_text().split()[0]))
+        groups[int((slot / PID_FILE).read_text().split()[0])] = []
     except (OSError, ValueError, IndexError):
         pass
     here = slot.resolve()
@@ -178,31 +186,64 @@ def _leftover_groups(slot: Path) -> set[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue  # gone, or not ours to look at
-        if any(
-            b"fedpipe" in a or Path(a.decode(errors="replace")).name == "dvc"
-            for a in argv
-        ):
-            groups.add(pid)
+        if any(_ours(a) for a in argv):
+            groups[pid] = argv
+    for pgid, argv in groups.items():
+        if not argv:
+            try:
+                groups[pgid] = Path(f"/proc/{pgid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                pass
     return groups
 
 
-def _end_leftover(slot: Path) -> None:
-    """End the process groups a killed sweep left running in ``slot``."""
-    for pgid in _leftover_groups(slot):
-        try:
-            cwd = Path(os.readlink(f"/proc/{pgid}/cwd"))
-        except OSError:
-            cwd = None  # gone, or not Linux: the group is checked below instead
-        if cwd is not None and cwd.resolve() != slot.resolve():
-            continue  # the pid was reused by something else
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            continue
-        deadline = time.monotonic() + 30
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.1)  # until gone, and its locks with it
+def _ours(arg: bytes) -> bool:
+    """Whether a command-line word names fedpipe, its orchestration or DVC."""
+    return (
+        b"fedpipe" in arg
+        or arg.startswith(b"orchestration.")
+        or Path(arg.decode(errors="replace")).name == "dvc"
+    )
+
+
+def _let_finish(argv: Sequence[bytes]) -> bool:
+    """Whether a leftover must end by itself: ``dvc exp save`` (killed, it can
+    leave the workspace half-restored: an empty dvc.lock was seen) and the
+    dvc.lock recorder (its stdin closed, it lands its record and ends)."""
+    words = [a.decode(errors="replace") for a in argv]
+    saving = any(Path(w).name == "dvc" for w in words) and "save" in words
+    return saving or "orchestration.dvclock" in words
+
+
+def _end_leftover(slot: Path) -> bool:
+    """End the process groups a killed sweep left running in ``slot``: a run
+    is killed (it reruns anyway), which ends its recorder; a save or recorder
+    is given :data:`LEFTOVER_GRACE_S` to end by itself. True if any was found."""
+    here = slot.resolve()
+    found = False
+    for wait in (False, True):  # kill the runs first: their recorders then end
+        for pgid, argv in _leftovers(slot).items():
+            try:
+                cwd = Path(os.readlink(f"/proc/{pgid}/cwd"))
+            except OSError:
+                cwd = None  # gone, or not Linux: the group is checked below
+            if cwd is not None and cwd.resolve() != here:
+                continue  # the pid was reused by something else
+            if not _group_alive(pgid) or (_let_finish(argv) and not wait):
+                continue
+            found = True
+            deadline = time.monotonic() + (LEFTOVER_GRACE_S if wait else 0.0)
+            while wait and _group_alive(pgid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+            deadline = time.monotonic() + 30
+            while _group_alive(pgid) and time.monotonic() < deadline:
+                time.sleep(0.1)  # until gone, and its locks with it
     (slot / PID_FILE).unlink(missing_ok=True)
+    return found
 
 
 def _group_alive(pgid: int) -> bool:
@@ -229,12 +270,17 @@ def _group_alive(pgid: int) -> bool:
 def open_slot(root: Path, base: str, path: Path, cache: Path) -> bool:
     """Make ``path`` a worktree of ``root`` at ``base`` sharing ``cache``.
 
-    Returns True when the slot holds a half-finished run of an earlier sweep
-    (its next run is then forced).
+    Returns True when the slot held a half-finished run of an earlier sweep
+    (its next run is then forced). Such a slot is made anew: whatever a killed
+    run or save left half-written there (an emptied dvc.lock, a half-restored
+    workspace) is gone.
     """
+    half_done = False
     if path.exists():
-        _end_leftover(path)
-    if path.exists() and _git(path, "rev-parse", "HEAD", check=False) != base:
+        half_done = _end_leftover(path) or (path / RUN_MARKER).exists()
+    if path.exists() and (
+        half_done or _git(path, "rev-parse", "HEAD", check=False) != base
+    ):
         shutil.rmtree(path)
         _git(root, "worktree", "prune")
     if not path.exists():
@@ -247,7 +293,7 @@ def open_slot(root: Path, base: str, path: Path, cache: Path) -> bool:
     lock = root / "dvc.lock"
     if lock.is_file() and not (path / "dvc.lock").is_file():
         shutil.copy2(lock, path / "dvc.lock")  # untracked: what already ran
-    return (path / RUN_MARKER).exists()
+    return half_done
 
 
 # ---------------------------------------------------------------- one run
