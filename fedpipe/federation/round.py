@@ -33,6 +33,12 @@ from fedpipe.client.base import (
 from fedpipe.core.seeds import keyed_rng, rng_for
 from fedpipe.data.splits import ClientData, FederatedData
 from fedpipe.federation.clientstate import ClientStates, merged
+from fedpipe.federation.diagnostics import (
+    ROUND_DIAGNOSTICS,
+    FinishedRound,
+    RoundDiagnostic,
+    health_record,
+)
 from fedpipe.federation.failures import (
     NONFINITE,
     FailurePolicy,
@@ -43,20 +49,12 @@ from fedpipe.federation.failures import (
     planned_steps,
 )
 from fedpipe.federation.faults import PlantedFaults
-from fedpipe.federation.health import (
-    HeldOut,
-    ModelLayers,
-    RoundUpdates,
-    round_health,
-)
 from fedpipe.federation.records import RoundRecord
 from fedpipe.federation.steps import RoundStep, wrapped
 from fedpipe.model.jobs import ClientFailure, ClientJob, ClientResult, MapClients
 from fedpipe.model.metrics import class_report, classification_metrics
-from fedpipe.model.probe import PROBE_SAMPLES, dead_unit_shares
 from fedpipe.model.trainer import KerasTrainer
 from fedpipe.model.training import ModelRunner, ModelSpec
-from fedpipe.model.zoo import layer_info
 from fedpipe.strategy import AggregationError, State, Strategy
 from fedpipe.strategy.aggregate import normalized
 
@@ -338,17 +336,21 @@ def client_jobs(
 
 
 def run_round(
-    inputs: RoundInputs, *, map_clients: MapClients, runner: ModelRunner
+    inputs: RoundInputs,
+    *,
+    map_clients: MapClients,
+    runner: ModelRunner,
+    diagnostics: Sequence[RoundDiagnostic] = ROUND_DIAGNOSTICS,
 ) -> RoundOutputs:
     """Round K: sample, plan, map the clients, the steps on their results,
-    aggregate, evaluate, record. ``map_clients`` runs the jobs (anywhere) and
-    returns their results in job order; ``runner`` evaluates here. Clients that
-    drop out, fail, send non-finite values or miss the deadline are left out
-    and named (:mod:`fedpipe.federation.failures`). Raises :class:`ClientsLost`
-    (fewer than ``federation.min_clients`` usable updates), :class:`RoundFailed`
-    (the strategy refused the updates) or what a step's ``start`` raises before
-    any work (``PrivacyBudgetExceeded``).
-    """
+    aggregate, evaluate, record; ``diagnostics`` make the health record of the
+    finished round (:mod:`fedpipe.federation.diagnostics`). ``map_clients``
+    runs the jobs (anywhere), returning results in job order; ``runner``
+    evaluates here. Clients that drop out, fail, send non-finite values or miss
+    the deadline are left out and named (:mod:`fedpipe.federation.failures`).
+    Raises :class:`ClientsLost` (fewer than ``federation.min_clients`` usable
+    updates), :class:`RoundFailed` (the strategy refused the updates) or what
+    a step's ``start`` raises before any work (``PrivacyBudgetExceeded``)."""
     strategy = wrapped(inputs.strategy).start(inputs.round, inputs.sampled)
     steps = [step.start(inputs.round, inputs.sampled) for step in inputs.steps]
     selected = inputs.sampled(inputs.round)
@@ -356,20 +358,21 @@ def run_round(
     returned = _exchanged(inputs, [*steps, strategy], plan, map_clients)
     results, excluded = _usable(returned, plan.excluded)
     usable = [r for r in results if r.client not in excluded]
+    finished = FinishedRound(inputs, runner, results, excluded, [*steps, strategy])
     if len(usable) < max(1, inputs.failures.min_clients):
-        raise _lost(inputs, runner, results, excluded, len(usable), len(selected))
+        raise _lost(finished, diagnostics, len(usable), len(selected))
     before = inputs.global_weights
     for step in [*steps, strategy]:  # health sees what the server received, too
         usable = step.on_results(inputs.round, before, usable)
     tampered = {r.client: r for r in usable}
     results = [tampered.get(r.client, r) for r in results]
+    finished = replace(finished, results=results)
     states = merged(inputs.client_states, {r.client: r.state for r in usable})
     kept = strategy.too_few(len(usable))  # the previous model stays (recorded)
     try:
         weights, server_state = _aggregate(inputs, strategy, usable, kept)
     except AggregationError as exc:
-        health = _health(inputs, runner, results, after=None, excluded=excluded)
-        health.pop("seconds")
+        health, _ = health_record(finished, diagnostics)
         raise RoundFailed(str(exc), health) from exc
     weights = inputs.algorithm.after_aggregation(before, weights)
     for step in steps:
@@ -381,8 +384,6 @@ def run_round(
     held_out, on_clients, probs, losses = _evaluate_global(
         runner, weights, inputs.data, scored
     )
-    # the model holds the new global weights (the evaluation set them)
-    dead = dead_unit_shares(runner.model, inputs.data.x_test_lazy[:PROBE_SAMPLES])
     fields = _record_fields(inputs, selected, scored, usable, results)
     fields.update(_global_fields(inputs, held_out, on_clients, probs))
     fields.update(partial=dict(plan.partial), personalized=personalized)
@@ -390,10 +391,8 @@ def run_round(
     for step in [*steps, strategy]:
         fields = step.record(fields)
     record = RoundRecord(**fields)
-    health = _health(inputs, runner, results, after=weights, record=record,
-                     probs=probs, losses=losses, excluded=excluded,
-                     dead_units=dead)  # fmt: skip
-    seconds = float(health.pop("seconds"))
+    done = replace(finished, weights=weights, record=record, probs=probs)
+    health, seconds = health_record(replace(done, losses=losses), diagnostics)
     return RoundOutputs(weights, server_state, states, record, health, seconds)
 
 
@@ -450,26 +449,24 @@ def _usable(
 
 
 def _lost(
-    inputs: RoundInputs,
-    runner: ModelRunner,
-    results: Sequence[ClientResult],
-    excluded: Mapping[int, str],
+    finished: FinishedRound,
+    diagnostics: Sequence[RoundDiagnostic],
     usable: int,
     selected: int,
 ) -> ClientsLost:
     """The round's stop: its one line, and its health record (what came back)."""
+    inputs = finished.inputs
     message = lost_message(
         inputs.round,
         usable=usable,
         selected=selected,
         min_clients=max(1, inputs.failures.min_clients),
-        excluded=excluded,
+        excluded=finished.excluded,
     )
-    if results:
-        health = _health(inputs, runner, results, after=None, excluded=excluded)
-        health.pop("seconds")
+    if finished.results:
+        health, _ = health_record(finished, diagnostics)
     else:
-        left_out = {str(c): r for c, r in excluded.items()}
+        left_out = {str(c): r for c, r in finished.excluded.items()}
         health = {"round": inputs.round, "clients": [], "excluded": left_out}
     health["stopped"] = message
     return ClientsLost(message, health)
@@ -600,45 +597,3 @@ def _evaluate_global(
     ]
     probs, losses = predicted[0]
     return metrics[0], dict(zip(scored, metrics[1:], strict=True)), probs, losses
-
-
-def _health(
-    inputs: RoundInputs,
-    runner: ModelRunner,
-    results: Sequence[ClientResult],
-    *,
-    after: Weights | None,
-    record: RoundRecord | None = None,
-    probs: np.ndarray | None = None,
-    losses: np.ndarray | None = None,
-    excluded: Mapping[int, str] | None = None,
-    dead_units: Mapping[str, float | None] | None = None,
-) -> dict[str, Any]:
-    # a reply without weights was never seen alone (secure aggregation's, whose
-    # server holds only the sum): the record has no row of its update
-    seen = [r for r in results if r.update.weights]
-    updates = RoundUpdates(
-        before=inputs.global_weights,
-        after=after,
-        clients={r.client: r.update.weights for r in seen},
-        n_train={r.client: r.update.n_samples for r in seen},
-        train_loss={r.client: r.train_loss for r in seen},
-        excluded=excluded,
-    )
-    health = round_health(
-        inputs.round,
-        updates,
-        ModelLayers(layer_info(runner.model), runner.trainable_indices()),
-        HeldOut(probs, None if after is None else inputs.data.y_test, losses),
-        record=record,
-        dead_units=dead_units,
-    )
-    aggregated = [r.update for r in seen if r.client not in (excluded or {})]
-    expected = inputs.strategy.weight_sum(aggregated) if after is not None else None
-    if record is not None and record.kept:  # no server step: the weights sum to 0
-        expected = 0.0
-    if expected is not None:  # the doctor's reference for this round's weights
-        health["aggregation"]["expected_weight_sum"] = expected
-    for step in [*inputs.steps, wrapped(inputs.strategy)]:
-        health = step.health(inputs.round, [r.client for r in results], health)
-    return health
