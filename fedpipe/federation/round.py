@@ -31,7 +31,7 @@ from fedpipe.client.base import (
     Weights,
 )
 from fedpipe.core.seeds import keyed_rng, rng_for
-from fedpipe.data.splits import ClientData, FederatedData
+from fedpipe.data.splits import FederatedData
 from fedpipe.federation.clientstate import ClientStates, merged
 from fedpipe.federation.diagnostics import (
     ROUND_DIAGNOSTICS,
@@ -49,6 +49,7 @@ from fedpipe.federation.failures import (
     planned_steps,
 )
 from fedpipe.federation.faults import PlantedFaults
+from fedpipe.federation.personalization import KeptLayers
 from fedpipe.federation.records import RoundRecord
 from fedpipe.federation.steps import RoundStep, wrapped
 from fedpipe.model.jobs import ClientFailure, ClientJob, ClientResult, MapClients
@@ -246,10 +247,11 @@ class RoundInputs:
     failures : FailurePolicy
         ``federation.*``: dropout, deadline, stragglers, usable updates needed.
     planted : PlantedFaults
-        ``faults.failing_clients`` / ``faults.nonfinite_clients``.
+        ``faults.failing_clients`` / ``faults.nonfinite_clients`` (a step of
+        the round: :meth:`round_steps`).
     steps : tuple of RoundStep
         What the run adds to every round (``attack.*``,
-        ``faults.aggregation_weight_sum``), in order
+        ``faults.aggregation_weight_sum``, the wire, DP-SGD's books), in order
         (:mod:`fedpipe.federation.steps`).
     """
 
@@ -269,6 +271,13 @@ class RoundInputs:
     planted: PlantedFaults = PlantedFaults()
     steps: tuple[RoundStep, ...] = ()
     sampling: ClientSampling = FixedSampling()
+
+    def round_steps(self) -> tuple[RoundStep, ...]:
+        """Every step of the round, in order: the planted client faults, the
+        layers the client algorithm keeps on the clients
+        (:class:`~fedpipe.federation.personalization.KeptLayers`), then
+        :attr:`steps`."""
+        return (self.planted, KeptLayers(self.algorithm), *self.steps)
 
     def sampled(self, round_: int) -> list[int]:
         """The clients sampled in ``round_`` (this federation's sampling)."""
@@ -310,15 +319,21 @@ def client_jobs(
     inputs: RoundInputs,
     selected: Sequence[int],
     training: Mapping[int, LocalTraining] | None = None,
+    *,
+    steps: Sequence[RoundStep] | None = None,
 ) -> list[ClientJob]:
-    """The round's job for each selected client, in client order (``training``:
-    a client's own ``train.*``, e.g. a straggler's step budget)."""
+    """The round's job for each selected client, in client order, as each of
+    ``steps`` makes it (:meth:`RoundStep.client_job`; default: the round's
+    steps, started for it). ``training``: a client's own ``train.*``, e.g. a
+    straggler's step budget."""
+    if steps is None:
+        steps = [s.start(inputs.round, inputs.sampled) for s in inputs.round_steps()]
     broadcast = inputs.strategy.broadcast(inputs.server_state)
     training = training or {}
-    return [
+    jobs = [
         ClientJob(
             spec=inputs.spec,
-            algorithm=inputs.planted.wrap(inputs.algorithm, c, inputs.round),
+            algorithm=inputs.algorithm,
             task=ClientTask(
                 client=c,
                 round=inputs.round,
@@ -327,12 +342,15 @@ def client_jobs(
                 state=inputs.client_states.get(c, {}),
                 seed=inputs.seed,
             ),
-            data=_client_data(inputs, c),
+            data=inputs.data.clients[c],
             training=training.get(c, inputs.training),
             guarded=True,
         )
         for c in selected
     ]
+    for step in steps:
+        jobs = [step.client_job(inputs.round, job) for job in jobs]
+    return jobs
 
 
 def run_round(
@@ -352,7 +370,7 @@ def run_round(
     updates), :class:`RoundFailed` (the strategy refused the updates) or what
     a step's ``start`` raises before any work (``PrivacyBudgetExceeded``)."""
     strategy = wrapped(inputs.strategy).start(inputs.round, inputs.sampled)
-    steps = [step.start(inputs.round, inputs.sampled) for step in inputs.steps]
+    steps = [step.start(inputs.round, inputs.sampled) for step in inputs.round_steps()]
     selected = inputs.sampled(inputs.round)
     plan = _admitted(inputs, steps, _plan(inputs, selected))
     returned = _exchanged(inputs, [*steps, strategy], plan, map_clients)
@@ -374,7 +392,6 @@ def run_round(
     except AggregationError as exc:
         health, _ = health_record(finished, diagnostics)
         raise RoundFailed(str(exc), health) from exc
-    weights = inputs.algorithm.after_aggregation(before, weights)
     for step in steps:
         weights = step.after_aggregate(before, weights)
     scored = inputs.evaluation.clients_for(
@@ -402,13 +419,10 @@ def _exchanged(
     plan: RoundPlan,
     map_clients: MapClients,
 ) -> list[ClientResult | ClientFailure]:
-    """The planned clients' replies, in job order: their jobs given what each
-    step puts on the wire (:meth:`RoundStep.client_job`), run by
-    ``map_clients``, and received by each step (:meth:`RoundStep.receive`:
-    decoded, unmasked)."""
-    jobs = client_jobs(inputs, list(plan.train), plan.train)
-    for step in steps:
-        jobs = [step.client_job(inputs.round, job) for job in jobs]
+    """The planned clients' replies, in job order: their jobs as each step
+    makes them (:meth:`RoundStep.client_job`), run by ``map_clients``, and
+    received by each step (:meth:`RoundStep.receive`: decoded, unmasked)."""
+    jobs = client_jobs(inputs, list(plan.train), plan.train, steps=steps)
     returned = list(map_clients(jobs))
     _check_order(returned, list(plan.train))
     for step in steps:
@@ -510,14 +524,6 @@ def _check_order(
     got = [r.client for r in returned]
     if got != list(expected):
         raise RuntimeError(f"map_clients returned clients {got}, expected {expected}")
-
-
-def _client_data(inputs: RoundInputs, client: int) -> ClientData:
-    """What ``client`` trains on this round (a step may poison it)."""
-    data = inputs.data.clients[client]
-    for step in inputs.steps:
-        data = step.client_data(inputs.round, data, inputs.spec.n_classes)
-    return data
 
 
 def _global_fields(
