@@ -43,7 +43,7 @@ PARTS = {
     ),
     "personalized models' evaluation": ("federation/round.py", "_personalized"),
     "dead-unit probe": ("model/probe.py", "dead_unit_shares"),
-    "health record": ("federation/round.py", "_health"),
+    "health record": ("federation/diagnostics/updates.py", "__call__"),
     "aggregation (strategy and its wrappers)": ("strategy/base.py", "aggregate_round"),
 }
 WHOLE = ("federation/round.py", "run_round")

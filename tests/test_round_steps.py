@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from fedpipe.client import make_client
+from fedpipe.client.base import ClientTask, LocalTraining
 from fedpipe.client.personal import FedPer
 from fedpipe.config.privacy import Privacy
 from fedpipe.data.splits import ClientData
@@ -23,11 +24,20 @@ from fedpipe.federation.attacks import (
     tampered_results,
 )
 from fedpipe.federation.build import private_strategy, round_steps
-from fedpipe.federation.faults import MisweightedAggregation, misweighted_aggregate
+from fedpipe.federation.faults import (
+    FaultyClient,
+    MisweightedAggregation,
+    PlantedFaults,
+    misweighted_aggregate,
+)
+from fedpipe.federation.personalization import KeptLayers
 from fedpipe.federation.privacy.accountant import PrivacyBudgetExceeded
 from fedpipe.federation.privacy.mechanism import clip_to_norm
 from fedpipe.federation.privacy.rounds import PrivateStrategy, aggregate_round
+from fedpipe.federation.round import RoundInputs
 from fedpipe.federation.steps import RoundStep, StrategyWrapper, wrapped
+from fedpipe.model.jobs import ClientJob
+from fedpipe.model.training import ModelSpec
 from fedpipe.strategy import ClientUpdate, make_strategy
 from fedpipe.strategy.clipping import clipped
 
@@ -48,6 +58,25 @@ def _privacy(**kw: object) -> Privacy:
     )  # fmt: skip
     settings.update(kw)
     return Privacy(**settings)
+
+
+def _job(data: ClientData, *, client: int = 0, n_classes: int = 2) -> ClientJob:
+    """A client's job (what a step's :meth:`client_job` sees) on ``data``."""
+    spec = ModelSpec("mlp", (1,), n_classes, "sgd", 0.1)
+    task = ClientTask(client=client, round=1, global_weights=BEFORE)
+    return ClientJob(spec, make_client("sgd"), task, data, LocalTraining(1, 2, 0.1))
+
+
+def _inputs(**kw: object) -> RoundInputs:
+    """A round's inputs with no data (what :meth:`RoundInputs.round_steps` reads)."""
+    settings: dict = dict(
+        round=1, seed=0, spec=ModelSpec("mlp", (1,), 2, "sgd", 0.1), data=None,
+        global_weights=BEFORE, server_state={}, client_states={},
+        strategy=make_strategy("fedavg"), algorithm=make_client("sgd"),
+        training=LocalTraining(1, 2, 0.1), clients_per_round=1,
+    )  # fmt: skip
+    settings.update(kw)
+    return RoundInputs(**settings)
 
 
 def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
@@ -76,9 +105,10 @@ def test_run_round_is_short_and_names_no_feature() -> None:
 
 def test_a_step_does_nothing_by_default() -> None:
     step = RoundStep()
-    data = ClientData(0, np.zeros((2, 1)), np.zeros(2), np.zeros((1, 1)), np.zeros(1))
+    job = _job(ClientData(0, np.zeros((2, 1)), np.zeros(2), np.zeros((1, 1)),
+                          np.zeros(1)))  # fmt: skip
     assert step.start(1, lambda k: [0]) is step
-    assert step.client_data(1, data, 2) is data
+    assert step.client_job(1, job) is job
     assert step.after_aggregate(BEFORE, BEFORE) is BEFORE
     assert step.record({"round": 1}) == {"round": 1}
 
@@ -173,7 +203,7 @@ def test_the_attack_step_forges_poisons_and_names_as_the_branch() -> None:
     flip = AttackStep(AttackPlan(make_attack("label_flip_all"), (0,)))
     data = ClientData(0, np.zeros((3, 1)), np.array([0, 1, 2]), np.zeros((1, 1)),
                       np.zeros(1))  # fmt: skip
-    poisoned = flip.client_data(1, data, 3)
+    poisoned = flip.client_job(1, _job(data, n_classes=3)).data
     assert poisoned.y_train.tolist() == flip.plan.poisoned(1, data, 3).y_train.tolist()
     assert poisoned.y_train.tolist() != [0, 1, 2]
 
@@ -184,10 +214,38 @@ def test_the_attack_step_forges_poisons_and_names_as_the_branch() -> None:
 def test_kept_personal_layers_hold_their_global_values() -> None:
     algorithm = FedPer(make_client("sgd"), positions=(1,))
     after = [np.ones((2, 2), np.float32), np.ones(3, np.float32)]
-    kept = algorithm.after_aggregation(BEFORE, after)
+    kept = KeptLayers(algorithm).after_aggregate(BEFORE, after)
     assert kept[0] is after[0] and kept[1] is BEFORE[1]
     plain = make_client("sgd")
-    assert plain.after_aggregation(BEFORE, after) is after
+    assert KeptLayers(plain).after_aggregate(BEFORE, after) is after
+
+
+def test_the_round_s_steps_are_the_faults_the_kept_layers_then_the_run_s() -> None:
+    fault = MisweightedAggregation(1.5)
+    inputs = _inputs(
+        algorithm=FedPer(make_client("sgd"), positions=(1,)), steps=(fault,)
+    )
+    planted, kept, last = inputs.round_steps()
+    assert planted is inputs.planted and last is fault
+    assert isinstance(kept, KeptLayers) and kept.algorithm is inputs.algorithm
+
+
+# ---------------------------------------------------------------- planted faults
+
+
+def test_a_planted_client_s_job_fails_as_planted() -> None:
+    faults = PlantedFaults(failing=frozenset({0}), nonfinite=frozenset({1}),
+                           from_round=2)  # fmt: skip
+    data = ClientData(0, np.zeros((2, 1)), np.zeros(2), np.zeros((1, 1)), np.zeros(1))
+    job = _job(data)
+    assert faults.client_job(1, job) is job  # before from_round
+    failing = faults.client_job(2, job).algorithm
+    assert isinstance(failing, FaultyClient) and failing.fault == "raise"
+    assert failing.inner is job.algorithm
+    nonfinite = faults.client_job(2, _job(data, client=1)).algorithm
+    assert isinstance(nonfinite, FaultyClient) and nonfinite.fault == "nonfinite"
+    other = _job(data, client=2)
+    assert faults.client_job(2, other) is other
 
 
 # ---------------------------------------------------------------- one clipping

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from fedpipe.client.base import ClientAlgorithm, ClientReply, ClientTask, LocalTrainer
 from fedpipe.core.errors import FedpipeError
 from fedpipe.federation.steps import RoundStep
+
+if TYPE_CHECKING:
+    from fedpipe.model.jobs import ClientJob
 
 Fault = Literal["raise", "nonfinite"]
 
@@ -63,9 +66,11 @@ class PlantedClientFailure(FedpipeError, RuntimeError):
 
 
 @dataclass(frozen=True)
-class PlantedFaults:
+class PlantedFaults(RoundStep):
     """Clients that fail on purpose (``faults.failing_clients``,
-    ``faults.nonfinite_clients``), from round ``from_round`` on."""
+    ``faults.nonfinite_clients``), from round ``from_round`` on: a step of
+    every round whose :meth:`client_job` gives a planted client's job a
+    :class:`FaultyClient` around its algorithm."""
 
     failing: frozenset[int] = frozenset()
     nonfinite: frozenset[int] = frozenset()
@@ -81,12 +86,13 @@ class PlantedFaults:
             return "nonfinite"
         return None
 
-    def wrap(
-        self, algorithm: ClientAlgorithm, client: int, round_: int
-    ) -> ClientAlgorithm:
-        """``algorithm``, or a :class:`FaultyClient` around it for a planted client."""
-        fault = self.fault_for(client, round_)
-        return algorithm if fault is None else FaultyClient(algorithm, fault)
+    def client_job(self, round_: int, job: ClientJob) -> ClientJob:
+        """``job``, or with a :class:`FaultyClient` around its algorithm for a
+        planted client."""
+        fault = self.fault_for(job.task.client, round_)
+        if fault is None:
+            return job
+        return replace(job, algorithm=FaultyClient(job.algorithm, fault))
 
 
 class FaultyClient(ClientAlgorithm):

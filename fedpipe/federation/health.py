@@ -794,6 +794,12 @@ def _gap(record: Any) -> dict[str, Any]:
     return out
 
 
+def json_ready(value: Any) -> Any:
+    """``value`` as the health record writes it: floats rounded to 6
+    significant digits, NaN/inf as None, numpy as Python, keys as strings."""
+    return _clean(value)
+
+
 def _clean(value: Any) -> Any:
     """Round floats to 6 significant digits, NaN/inf to None, numpy to Python."""
     if isinstance(value, dict):

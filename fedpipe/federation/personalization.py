@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fedpipe.client.base import ClientAlgorithm
+from fedpipe.client.base import ClientAlgorithm, Weights
 from fedpipe.client.personal import Ditto, FedBN, FedPer, FineTune
 from fedpipe.config.params import ParamsError
+from fedpipe.federation.steps import RoundStep
 
 DEFAULT_LAST_K = 1
 DEFAULT_FINETUNE_EPOCHS = 1
@@ -65,6 +66,29 @@ class Personalization:
 
 
 NO_PERSONALIZATION = Personalization()
+
+
+class KeptLayers(RoundStep):
+    """The layers a client algorithm keeps on the clients
+    (:attr:`~fedpipe.client.base.ClientAlgorithm.frozen`: fedper's, fedbn's) as
+    a step of every round: after aggregation they hold their global values from
+    before the round (:meth:`~fedpipe.client.base.ClientAlgorithm.after_aggregation`;
+    the new weights as they are when nothing is kept).
+
+    Parameters
+    ----------
+    algorithm : ClientAlgorithm
+        The round's (composed) client algorithm.
+    """
+
+    def __init__(self, algorithm: ClientAlgorithm) -> None:
+        self.algorithm = algorithm
+
+    def __repr__(self) -> str:
+        return f"KeptLayers({self.algorithm!r})"
+
+    def after_aggregate(self, before: Weights, weights: Weights) -> Weights:
+        return self.algorithm.after_aggregation(before, weights)
 
 
 def resolve(

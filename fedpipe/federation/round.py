@@ -31,8 +31,14 @@ from fedpipe.client.base import (
     Weights,
 )
 from fedpipe.core.seeds import keyed_rng, rng_for
-from fedpipe.data.splits import ClientData, FederatedData
+from fedpipe.data.splits import FederatedData
 from fedpipe.federation.clientstate import ClientStates, merged
+from fedpipe.federation.diagnostics import (
+    ROUND_DIAGNOSTICS,
+    FinishedRound,
+    RoundDiagnostic,
+    health_record,
+)
 from fedpipe.federation.failures import (
     NONFINITE,
     FailurePolicy,
@@ -43,20 +49,13 @@ from fedpipe.federation.failures import (
     planned_steps,
 )
 from fedpipe.federation.faults import PlantedFaults
-from fedpipe.federation.health import (
-    HeldOut,
-    ModelLayers,
-    RoundUpdates,
-    round_health,
-)
+from fedpipe.federation.personalization import KeptLayers
 from fedpipe.federation.records import RoundRecord
 from fedpipe.federation.steps import RoundStep, wrapped
 from fedpipe.model.jobs import ClientFailure, ClientJob, ClientResult, MapClients
 from fedpipe.model.metrics import class_report, classification_metrics
-from fedpipe.model.probe import PROBE_SAMPLES, dead_unit_shares
 from fedpipe.model.trainer import KerasTrainer
 from fedpipe.model.training import ModelRunner, ModelSpec
-from fedpipe.model.zoo import layer_info
 from fedpipe.strategy import AggregationError, State, Strategy
 from fedpipe.strategy.aggregate import normalized
 
@@ -248,10 +247,11 @@ class RoundInputs:
     failures : FailurePolicy
         ``federation.*``: dropout, deadline, stragglers, usable updates needed.
     planted : PlantedFaults
-        ``faults.failing_clients`` / ``faults.nonfinite_clients``.
+        ``faults.failing_clients`` / ``faults.nonfinite_clients`` (a step of
+        the round: :meth:`round_steps`).
     steps : tuple of RoundStep
         What the run adds to every round (``attack.*``,
-        ``faults.aggregation_weight_sum``), in order
+        ``faults.aggregation_weight_sum``, the wire, DP-SGD's books), in order
         (:mod:`fedpipe.federation.steps`).
     """
 
@@ -271,6 +271,13 @@ class RoundInputs:
     planted: PlantedFaults = PlantedFaults()
     steps: tuple[RoundStep, ...] = ()
     sampling: ClientSampling = FixedSampling()
+
+    def round_steps(self) -> tuple[RoundStep, ...]:
+        """Every step of the round, in order: the planted client faults, the
+        layers the client algorithm keeps on the clients
+        (:class:`~fedpipe.federation.personalization.KeptLayers`), then
+        :attr:`steps`."""
+        return (self.planted, KeptLayers(self.algorithm), *self.steps)
 
     def sampled(self, round_: int) -> list[int]:
         """The clients sampled in ``round_`` (this federation's sampling)."""
@@ -312,15 +319,21 @@ def client_jobs(
     inputs: RoundInputs,
     selected: Sequence[int],
     training: Mapping[int, LocalTraining] | None = None,
+    *,
+    steps: Sequence[RoundStep] | None = None,
 ) -> list[ClientJob]:
-    """The round's job for each selected client, in client order (``training``:
-    a client's own ``train.*``, e.g. a straggler's step budget)."""
+    """The round's job for each selected client, in client order, as each of
+    ``steps`` makes it (:meth:`RoundStep.client_job`; default: the round's
+    steps, started for it). ``training``: a client's own ``train.*``, e.g. a
+    straggler's step budget."""
+    if steps is None:
+        steps = [s.start(inputs.round, inputs.sampled) for s in inputs.round_steps()]
     broadcast = inputs.strategy.broadcast(inputs.server_state)
     training = training or {}
-    return [
+    jobs = [
         ClientJob(
             spec=inputs.spec,
-            algorithm=inputs.planted.wrap(inputs.algorithm, c, inputs.round),
+            algorithm=inputs.algorithm,
             task=ClientTask(
                 client=c,
                 round=inputs.round,
@@ -329,49 +342,56 @@ def client_jobs(
                 state=inputs.client_states.get(c, {}),
                 seed=inputs.seed,
             ),
-            data=_client_data(inputs, c),
+            data=inputs.data.clients[c],
             training=training.get(c, inputs.training),
             guarded=True,
         )
         for c in selected
     ]
+    for step in steps:
+        jobs = [step.client_job(inputs.round, job) for job in jobs]
+    return jobs
 
 
 def run_round(
-    inputs: RoundInputs, *, map_clients: MapClients, runner: ModelRunner
+    inputs: RoundInputs,
+    *,
+    map_clients: MapClients,
+    runner: ModelRunner,
+    diagnostics: Sequence[RoundDiagnostic] = ROUND_DIAGNOSTICS,
 ) -> RoundOutputs:
     """Round K: sample, plan, map the clients, the steps on their results,
-    aggregate, evaluate, record. ``map_clients`` runs the jobs (anywhere) and
-    returns their results in job order; ``runner`` evaluates here. Clients that
-    drop out, fail, send non-finite values or miss the deadline are left out
-    and named (:mod:`fedpipe.federation.failures`). Raises :class:`ClientsLost`
-    (fewer than ``federation.min_clients`` usable updates), :class:`RoundFailed`
-    (the strategy refused the updates) or what a step's ``start`` raises before
-    any work (``PrivacyBudgetExceeded``).
-    """
+    aggregate, evaluate, record; ``diagnostics`` make the health record of the
+    finished round (:mod:`fedpipe.federation.diagnostics`). ``map_clients``
+    runs the jobs (anywhere), returning results in job order; ``runner``
+    evaluates here. Clients that drop out, fail, send non-finite values or miss
+    the deadline are left out and named (:mod:`fedpipe.federation.failures`).
+    Raises :class:`ClientsLost` (fewer than ``federation.min_clients`` usable
+    updates), :class:`RoundFailed` (the strategy refused the updates) or what
+    a step's ``start`` raises before any work (``PrivacyBudgetExceeded``)."""
     strategy = wrapped(inputs.strategy).start(inputs.round, inputs.sampled)
-    steps = [step.start(inputs.round, inputs.sampled) for step in inputs.steps]
+    steps = [step.start(inputs.round, inputs.sampled) for step in inputs.round_steps()]
     selected = inputs.sampled(inputs.round)
     plan = _admitted(inputs, steps, _plan(inputs, selected))
     returned = _exchanged(inputs, [*steps, strategy], plan, map_clients)
     results, excluded = _usable(returned, plan.excluded)
     usable = [r for r in results if r.client not in excluded]
+    finished = FinishedRound(inputs, runner, results, excluded, [*steps, strategy])
     if len(usable) < max(1, inputs.failures.min_clients):
-        raise _lost(inputs, runner, results, excluded, len(usable), len(selected))
+        raise _lost(finished, diagnostics, len(usable), len(selected))
     before = inputs.global_weights
     for step in [*steps, strategy]:  # health sees what the server received, too
         usable = step.on_results(inputs.round, before, usable)
     tampered = {r.client: r for r in usable}
     results = [tampered.get(r.client, r) for r in results]
+    finished = replace(finished, results=results)
     states = merged(inputs.client_states, {r.client: r.state for r in usable})
     kept = strategy.too_few(len(usable))  # the previous model stays (recorded)
     try:
         weights, server_state = _aggregate(inputs, strategy, usable, kept)
     except AggregationError as exc:
-        health = _health(inputs, runner, results, after=None, excluded=excluded)
-        health.pop("seconds")
+        health, _ = health_record(finished, diagnostics)
         raise RoundFailed(str(exc), health) from exc
-    weights = inputs.algorithm.after_aggregation(before, weights)
     for step in steps:
         weights = step.after_aggregate(before, weights)
     scored = inputs.evaluation.clients_for(
@@ -381,8 +401,6 @@ def run_round(
     held_out, on_clients, probs, losses = _evaluate_global(
         runner, weights, inputs.data, scored
     )
-    # the model holds the new global weights (the evaluation set them)
-    dead = dead_unit_shares(runner.model, inputs.data.x_test_lazy[:PROBE_SAMPLES])
     fields = _record_fields(inputs, selected, scored, usable, results)
     fields.update(_global_fields(inputs, held_out, on_clients, probs))
     fields.update(partial=dict(plan.partial), personalized=personalized)
@@ -390,10 +408,8 @@ def run_round(
     for step in [*steps, strategy]:
         fields = step.record(fields)
     record = RoundRecord(**fields)
-    health = _health(inputs, runner, results, after=weights, record=record,
-                     probs=probs, losses=losses, excluded=excluded,
-                     dead_units=dead)  # fmt: skip
-    seconds = float(health.pop("seconds"))
+    done = replace(finished, weights=weights, record=record, probs=probs)
+    health, seconds = health_record(replace(done, losses=losses), diagnostics)
     return RoundOutputs(weights, server_state, states, record, health, seconds)
 
 
@@ -403,13 +419,10 @@ def _exchanged(
     plan: RoundPlan,
     map_clients: MapClients,
 ) -> list[ClientResult | ClientFailure]:
-    """The planned clients' replies, in job order: their jobs given what each
-    step puts on the wire (:meth:`RoundStep.client_job`), run by
-    ``map_clients``, and received by each step (:meth:`RoundStep.receive`:
-    decoded, unmasked)."""
-    jobs = client_jobs(inputs, list(plan.train), plan.train)
-    for step in steps:
-        jobs = [step.client_job(inputs.round, job) for job in jobs]
+    """The planned clients' replies, in job order: their jobs as each step
+    makes them (:meth:`RoundStep.client_job`), run by ``map_clients``, and
+    received by each step (:meth:`RoundStep.receive`: decoded, unmasked)."""
+    jobs = client_jobs(inputs, list(plan.train), plan.train, steps=steps)
     returned = list(map_clients(jobs))
     _check_order(returned, list(plan.train))
     for step in steps:
@@ -450,26 +463,24 @@ def _usable(
 
 
 def _lost(
-    inputs: RoundInputs,
-    runner: ModelRunner,
-    results: Sequence[ClientResult],
-    excluded: Mapping[int, str],
+    finished: FinishedRound,
+    diagnostics: Sequence[RoundDiagnostic],
     usable: int,
     selected: int,
 ) -> ClientsLost:
     """The round's stop: its one line, and its health record (what came back)."""
+    inputs = finished.inputs
     message = lost_message(
         inputs.round,
         usable=usable,
         selected=selected,
         min_clients=max(1, inputs.failures.min_clients),
-        excluded=excluded,
+        excluded=finished.excluded,
     )
-    if results:
-        health = _health(inputs, runner, results, after=None, excluded=excluded)
-        health.pop("seconds")
+    if finished.results:
+        health, _ = health_record(finished, diagnostics)
     else:
-        left_out = {str(c): r for c, r in excluded.items()}
+        left_out = {str(c): r for c, r in finished.excluded.items()}
         health = {"round": inputs.round, "clients": [], "excluded": left_out}
     health["stopped"] = message
     return ClientsLost(message, health)
@@ -513,14 +524,6 @@ def _check_order(
     got = [r.client for r in returned]
     if got != list(expected):
         raise RuntimeError(f"map_clients returned clients {got}, expected {expected}")
-
-
-def _client_data(inputs: RoundInputs, client: int) -> ClientData:
-    """What ``client`` trains on this round (a step may poison it)."""
-    data = inputs.data.clients[client]
-    for step in inputs.steps:
-        data = step.client_data(inputs.round, data, inputs.spec.n_classes)
-    return data
 
 
 def _global_fields(
@@ -600,45 +603,3 @@ def _evaluate_global(
     ]
     probs, losses = predicted[0]
     return metrics[0], dict(zip(scored, metrics[1:], strict=True)), probs, losses
-
-
-def _health(
-    inputs: RoundInputs,
-    runner: ModelRunner,
-    results: Sequence[ClientResult],
-    *,
-    after: Weights | None,
-    record: RoundRecord | None = None,
-    probs: np.ndarray | None = None,
-    losses: np.ndarray | None = None,
-    excluded: Mapping[int, str] | None = None,
-    dead_units: Mapping[str, float | None] | None = None,
-) -> dict[str, Any]:
-    # a reply without weights was never seen alone (secure aggregation's, whose
-    # server holds only the sum): the record has no row of its update
-    seen = [r for r in results if r.update.weights]
-    updates = RoundUpdates(
-        before=inputs.global_weights,
-        after=after,
-        clients={r.client: r.update.weights for r in seen},
-        n_train={r.client: r.update.n_samples for r in seen},
-        train_loss={r.client: r.train_loss for r in seen},
-        excluded=excluded,
-    )
-    health = round_health(
-        inputs.round,
-        updates,
-        ModelLayers(layer_info(runner.model), runner.trainable_indices()),
-        HeldOut(probs, None if after is None else inputs.data.y_test, losses),
-        record=record,
-        dead_units=dead_units,
-    )
-    aggregated = [r.update for r in seen if r.client not in (excluded or {})]
-    expected = inputs.strategy.weight_sum(aggregated) if after is not None else None
-    if record is not None and record.kept:  # no server step: the weights sum to 0
-        expected = 0.0
-    if expected is not None:  # the doctor's reference for this round's weights
-        health["aggregation"]["expected_weight_sum"] = expected
-    for step in [*inputs.steps, wrapped(inputs.strategy)]:
-        health = step.health(inputs.round, [r.client for r in results], health)
-    return health

@@ -2,9 +2,11 @@
 
 :func:`fedpipe.federation.round.run_round` samples, plans, maps the clients,
 aggregates, evaluates and records. What a run adds to that (planted attacks,
-differential privacy, the planted weight-sum fault) comes as objects with hooks,
-in the manner of pfl-research's postprocessors: a :class:`RoundStep` sees the
-client's data, the round's results, the aggregate and the record; a
+differential privacy, planted faults, the layers kept on the clients) comes as
+objects with hooks, in the manner of pfl-research's postprocessors: a
+:class:`RoundStep` has one hook on each client's job (:meth:`RoundStep.client_job`)
+and one on the server's new weights (:meth:`RoundStep.after_aggregate`), and sees
+the round's replies, its results and its record; a
 :class:`StrategyWrapper` holds the server strategy and delegates to it, as
 Flower's ``DifferentialPrivacyServerSideFixedClipping`` does. Both are built once
 from the params (:mod:`fedpipe.federation.build`); every hook's default leaves
@@ -19,8 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from fedpipe.strategy import ClientUpdate, State, Strategy
 from fedpipe.strategy.aggregate import Weights
 
-if TYPE_CHECKING:  # the data layer is read by the steps that poison data
-    from fedpipe.data.splits import ClientData
+if TYPE_CHECKING:
     from fedpipe.federation.clientstate import ClientStates
     from fedpipe.federation.failures import RoundPlan
     from fedpipe.model.jobs import ClientJob
@@ -38,10 +39,11 @@ class RoundStep:
     Every hook's default returns its input unchanged; a step overrides the ones
     it needs. The round calls them in this order: :meth:`start` (before any
     work), :meth:`admit` (who of the sampled clients trains),
-    :meth:`client_data` and :meth:`client_job` (building each client's job),
-    :meth:`receive` (the replies as they arrive), :meth:`on_results` (the
-    usable results, before aggregation), :meth:`after_aggregate`,
-    :meth:`record` and :meth:`health`.
+    :meth:`client_job` (each client's job: what it trains on, how, and what
+    its reply carries), :meth:`receive` (the replies as they arrive),
+    :meth:`on_results` (the usable results, before aggregation),
+    :meth:`after_aggregate` (the new global weights), :meth:`record` and
+    :meth:`health`.
     """
 
     def start(self, round_: int, sampled: Sampler) -> RoundStep:
@@ -64,13 +66,13 @@ class RoundStep:
         client's round takes; ``states``: what every client kept."""
         return plan
 
-    def client_data(self, round_: int, data: ClientData, n_classes: int) -> ClientData:
-        """What client ``data.client`` trains on in ``round_``."""
-        return data
-
     def client_job(self, round_: int, job: ClientJob) -> ClientJob:
-        """The job client ``job.task.client`` runs in ``round_`` (a step may give
-        it what its reply needs on the wire: a codec, secure aggregation's keys)."""
+        """The job client ``job.task.client`` runs in ``round_``: the one hook
+        on each client's side of the round (pfl-research's
+        ``postprocess_one_user``). A step may change what the client trains on
+        (an attack's poisoned data), how it trains (a planted fault's failing
+        algorithm) or what its reply carries on the wire (a codec, secure
+        aggregation's keys)."""
         return job
 
     def receive(self, round_: int, before: Weights, returned: list[Any]) -> list[Any]:
@@ -83,7 +85,10 @@ class RoundStep:
         return results
 
     def after_aggregate(self, before: Weights, weights: Weights) -> Weights:
-        """The new global weights after this step."""
+        """The new global weights after this step: the one hook on the server's
+        side after aggregation (pfl-research's ``postprocess_server``; e.g. the
+        layers kept on the clients hold ``before``'s values, a planted fault
+        scales the aggregate)."""
         return weights
 
     def record(self, fields: dict[str, Any]) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from fedpipe.strategy.base import ClientUpdate
 if TYPE_CHECKING:  # the data layer (pandas) is not needed to read the attacks
     from fedpipe.data.splits import ClientData
     from fedpipe.federation.attacks.flipped import FlippedLabels
+    from fedpipe.model.jobs import ClientJob
 
 ATTACKS: dict[str, type[Attack]] = registry.classes("attack")
 """The built-in attacks by ``attack.name`` (the registry's table, resolved)."""
@@ -195,8 +196,10 @@ class AttackStep(RoundStep):
     def __repr__(self) -> str:
         return f"AttackStep({self.plan!r})"
 
-    def client_data(self, round_: int, data: ClientData, n_classes: int) -> ClientData:
-        return self.plan.poisoned(round_, data, n_classes)
+    def client_job(self, round_: int, job: ClientJob) -> ClientJob:
+        """The job, training on the client's data as the plan poisons it."""
+        data = self.plan.poisoned(round_, job.data, job.spec.n_classes)
+        return replace(job, data=data)
 
     def on_results(self, round_: int, before: Weights, results: list[D]) -> list[D]:
         # after the non-finite results were left out: an omniscient attack
