@@ -149,9 +149,11 @@ def _map_clients(params: Params, dask: DaskScheduler) -> MapClients:
     """A ``train-clients`` task run (or several) for a round's jobs, results in
     job (client) order.
 
-    ``local`` (the default): one task run for the whole round (``round 3 · clients
-    0-9 (10)``), or groups of ``runtime.clients_per_task`` jobs (1: a task run per
-    client; 0: none, a plain call in the round's task run), run in this process,
+    ``local`` (the default): a plain call in the round's own task run (null or 0:
+    no task run of their own; issue 39: the Prefect UI shows the flow, a task
+    run per round and the round's table), or with ``runtime.clients_per_task``
+    N groups of N jobs, a task run each (``round 3 · clients 0-9 (10)``; 1: a
+    task run per client), run in this process,
     up to ``runtime.threads`` clients side by side (default: the usable cores;
     :mod:`fedpipe.model.threads`, the same bits), the console ticking per client.
     A task run per client cost about 25 ms a client a round (the Prefect server
@@ -188,7 +190,7 @@ def _map_clients(params: Params, dask: DaskScheduler) -> MapClients:
             )
         results: list[ClientResult | ClientFailure] = []
         for group in client_groups(jobs, runtime.clients_per_task or None):
-            if runtime.clients_per_task == 0:  # in the round's task run
+            if not runtime.clients_per_task:  # in the round's task run
                 trained = fed_tasks.train_clients.fn(
                     group, cohort_size, console.client_finished, threads
                 )

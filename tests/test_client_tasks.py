@@ -15,7 +15,7 @@ from flows.stages import client_groups
 @pytest.mark.parametrize(
     ("n_jobs", "per_task", "spread", "sizes"),
     [
-        (3, None, False, [3]),  # local: the round in one task
+        (3, None, False, [3]),  # local: the round's clients in one call
         (100, None, False, [100]),
         (3, None, True, [1, 1, 1]),  # Dask: a task per client up to 10 a round
         (10, None, True, [1] * 10),
@@ -43,7 +43,7 @@ def _params(runtime: RuntimeParams, cohort_size: int | None) -> SimpleNamespace:
     )
 
 
-def test_local_round_is_one_task_with_its_cohorts_and_ticks_per_client(
+def test_clients_per_task_n_makes_a_task_run_per_n_clients_with_their_cohorts(
     monkeypatch,
 ) -> None:
     from prefect.utilities.annotations import quote
@@ -67,7 +67,8 @@ def test_local_round_is_one_task_with_its_cohorts_and_ticks_per_client(
     monkeypatch.setattr(stages, "_train", fake_task)
     monkeypatch.setattr(stages.console, "client_finished", ticks.append)
     jobs = list(range(30))
-    out = stages._map_clients(_params(RuntimeParams(), 15), None)(jobs)  # type: ignore[arg-type]
+    whole = RuntimeParams(clients_per_task=30)  # the round's clients in one task
+    out = stages._map_clients(_params(whole, 15), None)(jobs)  # type: ignore[arg-type]
     assert out == jobs
     assert calls == [(jobs, 15)]  # one task; the cohorts of 15 are made inside it
     assert ticks == [1] * 30
@@ -98,9 +99,13 @@ def test_a_failing_attempt_gives_back_only_what_it_told(monkeypatch) -> None:
     assert told == [2, -2]
 
 
-def test_clients_per_task_0_trains_in_the_round_task_with_no_task_run_of_theirs(
-    monkeypatch,
+@pytest.mark.parametrize("per_task", [None, 0])
+def test_by_default_local_clients_train_in_the_round_task_with_no_task_run_of_theirs(
+    monkeypatch, per_task: int | None
 ) -> None:
+    """Issue 39: a task run per client group is off by default on the local
+    runner (null), as with 0; the UI shows the flow, a task run per round and
+    the round's table."""
     from tasks import federation
 
     def no_task(group):  # type: ignore[no-untyped-def]
@@ -119,7 +124,7 @@ def test_clients_per_task_0_trains_in_the_round_task_with_no_task_run_of_theirs(
     monkeypatch.setattr(federation, "train_group", train_group)
     monkeypatch.setattr(stages.console, "client_finished", ticks.append)
     jobs = list(range(12))
-    inline = RuntimeParams(clients_per_task=0, threads=2)
+    inline = RuntimeParams(clients_per_task=per_task, threads=2)
     out = stages._map_clients(_params(inline, 4), None)(jobs)  # type: ignore[arg-type]
     assert out == jobs
     assert seen == [(jobs, 4, 2)]  # the round's clients in one call

@@ -778,11 +778,12 @@ class RuntimeParams(Section):
     address that is not loopback (127.0.0.1, localhost, ::1) is refused unless
     ``dask_allow_insecure`` is true (a trusted, isolated network).
 
-    ``clients_per_task``: clients trained per Prefect task (null: the round's
-    clients in one task; on ``dask`` one per task up to 10 clients a round, else
-    10 tasks a round, or ``train.cohort_size`` each). 0 (``local`` only): in
-    the round's own task run, no task run of their own (nor its retry), which
-    saves about a fifth of a small round (docs/large-federations.md).
+    ``clients_per_task``: clients trained per Prefect task. null: on ``local``
+    in the round's own task run, no task run of their own (nor its retry),
+    which saves about a fifth of a small round (docs/large-federations.md); on
+    ``dask`` one per task up to 10 clients a round, else 10 tasks a round, or
+    ``train.cohort_size`` each. 0 (``local`` only): as null. N: a task run per
+    N clients (the round's clients in one task run with N >= them).
 
     ``threads``: clients trained side by side in the run's process, each on a
     compiled model of its own (null: as many as the process's usable cores).

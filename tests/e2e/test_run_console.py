@@ -122,7 +122,7 @@ def test_log_file_holds_prefects_logs(in_pipe: dict) -> None:
     named = LOG_NAME.findall(out)
     assert len(named) == 2 and named[0] == named[1]  # at the start and the end
     log = (in_pipe["project"] / named[0]).read_text()
-    assert "Task run 'round 2 · clients" in log
+    assert "Task run 'round 2' - round   2/4  global acc" in log
     assert "Finished in state Completed()" in log
     assert "round   4/4  global acc" in log
     status = run_cli(["git", "status", "--porcelain"], in_pipe["project"], {})
