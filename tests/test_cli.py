@@ -106,3 +106,39 @@ def test_every_command_help_ends_with_examples_that_parse() -> None:
                 continue  # dvc / prefect commands
             args = parser.parse_args(words[1:])
             assert args.command in (None, command) or command == "fedpipe", example
+
+
+def test_a_missing_project_folder_is_named_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """`fedpipe -C FOLDER` with no such folder: one line naming it, exit 2 (it
+    was a FileNotFoundError traceback from os.chdir)."""
+    missing = tmp_path / "no-such-project"
+    proc = subprocess.run(
+        [FEDPIPE, "-C", str(missing), "status"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"error: -C {missing}: No such file or directory")
+
+
+def test_the_console_script_ends_with_mains_status_and_its_output_flushed(
+    tmp_path: Path,
+) -> None:
+    """The console script ends the process without Python's module teardown
+    (`fedpipe_app.cli.entry`); status and output are main's."""
+    code = (
+        "import sys; sys.argv = ['fedpipe', *sys.argv[1:]];"
+        "from fedpipe_app.cli import entry; print('x' * 70000); entry()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("x" * 70000 + "\n")
+    assert "Start here:" in proc.stdout  # main's own output, after it
+    bad = subprocess.run(
+        [sys.executable, "-c", code, "-C", str(tmp_path / "none"), "status"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "error: -C" in bad.stderr
