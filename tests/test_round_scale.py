@@ -170,7 +170,7 @@ def test_a_round_reads_the_held_out_set_a_batch_at_a_time(setting) -> None:
     # (20,000 images of 100x100 RGB: 4,000 held out are 480 MB as float32)
     data, spec, runner = setting
     rng = np.random.default_rng(1)
-    held_out = 3000
+    held_out = 10_000  # more than a batch: small rows take batches of 4,096
     store = CountingStore(rng.normal(size=(held_out, 6)).astype(np.float32))
     lazy = Features(store, np.arange(held_out), data.spec)  # type: ignore[arg-type]
     y = rng.integers(0, 3, held_out)
@@ -215,3 +215,15 @@ def test_unchanged_clients_are_linked_not_rewritten(tmp_path) -> None:
             tmp_path / "full" / name
         ).read_bytes(), name
     assert sorted(os.listdir(tmp_path / "r2")) == sorted(os.listdir(tmp_path / "full"))
+
+
+def test_small_rows_take_bigger_prediction_batches_images_keep_theirs() -> None:
+    """A table's held-out set grows with the table: its rows go in batches of up
+    to 4,096 (one TensorFlow call per 256 rows was most of what a round of 1,000
+    small clients cost over one of 100); images keep 256 or fewer."""
+    assert predict_batch((32,)) == 4096
+    assert predict_batch((100,)) == 1310
+    assert predict_batch((1,)) == 4096
+    assert predict_batch((28, 28, 1)) == 256  # the digits: as before
+    assert predict_batch((32, 32, 3)) == 256
+    assert predict_batch((100, 100, 3)) == 139
