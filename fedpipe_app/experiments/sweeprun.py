@@ -175,10 +175,7 @@ def _leftovers(slot: Path) -> dict[int, list[bytes]]:
     except (OSError, ValueError, IndexError):
         pass
     here = slot.resolve()
-    proc = Path("/proc")
-    for entry in proc.iterdir() if proc.is_dir() else ():
-        if not entry.name.isdigit():
-            continue
+    for entry in _processes():
         pid = int(entry.name)
         try:
             if Path(os.readlink(entry / "cwd")) != here or os.getsid(pid) != pid:
@@ -195,6 +192,14 @@ def _leftovers(slot: Path) -> dict[int, list[bytes]]:
             except OSError:
                 pass
     return groups
+
+
+def _processes() -> list[Path]:
+    """The /proc entries of running processes (none where there is no /proc)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    return [entry for entry in proc.iterdir() if entry.name.isdigit()]
 
 
 def _ours(arg: bytes) -> bool:
@@ -253,12 +258,11 @@ def _group_alive(pgid: int) -> bool:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    proc = Path("/proc")
-    if not proc.is_dir():
+    if not Path("/proc").is_dir():
         return True
-    for entry in proc.iterdir():
+    for entry in _processes():
         try:
-            stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
+            stat = (entry / "stat").read_text()
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2 :].split()
