@@ -69,6 +69,7 @@ import tensorflow as tf
 from fedpipe.client.base import FitRequest, LocalFit, LocalTrainer, LocalTraining
 from fedpipe.core.errors import SettingError
 from fedpipe.data.splits import ClientData
+from fedpipe.model.graph import compiled
 from fedpipe.model.jobs import ClientFailure, ClientJob, ClientResult, MapClients
 from fedpipe.model.metrics import classification_metrics
 from fedpipe.model.step import Terms, local_gradient, unsupported
@@ -408,7 +409,7 @@ class CohortEngine:
         binary = runner.spec.n_classes == 2
         self.y_dtype = np.dtype(np.float32 if binary else np.int64)
         self._specs = self._signature(binary)
-        self._predict = tf.function(
+        self._predict = compiled(
             self._predict_all, input_signature=self._specs["predict"]
         )
 
@@ -600,7 +601,7 @@ class CohortEngine:
         key = (prox, offset)
         if key not in self._steps:
             name = "+".join(n for n, on in (("prox", prox), ("offset", offset)) if on)
-            self._steps[key] = tf.function(
+            self._steps[key] = compiled(
                 self._make_step(prox=prox, offset=offset),
                 input_signature=self._specs[name or "plain"],
             )

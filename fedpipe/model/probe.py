@@ -21,6 +21,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from fedpipe.model.graph import compiled
+
 #: held-out samples in the probe batch: enough that a unit alive on a few inputs
 #: shows it, small enough that the pass costs a fraction of the evaluation
 PROBE_SAMPLES = 64
@@ -54,7 +56,7 @@ def relu_probe(model: keras.Model) -> tuple[list[str], Any]:
                     inputs=model.inputs[0] if one else model.inputs,
                     outputs=[model.get_layer(n).output for n in names],
                 )
-                probe = tf.function(
+                probe = compiled(
                     lambda x: tapped(x, training=False), reduce_retracing=True
                 )
             except (AttributeError, ValueError):  # a subclassed model: no graph

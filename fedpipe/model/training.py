@@ -38,6 +38,7 @@ from fedpipe.core.concurrency import side_by_side  # noqa: E402
 from fedpipe.core.errors import EXIT_BAD_PARAMS, FedpipeError, SettingError  # noqa: E402
 from fedpipe.core.secretkey import derived_key  # noqa: E402
 from fedpipe.core.seeds import derive_seed, keyed_rng, rng_for  # noqa: E402
+from fedpipe.model.graph import compiled  # noqa: E402
 from fedpipe.model.metrics import classification_metrics  # noqa: E402
 from fedpipe.model.step import PerRecord, Terms, Update, local_gradient  # noqa: E402
 from fedpipe.model.zoo import build_model, loss_for  # noqa: E402
@@ -357,7 +358,7 @@ class OpenBatches:
         self, fn: Any, *, batched: Sequence[int], open: Sequence[int] = ()
     ) -> None:
         self.python_function = fn
-        self._function = tf.function(fn)
+        self._function = compiled(fn)
         self._batched, self._open = frozenset(batched), frozenset(open)
         self._traces: dict[Any, Any] = {}
 
