@@ -65,9 +65,15 @@ def validate(
     ``missing`` (``preprocess.missing``): anything but ``refuse`` lets missing
     feature values through (the preprocess stage imputes them)."""
     from fedpipe.data.validation import validate_prepared_dir
+    from orchestration import prewarm
 
-    report = validate_prepared_dir(
-        prepared, settings, report_dir=report_dir, allow_missing=missing != "refuse"
+    report = prewarm.call(
+        prewarm.VALIDATE,
+        validate_prepared_dir,
+        prepared,
+        settings,
+        report_dir=report_dir,
+        allow_missing=missing != "refuse",
     )
     logger = get_run_logger()
     for line in report.summary_lines():

@@ -215,6 +215,32 @@ def _run_locked(args: argparse.Namespace) -> int:
     if params is None:
         params = load(PARAMS, sync=True)
     fresh = _fresh_prefix(args, params)
+    from orchestration import prewarm
+
+    if _validates(args, params, fresh):
+        # Great Expectations imported beside this process's own imports
+        prewarm.start_validation()
+    try:
+        return _run_flow(args, params, fresh)
+    finally:
+        prewarm.stop_all()
+
+
+def _validates(args: argparse.Namespace, params: Params, fresh: int | None) -> bool:
+    """Whether this run will run the validate stage: with ``--force``, before
+    anything is recorded, or when DVC's answer has it stale (unknown: no)."""
+    if args.force or not Path("dvc.lock").is_file():
+        return True
+    if fresh is None:
+        return False
+    from fedpipe.config import layout
+
+    stages = layout.stage_names(params.federation.rounds, params.data.source)
+    return fresh <= stages.index("validate")
+
+
+def _run_flow(args: argparse.Namespace, params: Params, fresh: int | None) -> int:
+    """The run's flow, its console and its closing lines."""
     url = connect(args)
     from flows.pipeline import run_pipeline
     from orchestration import console

@@ -18,8 +18,10 @@ from fedpipe.data.validation.spec import ROW_NUMBER, Check, Outcome, Spec
 _DOCS_SITE = "fedpipe_validation"
 
 
-def _import_gx() -> Any:
-    """Import great_expectations with analytics disabled (slow: several seconds)."""
+def import_gx() -> Any:
+    """Import great_expectations with analytics disabled (slow: several seconds;
+    ``fedpipe run`` begins it in a process of its own as the run starts:
+    :mod:`orchestration.prewarm`)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
     import great_expectations.expectations  # noqa: F401  (makes gx.expectations)
@@ -31,7 +33,7 @@ class GxRunner:
     """One ephemeral GX context; runs each suite through its own checkpoint."""
 
     def __init__(self, spec: Spec, docs_dir: Path | None) -> None:
-        self.gx = _import_gx()
+        self.gx = import_gx()
         self.gxe = self.gx.expectations
         self.spec = spec
         self.docs_dir = docs_dir
