@@ -335,10 +335,13 @@ def _finished(args: argparse.Namespace, loaded: list[Params]) -> bool:
 
 
 def _fresh_prefix(args: argparse.Namespace, params: Params) -> int | None:
-    """How many stages from the first are up to date, from the kept answer
-    when it still holds (None: the run asks DVC)."""
+    """How many stages from the first are up to date: none before anything is
+    recorded (no ``dvc.lock``: the run need not wait for its recorder's DVC to
+    say so), else the kept answer when it still holds (None: the run asks DVC)."""
     if args.force:
         return None
+    if not Path("dvc.lock").is_file():
+        return 0
     from fedpipe.config import layout
     from orchestration.staleness import kept_staleness
 
