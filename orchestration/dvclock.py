@@ -60,31 +60,66 @@ def commit_stages(
 ) -> None:
     """Record the stages ``names`` (``round@3``...) in ``dvc.lock``: their deps,
     params and outs as they are now, outs copied into DVC's cache without
-    relinking the workspace files (the next stage may be reading them).
+    relinking the workspace files (the next stage may be reading them), and
+    their entries in DVC's run cache; as ``dvc commit --force`` does.
 
     ``lock_held``: the run that started this recorder holds DVC's repo lock
     (:mod:`orchestration.repolock`); DVC then does not take it again."""
-    from dvc.repo import Repo, locked
+    from dvc.repo import locked
 
     from orchestration.repolock import open_repo
 
     logging.getLogger("dvc").setLevel(logging.WARNING)
-
-    @locked
-    def commit(repo: Repo) -> None:
-        by_name = {stage.addressing: stage for stage in repo.index.stages}
-        missing = [n for n in names if n not in by_name]
-        if missing:
-            raise KeyError(f"no stage named {', '.join(missing)} in dvc.yaml")
-        stages = [by_name[n] for n in names]
-        for stage in stages:
-            stage.save()
-            stage.commit(relink=False)
-        for dvcfile, group in groupby(stages, key=lambda s: s.dvcfile):
-            dump_lock(Path(dvcfile._lockfile.path), list(group))
-
     with open_repo(root, held=lock_held) as repo:
-        commit(repo)
+        locked(record_stages_in)(repo, names)
+
+
+def record_stages_in(repo: Any, names: Sequence[str]) -> None:
+    """:func:`commit_stages` in the open ``repo`` (DVC's lock already held)."""
+    by_name = {stage.addressing: stage for stage in repo.index.stages}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise KeyError(f"no stage named {', '.join(missing)} in dvc.yaml")
+    stages = [by_name[n] for n in names]
+    for stage in stages:
+        stage.save()
+        stage.commit(relink=False)
+    for dvcfile, group in groupby(stages, key=lambda s: s.dvcfile):
+        dump_lock(Path(dvcfile._lockfile.path), list(group))
+
+
+class _RecordSession:
+    """The recorder's records of one run: while the run holds DVC's lock, one
+    repository opened for all of them, ``dvc.yaml`` parsed into stages once
+    (nothing else writes ``dvc.yaml`` or ``dvc.lock`` meanwhile); opening it and
+    parsing took about a third of a record's CPU, in every record (py-spy, a
+    4-round tiny run). Without the lock, or after a record failed, each record
+    opens the repository anew (:func:`commit_stages`)."""
+
+    def __init__(self, root: Path, lock_held: bool) -> None:
+        self.root, self.lock_held = root, lock_held
+        self._repo: Any = None
+
+    def record(self, names: Sequence[str]) -> None:
+        if not self.lock_held:
+            commit_stages(self.root, names, lock_held=False)
+            return
+        from orchestration.repolock import open_repo
+
+        if self._repo is None:
+            logging.getLogger("dvc").setLevel(logging.WARNING)
+            self._repo = open_repo(self.root, held=True)
+        try:
+            with self._repo.lock:  # a no-op lock (the run holds DVC's) DVC asserts
+                record_stages_in(self._repo, names)
+        except BaseException:
+            self.close()  # the next record starts from the files
+            raise
+
+    def close(self) -> None:
+        if self._repo is not None:
+            repo, self._repo = self._repo, None
+            repo.close()
 
 
 def fresh_stages(
@@ -416,6 +451,15 @@ def main(argv: Sequence[str]) -> int:
 
     root = Path(argv[0])
     lock_held = held_for_us(root)  # decided now: the run may be gone later
+    records = _RecordSession(root, lock_held)
+    try:
+        return _serve(root, lock_held, records)
+    finally:
+        records.close()
+
+
+def _serve(root: Path, lock_held: bool, records: _RecordSession) -> int:
+    """Answer the run's requests (one JSON line each) until its pipe closes."""
     for line in sys.stdin:
         request = json.loads(line)
         if "fresh" in request:
@@ -424,7 +468,7 @@ def main(argv: Sequence[str]) -> int:
             continue
         names = request["stages"]
         try:
-            commit_stages(root, names, lock_held=lock_held)
+            records.record(names)
             reply: dict[str, object] = {"ok": True}
         except Exception as exc:  # noqa: BLE001 - reported to the run, which raises it
             reply = {"error": traceback.format_exc()}

@@ -65,6 +65,34 @@ def test_the_same_bytes_as_dvcs_own_dump(
     assert not list(ours.glob("dvc.lock.tmp"))
 
 
+def test_one_repository_for_a_runs_records_writes_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recorder of a run that holds DVC's lock opens the repository once for
+    all its records (``_RecordSession``): the same ``dvc.lock`` and run cache as
+    opening it for each, also when a stage's output changed between records."""
+    ours, theirs = _repo(tmp_path / "ours"), _repo(tmp_path / "theirs")
+    session = dvclock._RecordSession(ours, lock_held=True)
+    try:
+        for names, two in ((["one"], "two\n"), (["two"], "2\n"), (["two"], "II\n")):
+            for root in (ours, theirs):
+                (root / "two.txt").write_text(two)
+            monkeypatch.chdir(ours)
+            session.record(names)
+            monkeypatch.chdir(theirs)
+            dvclock.commit_stages(theirs, names, lock_held=False)
+            assert (ours / "dvc.lock").read_bytes() == (
+                theirs / "dvc.lock"
+            ).read_bytes()
+    finally:
+        session.close()
+    runs = [
+        sorted(p.relative_to(root) for p in (root / ".dvc/cache/runs").rglob("*"))
+        for root in (ours, theirs)
+    ]
+    assert runs[0] == runs[1] and runs[0]
+
+
 def test_a_full_disk_leaves_the_old_lock_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
