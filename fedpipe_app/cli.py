@@ -25,6 +25,7 @@ from fedpipe_app.commands.common import (
     Examples,
     HelpWithExamples,
     examples_epilog,
+    with_examples,
 )
 from fedpipe_app.exits import (
     EXIT_BAD_PARAMS,
@@ -104,10 +105,8 @@ def _with_examples(parser: argparse.ArgumentParser) -> None:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
-                if sub.epilog:
-                    continue
-                sub.epilog = examples_epilog(EXAMPLES.get(name, []))
-                sub.formatter_class = HelpWithExamples
+                if not sub.epilog:
+                    with_examples(sub, EXAMPLES.get(name, []))
 
 
 def _quiet_env() -> None:

@@ -72,19 +72,12 @@ def validate_stage(params: Params) -> None:
 @flow(name="partition", flow_run_name="partition")
 def partition_stage(params: Params) -> None:
     """Stage ``partition``: held-out test split, clients, local train/test splits."""
-    p = params.partition
     data_tasks.partition(
         layout.PREPARED_DIR,
         layout.MANIFEST,
         layout.PARTITION_REPORT_DIR,
         classes=prepared_spec(layout.PREPARED_DIR).classes,
-        seed=params.seed,
-        test_fraction=params.data.test_fraction,
-        method=p.method,
-        n_clients=params.federation.clients,
-        local_test_fraction=p.local_test_fraction,
-        dedupe=params.data.dedupe,
-        settings=p.model_dump(exclude={"method", "local_test_fraction"}),
+        **params.partition_arguments(),
         min_count_shown=params.preprocess.min_count_shown,
     )
 

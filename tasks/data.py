@@ -13,7 +13,7 @@ from fedpipe.config.params import DataParams, PreprocessParams, ValidationParams
 from fedpipe.core import atomic
 from fedpipe.core.jsonio import write_json
 from fedpipe.data import sources as fdata
-from fedpipe.data.partition.deal import partition_table
+from fedpipe.data.partition.deal import partition_prepared
 from fedpipe.data.validation.results import ValidationFailed
 
 
@@ -105,7 +105,7 @@ def partition(
     (the class-count table under the minimum-count rule,
     ``preprocess.min_count_shown``)."""
     from fedpipe.data.accounting import dropped_line
-    from fedpipe.data.ingest import open_features, read_samples, read_schema
+    from fedpipe.data.ingest import read_schema
     from fedpipe.data.kinds import measured_columns
     from fedpipe.data.partition.diagnostics import (
         class_count_table,
@@ -121,15 +121,7 @@ def partition(
 
     schema = read_schema(prepared)
     spec = prepared_spec(prepared)
-    manifest = partition_table(
-        read_samples(prepared),
-        features=open_features(prepared),
-        spec=spec,
-        feature_names=schema.get("feature_names"),
-        column_types=schema.get("column_types"),
-        table=schema.get("source") == "table",
-        **settings,
-    )
+    manifest = partition_prepared(prepared, **settings)
     write_json(out, manifest)
     report_dir.mkdir(parents=True, exist_ok=True)
     names = schema["class_names"]

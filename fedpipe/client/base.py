@@ -36,12 +36,15 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
 from fedpipe.core.component import Component
 from fedpipe.core.seeds import derive_seed
+
+if TYPE_CHECKING:  # types only: the data layer (pandas) is not imported here
+    from fedpipe.data.splits import ClientData
 
 Weights = list[np.ndarray]
 ClientState = Mapping[str, Mapping[str, np.ndarray]]
@@ -292,6 +295,13 @@ class LocalTrainer(abc.ABC):
     n_train: int
     steps_taken: int = 0
     fits_done: int = 0
+
+    def __init__(self, data: ClientData, training: LocalTraining) -> None:
+        self.data = data
+        self.training = training
+        self.n_train = len(data.y_train)
+        self.steps_taken = 0
+        self.fits_done = 0
 
     @property
     @abc.abstractmethod

@@ -928,6 +928,22 @@ class Params(Section):
             or self.secure_aggregation.name is not None
         )
 
+    def partition_arguments(self) -> dict[str, Any]:
+        """The keyword arguments of
+        :func:`fedpipe.data.partition.deal.partition_table` these params set
+        (``params.seed``, ``data.*``, ``federation.clients``, ``partition.*``);
+        the data's own (``classes``, features, spec) are the caller's."""
+        p = self.partition
+        return {
+            "seed": self.seed,
+            "test_fraction": self.data.test_fraction,
+            "method": p.method,
+            "n_clients": self.federation.clients,
+            "local_test_fraction": p.local_test_fraction,
+            "dedupe": self.data.dedupe,
+            "settings": p.model_dump(exclude={"method", "local_test_fraction"}),
+        }
+
     @model_validator(mode="after")
     def _fault_clients_exist(self) -> Params:
         n = self.federation.clients

@@ -162,9 +162,7 @@ def _forges(attack: str) -> bool:
     user's attack is assumed to)."""
     if not registry.is_builtin("attack", attack):
         return True
-    cls = registry.get("attack", attack)
-    base = next(c for c in cls.__mro__ if c.__name__ == "Attack")
-    return cls.forge is not base.forge
+    return bool(registry.get("attack", attack).forges())
 
 
 def _strategy_trait(name: str, trait: str) -> Any:

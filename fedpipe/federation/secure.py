@@ -32,6 +32,7 @@ mechanism's RDP (:mod:`fedpipe.federation.privacy.distributed`).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import replace
@@ -111,6 +112,10 @@ class SecureAggregation(StrategyWrapper):
         self.clipping_range, self.quantization_bits = clipping_range, quantization_bits
         self.seed, self._key, self.max_weight = seed, key, max(1, int(max_weight))
         self.min_clients, self.privacy, self.dimension = min_clients, privacy, dimension
+        self._fresh_round()
+
+    def _fresh_round(self) -> None:
+        """No round yet: the per-round state :meth:`start` fills."""
         self.round: int | None = None
         self.epsilon: float | None = None
         self.settings: secagg.SecAggSettings | None = None
@@ -126,19 +131,10 @@ class SecureAggregation(StrategyWrapper):
         return f"SecureAggregation({self.inner!r})"
 
     def _copy(self) -> SecureAggregation:
-        return SecureAggregation(
-            self.inner,
-            num_shares=self.num_shares,
-            threshold=self.threshold,
-            clipping_range=self.clipping_range,
-            quantization_bits=self.quantization_bits,
-            seed=self.seed,
-            key=self._key,
-            max_weight=self.max_weight,
-            min_clients=self.min_clients,
-            privacy=self.privacy,
-            dimension=self.dimension,
-        )
+        """The same protocol settings (inner strategy included), no round's state."""
+        bound = copy.copy(self)
+        bound._fresh_round()
+        return bound
 
     # ------------------------------------------------------------ the round
 

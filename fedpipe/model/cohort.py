@@ -186,13 +186,9 @@ class CohortTrainer(LocalTrainer):
         training: LocalTraining,
         trainable: list[int],
     ) -> None:
+        super().__init__(data, training)
         self.index = index
         self.barrier = barrier
-        self.data = data
-        self.training = training
-        self.n_train = len(data.y_train)
-        self.steps_taken = 0
-        self.fits_done = 0
         self._trainable = trainable
 
     @property

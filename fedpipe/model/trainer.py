@@ -56,12 +56,8 @@ class KerasTrainer(LocalTrainer):
     def __init__(
         self, runner: ModelRunner, data: ClientData, training: LocalTraining
     ) -> None:
+        super().__init__(data, training)
         self.runner = runner
-        self.data = data
-        self.training = training
-        self.n_train = len(data.y_train)
-        self.steps_taken = 0
-        self.fits_done = 0
         self._held: list[np.ndarray] | None = None  # what the model holds
 
     @property

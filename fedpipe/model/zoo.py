@@ -81,6 +81,12 @@ def _check(key: str, value: object) -> None:
         raise SettingError(f"model.{key}: got {value!r}; allowed: {allowed}")
 
 
+def _check_all(**dials: object) -> None:
+    """:func:`_check` each of a builder's ``dials``, in the order given."""
+    for key, value in dials.items():
+        _check(key, value)
+
+
 def _spatial(name: str, input_shape: tuple[int, ...]) -> tuple[int | None, int | None]:
     """Height and width of an image input ``(height, width, channels)``."""
     if len(input_shape) != 3:
@@ -190,8 +196,7 @@ def deep_mlp(
     dropout : float, default 0.0
         Dropout rate after each hidden layer, in [0, 1); 0 adds no Dropout layer.
     """
-    for key, value in (("depth", depth), ("width", width), ("dropout", dropout)):
-        _check(key, value)
+    _check_all(depth=depth, width=width, dropout=dropout)
     stack: list[layers.Layer] = [
         keras.Input(shape=input_shape),
         layers.Flatten(name="flatten"),
@@ -256,29 +261,20 @@ def cnn(
     dropout : float, default 0.0
         Dropout rate before the output layer, in [0, 1); 0 adds no Dropout layer.
     """
-    for key, value in (
-        ("depth", depth),
-        ("width", width),
-        ("kernel_size", kernel_size),
-        ("batch_norm", batch_norm),
-        ("head", head),
-        ("dropout", dropout),
-    ):
-        _check(key, value)
+    _check_all(
+        depth=depth,
+        width=width,
+        kernel_size=kernel_size,
+        batch_norm=batch_norm,
+        head=head,
+        dropout=dropout,
+    )
     height, side = _spatial("cnn", input_shape)
+    conv = _ConvFactory(kernel_size=kernel_size, batch_norm=batch_norm)
     inputs = keras.Input(shape=input_shape, name="input")
     x = inputs
     for i in range(1, depth + 1):
-        x = layers.Conv2D(
-            width,
-            kernel_size,
-            padding="same",
-            use_bias=not batch_norm,
-            kernel_initializer="he_normal",
-            name=f"conv_{i:02d}",
-        )(x)
-        if batch_norm:
-            x = layers.BatchNormalization(name=f"bn_{i:02d}")(x)
+        x = conv(x, width, f"conv_{i:02d}", f"bn_{i:02d}")
         x = layers.Activation("relu", name=f"relu_{i:02d}")(x)
         if i % 2 == 0 and _can_pool(height) and _can_pool(side):
             x = layers.MaxPooling2D(2, name=f"pool_{i:02d}")(x)
@@ -288,10 +284,21 @@ def cnn(
         x = layers.Flatten(name="flatten")(x)
     else:
         x = layers.GlobalAveragePooling2D(name="gap")(x)
+    return _conv_model("cnn", inputs, x, n_classes, dropout)
+
+
+def _conv_model(
+    name: str,
+    inputs: keras.KerasTensor,
+    features: keras.KerasTensor,
+    n_classes: int,
+    dropout: float,
+) -> keras.Model:
+    """The model ``name`` from ``inputs`` to its ``features`` (pooled or
+    flattened), then ``dropout`` if ``dropout > 0`` and the ``output`` layer."""
     if dropout > 0:
-        x = layers.Dropout(float(dropout), name="dropout")(x)
-    outputs = _head(n_classes)(x)
-    return keras.Model(inputs, outputs, name="cnn")
+        features = layers.Dropout(float(dropout), name="dropout")(features)
+    return keras.Model(inputs, _head(n_classes)(features), name=name)
 
 
 def _can_pool(side: int | None) -> bool:
@@ -340,14 +347,13 @@ def resnet(
     dropout : float, default 0.0
         Dropout rate before the output layer, in [0, 1); 0 adds no Dropout layer.
     """
-    for key, value in (
-        ("blocks_per_stage", blocks_per_stage),
-        ("width_multiplier", width_multiplier),
-        ("kernel_size", kernel_size),
-        ("batch_norm", batch_norm),
-        ("dropout", dropout),
-    ):
-        _check(key, value)
+    _check_all(
+        blocks_per_stage=blocks_per_stage,
+        width_multiplier=width_multiplier,
+        kernel_size=kernel_size,
+        batch_norm=batch_norm,
+        dropout=dropout,
+    )
     _spatial("resnet", input_shape)
     widths = [max(1, round(base * width_multiplier)) for base in (16, 32, 64)]
     conv = _ConvFactory(kernel_size=kernel_size, batch_norm=bool(batch_norm))
@@ -360,10 +366,7 @@ def resnet(
             stride = 2 if s > 1 and b == 1 else 1
             x = _basic_block(x, filters, stride, f"s{s}_b{b}", conv)
     x = layers.GlobalAveragePooling2D(name="gap")(x)
-    if dropout > 0:
-        x = layers.Dropout(float(dropout), name="dropout")(x)
-    outputs = _head(n_classes)(x)
-    return keras.Model(inputs, outputs, name="resnet")
+    return _conv_model("resnet", inputs, x, n_classes, dropout)
 
 
 class _ConvFactory:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -340,20 +340,18 @@ class Strategy(Component, abc.ABC):
         out = [
             np.array(w, dtype=r.dtype) for w, r in zip(weights, reference, strict=True)
         ]
-        for k, (w, r) in enumerate(zip(out, reference, strict=True)):
-            if w.shape != r.shape:
-                raise AggregationError(
-                    f"{self.name} returned shape {w.shape} for layer {k} of shape "
-                    f"{r.shape}"
-                )
-        layer = first_non_finite(out)
-        if layer is not None:
-            hint = (
-                " (lower strategy.server_lr?)" if "server_lr" in self.settings else ""
-            )
-            raise AggregationError(
-                f"{self.name} produced non-finite weights in layer {layer}{hint}"
-            )
+        hint = " (lower strategy.server_lr?)" if "server_lr" in self.settings else ""
+        _check_layout(
+            out,
+            reference,
+            misshapen=lambda k: (
+                f"{self.name} returned shape {out[k].shape} for "
+                f"layer {k} of shape {reference[k].shape}"
+            ),
+            non_finite=lambda k: (
+                f"{self.name} produced non-finite weights in layer {k}{hint}"
+            ),
+        )
         return out
 
 
@@ -374,16 +372,34 @@ def _checked_layers(
             f"{len(reference)}"
         )
     out = [_readonly(a) for a in arrays]
+    _check_layout(
+        out,
+        reference,
+        misshapen=lambda k: (
+            f"{who}: layer {k}{what} has shape {out[k].shape}; the "
+            f"global model's is {reference[k].shape}"
+        ),
+        non_finite=lambda k: (
+            f"{who} sent non-finite values in layer {k}{what}; "
+            "refusing to aggregate (lower train.lr or check its data)"
+        ),
+    )
+    return out
+
+
+def _check_layout(
+    out: Sequence[np.ndarray],
+    reference: Weights,
+    *,
+    misshapen: Callable[[int], str],
+    non_finite: Callable[[int], str],
+) -> None:
+    """Raise an AggregationError saying ``misshapen(k)`` for the first layer
+    ``k`` of ``out`` shaped unlike ``reference``'s, else ``non_finite(k)`` for
+    the first that holds a NaN or inf (``out`` and ``reference`` are as long)."""
     for k, (got, ref) in enumerate(zip(out, reference, strict=True)):
         if got.shape != ref.shape:
-            raise AggregationError(
-                f"{who}: layer {k}{what} has shape {got.shape}; the global model's "
-                f"is {ref.shape}"
-            )
+            raise AggregationError(misshapen(k))
     layer = first_non_finite(out)
     if layer is not None:
-        raise AggregationError(
-            f"{who} sent non-finite values in layer {layer}{what}; refusing to "
-            "aggregate (lower train.lr or check its data)"
-        )
-    return out
+        raise AggregationError(non_finite(layer))

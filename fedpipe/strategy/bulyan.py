@@ -3,8 +3,7 @@ coordinate-wise median."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -15,8 +14,8 @@ from fedpipe.strategy.aggregate import (
     check_same_layout,
     pairwise_squared_distances,
 )
-from fedpipe.strategy.base import ClientUpdate, State, Strategy
-from fedpipe.strategy.krum import NUM_BYZANTINE
+from fedpipe.strategy.base import ClientUpdate, State
+from fedpipe.strategy.krum import ByzantineTolerant
 
 
 def bulyan_selection(updates: Sequence[Weights], f: int) -> list[int]:
@@ -60,7 +59,7 @@ def mean_around_median(updates: Sequence[Weights], beta: int) -> Weights:
     return out
 
 
-class Bulyan(Strategy):
+class Bulyan(ByzantineTolerant):
     """Recursive Krum selection, then a coordinate-wise trimmed mean.
 
     With :math:`n` updates and :math:`f` Byzantine ones: pick
@@ -81,17 +80,7 @@ class Bulyan(Strategy):
     """
 
     name = "bulyan"
-    settings = (NUM_BYZANTINE,)
-    robust_share = 0.5
-
-    def __init__(self, *, num_byzantine: int = 0) -> None:
-        self.num_byzantine = self.checked(NUM_BYZANTINE, num_byzantine)
-
-    @classmethod
-    def min_updates(cls, values: Mapping[str, Any]) -> tuple[int, str]:
-        """At least ``4 * strategy.num_byzantine + 3`` updates."""
-        f = values.get("num_byzantine") or 0
-        return 4 * f + 3, f"4 * strategy.num_byzantine + 3 = 4 * {f} + 3 = {4 * f + 3}"
+    per_byzantine = 4
 
     def aggregate(
         self, global_weights: Weights, updates: Sequence[ClientUpdate], state: State

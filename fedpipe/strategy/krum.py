@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from fedpipe.core.component import Setting
 from fedpipe.strategy.aggregate import (
@@ -21,7 +21,35 @@ NUM_BYZANTINE = Setting(
 """``strategy.num_byzantine``: f, of Krum, Multi-Krum and Bulyan."""
 
 
-class Krum(Strategy):
+class ByzantineTolerant(Strategy):
+    """A robust strategy that tolerates ``strategy.num_byzantine`` (f) malicious
+    updates in a round of at least ``per_byzantine * f + 3``: Krum's and
+    Bulyan's settings, constructor and :meth:`min_updates`.
+
+    Attributes
+    ----------
+    per_byzantine : int
+        Updates a round needs per tolerated Byzantine one (beyond 3).
+    """
+
+    settings = (NUM_BYZANTINE,)
+    robust_share = 0.5
+    per_byzantine: ClassVar[int]
+
+    def __init__(self, *, num_byzantine: int = 0) -> None:
+        self.num_byzantine = self.checked(NUM_BYZANTINE, num_byzantine)
+
+    @classmethod
+    def min_updates(cls, values: Mapping[str, Any]) -> tuple[int, str]:
+        """At least ``per_byzantine * strategy.num_byzantine + 3`` updates."""
+        f, k = values.get("num_byzantine") or 0, cls.per_byzantine
+        return (
+            k * f + 3,
+            f"{k} * strategy.num_byzantine + 3 = {k} * {f} + 3 = {k * f + 3}",
+        )
+
+
+class Krum(ByzantineTolerant):
     """The client update with the lowest Krum score becomes the global model.
 
     .. math:: s(i) = \\sum_{j \\in N_i} \\lVert w_i - w_j \\rVert^2, \\qquad
@@ -41,17 +69,7 @@ class Krum(Strategy):
     """
 
     name = "krum"
-    settings = (NUM_BYZANTINE,)
-    robust_share = 0.5
-
-    def __init__(self, *, num_byzantine: int = 0) -> None:
-        self.num_byzantine = self.checked(NUM_BYZANTINE, num_byzantine)
-
-    @classmethod
-    def min_updates(cls, values: Mapping[str, Any]) -> tuple[int, str]:
-        """More than 2f + 2 updates: ``2 * strategy.num_byzantine + 3``."""
-        f = values.get("num_byzantine") or 0
-        return 2 * f + 3, f"2 * strategy.num_byzantine + 3 = 2 * {f} + 3 = {2 * f + 3}"
+    per_byzantine = 2  # more than 2f + 2 updates
 
     def ranked(self, updates: Sequence[ClientUpdate]) -> list[int]:
         """Indices into ``updates`` from lowest (best) to highest Krum score."""

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from fedpipe_app.commands.common import HelpWithExamples, examples_epilog
+from fedpipe_app.commands.common import add_command
 
 NAME = "audit"
 EXAMPLES = [
@@ -20,8 +20,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``fedpipe audit`` on ``sub``."""
     from fedpipe.observe.audit import INVARIANTS
 
-    audit = sub.add_parser(
+    audit = add_command(
+        sub,
         NAME,
+        EXAMPLES,
         help="check the invariants every run keeps (rows accounted for, public "
         "files hold nothing private, views of this run, no small cell)",
         description="Read this project's files and check what every run promises, "
@@ -29,8 +31,6 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         + "; ".join(f"{name}: {promise}" for name, (promise, _) in INVARIANTS.items())
         + ". Exit status 0 when every promise holds, 1 when one is broken (each "
         "broken promise named with its file).",
-        epilog=examples_epilog(EXAMPLES),
-        formatter_class=HelpWithExamples,
     )
     audit.add_argument(
         "--only",

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import argparse
 
-from fedpipe_app.commands.common import PARAMS, HelpWithExamples, examples_epilog, load
+from fedpipe_app.commands.common import (
+    PARAMS,
+    add_command,
+    load,
+)
 
 NAME = "centralized"
 EXAMPLES = [
@@ -16,16 +20,16 @@ EXAMPLES = [
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``fedpipe centralized`` on ``sub``."""
-    central = sub.add_parser(
+    central = add_command(
+        sub,
         NAME,
+        EXAMPLES,
         help="train the same model on the pooled client data (the baseline)",
         description="Train the run's initial model (round 0) on the union of every "
         "client's training split, same optimizer, lr and batch size, for rounds x "
         "train.epochs epochs; evaluate on the held-out test set; write "
         "metrics/centralized.json. The federation's gap to this is the price of "
         "federating.",
-        epilog=examples_epilog(EXAMPLES),
-        formatter_class=HelpWithExamples,
     )
     central.add_argument(
         "--epochs",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fedpipe.config.params import Params
@@ -119,6 +119,15 @@ class HelpWithExamples(argparse.HelpFormatter):
         if text.startswith("examples:"):
             return text
         return super()._fill_text(text, width, indent)
+
+
+def add_command(
+    sub: argparse._SubParsersAction, name: str, rows: Examples, **kwargs: Any
+) -> argparse.ArgumentParser:
+    """``sub.add_parser(name, **kwargs)``: a command whose help ends with ``rows``."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, **kwargs)
+    with_examples(parser, rows)
+    return parser
 
 
 def with_examples(parser: argparse.ArgumentParser, rows: Examples) -> None:

@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING
 
 from fedpipe_app.commands.common import (
     PARAMS,
-    HelpWithExamples,
+    add_command,
     add_no_server_start,
     connect,
-    examples_epilog,
     load,
 )
 
@@ -32,16 +31,16 @@ EXAMPLES = [
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``fedpipe deploy`` on ``sub``."""
-    deploy = sub.add_parser(
+    deploy = add_command(
+        sub,
         NAME,
+        EXAMPLES,
         help="register the project as a Prefect deployment on a process work pool",
         description="Register this project as deployment fedpipe-federation/NAME "
         "on a `process` work pool (created if missing), optionally on a cron "
         "schedule; `prefect worker start --pool POOL` then runs its runs. Runs can "
         "be started from the Prefect UI with overrides (rounds, strategy, epochs, "
         "runner), which are written into params.yaml.",
-        epilog=examples_epilog(EXAMPLES),
-        formatter_class=HelpWithExamples,
     )
     deploy.add_argument(
         "--pool", default="fedpipe", help="process work pool (default: fedpipe)"

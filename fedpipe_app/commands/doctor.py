@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedpipe_app.commands.common import HelpWithExamples, examples_epilog
+from fedpipe_app.commands.common import add_command
 
 NAME = "doctor"
 EXAMPLES = [
@@ -17,15 +17,15 @@ EXAMPLES = [
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``fedpipe doctor`` on ``sub``."""
-    doctor = sub.add_parser(
+    doctor = add_command(
+        sub,
         NAME,
+        EXAMPLES,
         help="diagnose a finished (or stopped) run from its recorded files",
         description="Read metrics/rounds, metrics/health, metrics/clients, "
         "params.yaml, the prepared data and the partition manifest; print findings "
         "(most important first) with evidence and a suggested fix, or 'no "
         "findings'. Exit 0 when no finding reaches --fail-on, 1 otherwise.",
-        epilog=examples_epilog(EXAMPLES),
-        formatter_class=HelpWithExamples,
     )
     doctor.add_argument(
         "--format",

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from fedpipe_app.commands.common import HelpWithExamples, examples_epilog
+from fedpipe_app.commands.common import add_command
 
 NAME = "init"
 EXAMPLES = [
@@ -17,11 +17,11 @@ EXAMPLES = [
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``fedpipe init`` on ``sub``."""
-    init = sub.add_parser(
+    init = add_command(
+        sub,
         NAME,
+        EXAMPLES,
         help="create a new fedpipe project (dvc.yaml, params.yaml, git, dvc)",
-        epilog=examples_epilog(EXAMPLES),
-        formatter_class=HelpWithExamples,
     )
     init.add_argument("directory")
     init.add_argument(

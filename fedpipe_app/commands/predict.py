@@ -6,7 +6,11 @@ import argparse
 from pathlib import Path
 
 from fedpipe.core.errors import SettingError
-from fedpipe_app.commands.common import PARAMS, HelpWithExamples, examples_epilog, load
+from fedpipe_app.commands.common import (
+    PARAMS,
+    add_command,
+    load,
+)
 
 NAME = "predict"
 EXAMPLES = [
@@ -18,8 +22,10 @@ EXAMPLES = [
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``fedpipe predict`` on ``sub``."""
-    predict = sub.add_parser(
+    predict = add_command(
+        sub,
         NAME,
+        EXAMPLES,
         help="score a raw table with the final global model (or round K's)",
         description="Reads TABLE (CSV or Parquet) with the feature columns the run "
         "was trained on, raw as in data.path (other columns are ignored), and "
@@ -29,8 +35,6 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "weights behind the preprocess stage's fitted transform, so "
         "keras.saving.load_model() of that file takes the same raw rows outside "
         "fedpipe (docs/own-data.md).",
-        epilog=examples_epilog(EXAMPLES),
-        formatter_class=HelpWithExamples,
     )
     predict.add_argument("table", type=Path, metavar="TABLE", help="the rows to score")
     predict.add_argument(

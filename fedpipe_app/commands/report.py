@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedpipe_app.commands.common import HelpWithExamples, examples_epilog
+from fedpipe_app.commands.common import add_command
 
 NAME = "report"
 EXAMPLES = [
@@ -16,14 +16,14 @@ EXAMPLES = [
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``fedpipe report`` on ``sub``."""
-    report = sub.add_parser(
+    report = add_command(
+        sub,
         NAME,
+        EXAMPLES,
         help="write one self-contained HTML page about the run (reports/report.html)",
         description="Metrics per round, layer divergence, client update norms, label "
         "distribution, the doctor's findings and lineage, in one offline HTML file. "
         "Sections whose inputs are missing say which command records them.",
-        epilog=examples_epilog(EXAMPLES),
-        formatter_class=HelpWithExamples,
     )
     report.add_argument(
         "--out",

@@ -13,10 +13,9 @@ from fedpipe.core import stopping
 from fedpipe_app import exits
 from fedpipe_app.commands.common import (
     PARAMS,
-    HelpWithExamples,
+    add_command,
     add_console_options,
     connect,
-    examples_epilog,
     load,
     verbosity,
 )
@@ -38,15 +37,15 @@ EXAMPLES = [
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``fedpipe run`` on ``sub``."""
-    run = sub.add_parser(
+    run = add_command(
+        sub,
         NAME,
+        EXAMPLES,
         help="run the whole pipeline in one process, recording each stage in dvc.lock",
         description="Validate, partition, train every round and summarize, as one "
         "Prefect flow run. Stages already up to date in dvc.lock are skipped, so an "
         "interrupted "
         "run resumes where it stopped.",
-        epilog=examples_epilog(EXAMPLES),
-        formatter_class=HelpWithExamples,
     )
     run.add_argument(
         "--force", action="store_true", help="rerun stages even if up to date"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from fedpipe_app.commands.common import HelpWithExamples, examples_epilog
+from fedpipe_app.commands.common import add_command
 from fedpipe_app.commands.deploy import (
     add_deployment_options,
     deployment_for,
@@ -17,14 +17,14 @@ EXAMPLES = [("fedpipe serve --cron '0 * * * *'", "hourly runs from this process"
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``fedpipe serve`` on ``sub``."""
-    serve = sub.add_parser(
+    serve = add_command(
+        sub,
         NAME,
+        EXAMPLES,
         help="serve the project as a Prefect deployment from this process",
         description="Register this project as deployment fedpipe-federation/NAME, "
         "optionally on a cron schedule, and run its runs from this process until "
         "stopped (no work pool or worker needed).",
-        epilog=examples_epilog(EXAMPLES),
-        formatter_class=HelpWithExamples,
     )
     serve.set_defaults(func=cmd_serve)
     add_deployment_options(serve)

@@ -9,10 +9,9 @@ from fedpipe.core import stopping
 from fedpipe_app import exits
 from fedpipe_app.commands.common import (
     PARAMS,
-    HelpWithExamples,
+    add_command,
     add_console_options,
     connect,
-    examples_epilog,
     load,
     verbosity,
 )
@@ -39,15 +38,15 @@ STAGES = [
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``fedpipe stage`` on ``sub``."""
-    stage = sub.add_parser(
+    stage = add_command(
+        sub,
         NAME,
+        EXAMPLES,
         help="run one pipeline stage (what dvc.yaml's stages call)",
         description="Run one stage as its own Prefect flow run; `dvc repro` calls it. "
         "The stage runs in the project's warm worker, a background process that "
         "keeps TensorFlow, Prefect and compiled models between the stages of a "
         "`dvc repro` (FEDPIPE_WARM=0: in this process; see docs/pipeline.md).",
-        epilog=examples_epilog(EXAMPLES),
-        formatter_class=HelpWithExamples,
     )
     stage.add_argument("name", choices=STAGES)
     stage.add_argument("round", nargs="?", type=int, help="round number for `round`")

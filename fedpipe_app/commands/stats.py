@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from fedpipe_app.commands.common import HelpWithExamples, examples_epilog
+from fedpipe_app.commands.common import add_command
 
 NAME = "stats"
 EXAMPLES = [
@@ -19,8 +19,10 @@ EXAMPLES = [
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``fedpipe stats`` on ``sub``."""
-    stats = sub.add_parser(
+    stats = add_command(
+        sub,
         NAME,
+        EXAMPLES,
         help="show per-column statistics, globally and per client, and the "
         "feature skew between clients",
         description="Per column, globally and per client: count, missing, mean, "
@@ -35,8 +37,6 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "which the preprocess stage writes from the same client statistics it fits "
         "the transform from (the clients' training splits only). No count below "
         "preprocess.min_count_shown is shown: it reads <k.",
-        epilog=examples_epilog(EXAMPLES),
-        formatter_class=HelpWithExamples,
     )
     stats.add_argument(
         "--client",

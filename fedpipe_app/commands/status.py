@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedpipe_app.commands.common import HelpWithExamples, examples_epilog
+from fedpipe_app.commands.common import add_command
 
 NAME = "status"
 EXAMPLES = [
@@ -16,16 +16,16 @@ EXAMPLES = [
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``fedpipe status`` on ``sub``."""
-    status = sub.add_parser(
+    status = add_command(
+        sub,
         NAME,
+        EXAMPLES,
         help="the project at a glance: data, partition, rounds, stale stages and "
         "why, the last run, the doctor's top finding",
         description="Read params.yaml, dvc.lock (through DVC: the stale stages are "
         "what `dvc status` finds, with the param keys and their recorded and "
         "current values, the changed data and code) and the run's files. No "
         "TensorFlow, no Prefect: it answers in about a second.",
-        epilog=examples_epilog(EXAMPLES),
-        formatter_class=HelpWithExamples,
     )
     status.add_argument(
         "--format",

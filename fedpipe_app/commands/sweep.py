@@ -13,7 +13,10 @@ import sys
 from pathlib import Path
 
 from fedpipe.core.errors import ParamsError
-from fedpipe_app.commands.common import PARAMS, HelpWithExamples, examples_epilog
+from fedpipe_app.commands.common import (
+    PARAMS,
+    add_command,
+)
 
 NAME = "sweep"
 EXAMPLES = [
@@ -29,16 +32,16 @@ EXAMPLES = [
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``fedpipe sweep`` (and ``fedpipe sweep plot``) on ``sub``."""
-    sweep = sub.add_parser(
+    sweep = add_command(
+        sub,
         NAME,
+        EXAMPLES,
         help="run a grid of params as DVC experiments (seeds, resumable)",
         description="Run every point of a grid (DVC's -S syntax: -S key=v1,v2 per "
         "axis, the cartesian product; or --grid FILE) once per seed, each as a DVC "
         "experiment NAME-<point>-s<seed> that `dvc exp show` lists. Run the same "
         "command again after an interruption: finished runs are skipped. Results: "
         "OUT/runs.csv, table.csv, table.md (mean ± std over seeds), layers.json.",
-        epilog=examples_epilog(EXAMPLES),
-        formatter_class=HelpWithExamples,
     )
     sweep.add_argument(
         "-S", "--set-param", action="append", default=[], metavar="KEY=V1,V2",

@@ -6,7 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fedpipe_app.commands.common import PARAMS, HelpWithExamples, examples_epilog
+from fedpipe_app.commands.common import (
+    PARAMS,
+    add_command,
+)
 
 NAME = "sync"
 EXAMPLES = [
@@ -16,12 +19,12 @@ EXAMPLES = [
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``fedpipe sync`` on ``sub``."""
-    sync = sub.add_parser(
+    sync = add_command(
+        sub,
         NAME,
+        EXAMPLES,
         help="regenerate params.yaml's round_chain from federation.rounds and "
         "dvc.yaml's dependencies on your own code (model/strategy/client files)",
-        epilog=examples_epilog(EXAMPLES),
-        formatter_class=HelpWithExamples,
     )
     sync.set_defaults(func=cmd_sync)
     return sync

@@ -10,6 +10,7 @@ unlike the rest of :mod:`fedpipe.data.partition` it is imported on its own.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -172,6 +173,25 @@ def partition_table(
             column_types=column_types,
         )
     return manifest
+
+
+def partition_prepared(prepared: Path, **settings: Any) -> dict[str, Any]:
+    """:func:`partition_table` of the prepared data set in ``prepared`` (its
+    samples, features, schema and spec), with the ``settings`` the caller
+    chooses (``classes``, ``seed``, ...: :meth:`Params.partition_arguments
+    <fedpipe.config.params.Params.partition_arguments>`)."""
+    from fedpipe.data.ingest import open_features, read_samples, read_schema
+
+    schema = read_schema(prepared)
+    return partition_table(
+        read_samples(prepared),
+        features=open_features(prepared),
+        spec=DatasetSpec.from_schema(schema),
+        feature_names=schema.get("feature_names"),
+        column_types=schema.get("column_types"),
+        table=schema.get("source") == "table",
+        **settings,
+    )
 
 
 def _drop_repeats(

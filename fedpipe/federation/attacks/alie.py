@@ -6,11 +6,9 @@ import math
 import statistics
 from collections.abc import Sequence
 
-import numpy as np
-
 from fedpipe.core.component import Setting
 from fedpipe.core.errors import SettingError
-from fedpipe.federation.attacks.base import Attack, Weights
+from fedpipe.federation.attacks.base import Attack, Weights, stacked
 
 Z = Setting("z", float, help="shift in stds (null: from n and f, as the paper)")
 
@@ -63,17 +61,8 @@ class Alie(Attack):
             raise SettingError(f"attack.z: {z!r} is not finite; allowed: a number")
         self.z = None if z is None else float(z)
 
-    def forge(
-        self,
-        own: Sequence[Weights],
-        benign: Sequence[Weights],
-        *,
-        n_updates: int,
-        rngs: Sequence[np.random.Generator],
-    ) -> list[Weights]:
-        z = alie_z(n_updates, len(own)) if self.z is None else self.z
-        forged = []
-        for layer in range(len(benign[0])):
-            stacked = np.stack([b[layer] for b in benign])
-            forged.append(stacked.mean(axis=0) - z * stacked.std(axis=0))
-        return [[f.copy() for f in forged] for _ in own]
+    def forge_shared(
+        self, benign: Sequence[Weights], *, n_updates: int, n_malicious: int
+    ) -> Weights:
+        z = alie_z(n_updates, n_malicious) if self.z is None else self.z
+        return [s.mean(axis=0) - z * s.std(axis=0) for s in stacked(benign)]

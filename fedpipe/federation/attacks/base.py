@@ -58,6 +58,13 @@ class Attack(Component, abc.ABC):
     settings: ClassVar[tuple[str, ...]] = ()
     omniscient: ClassVar[bool] = False
 
+    @classmethod
+    def forges(cls) -> bool:
+        """Whether the attack replaces the update its clients send (it overrides
+        :meth:`forge` or one of its hooks)."""
+        hooks = ("forge", "forge_one", "forge_shared")
+        return any(getattr(cls, h) is not getattr(Attack, h) for h in hooks)
+
     def poison(self, data: ClientData, n_classes: int) -> ClientData:
         """What a malicious client trains on (default: its own data)."""
         return data
@@ -70,7 +77,12 @@ class Attack(Component, abc.ABC):
         n_updates: int,
         rngs: Sequence[np.random.Generator],
     ) -> list[Weights]:
-        """The deltas the malicious clients send (default: their honest ones).
+        """The deltas the malicious clients send.
+
+        An omniscient attack's clients all send a copy of
+        :meth:`forge_shared`; any other's each send :meth:`forge_one` of its
+        own delta (default: the honest one). Subclasses override one of the
+        two; the round calls this.
 
         Parameters
         ----------
@@ -90,4 +102,33 @@ class Attack(Component, abc.ABC):
         list of Weights
             One delta per malicious client, laid out like ``own``.
         """
-        return [list(d) for d in own]
+        if self.omniscient:
+            shared = self.forge_shared(
+                benign, n_updates=n_updates, n_malicious=len(own)
+            )
+            return [[f.copy() for f in shared] for _ in own]
+        return [
+            self.forge_one(delta, rng, n_updates=n_updates)
+            for delta, rng in zip(own, rngs, strict=True)
+        ]
+
+    def forge_one(
+        self, delta: Weights, rng: np.random.Generator, *, n_updates: int
+    ) -> Weights:
+        """What one malicious client sends for its honest ``delta`` (default:
+        ``delta``); ``rng`` is its own generator of the round."""
+        return list(delta)
+
+    def forge_shared(
+        self, benign: Sequence[Weights], *, n_updates: int, n_malicious: int
+    ) -> Weights:
+        """The one delta every client of an omniscient attack sends, from the
+        round's ``benign`` deltas and counts."""
+        raise NotImplementedError(
+            f"{type(self).__name__} is omniscient but defines no forge_shared"
+        )
+
+
+def stacked(updates: Sequence[Weights]) -> list[np.ndarray]:
+    """Layer by layer, the ``updates`` stacked on a new first axis."""
+    return [np.stack([u[layer] for u in updates]) for layer in range(len(updates[0]))]

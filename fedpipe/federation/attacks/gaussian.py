@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from fedpipe.core.component import Setting
@@ -38,15 +36,7 @@ class Gaussian(Attack):
     def __init__(self, *, noise_std: float = 1.0) -> None:
         self.noise_std = self.checked(NOISE_STD, noise_std)
 
-    def forge(
-        self,
-        own: Sequence[Weights],
-        benign: Sequence[Weights],
-        *,
-        n_updates: int,
-        rngs: Sequence[np.random.Generator],
-    ) -> list[Weights]:
-        return [
-            [rng.normal(0.0, self.noise_std, size=np.shape(d)) for d in delta]
-            for delta, rng in zip(own, rngs, strict=True)
-        ]
+    def forge_one(
+        self, delta: Weights, rng: np.random.Generator, *, n_updates: int
+    ) -> Weights:
+        return [rng.normal(0.0, self.noise_std, size=np.shape(d)) for d in delta]

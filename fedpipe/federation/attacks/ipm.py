@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from fedpipe.core.component import Setting
-from fedpipe.federation.attacks.base import Attack, Weights
+from fedpipe.federation.attacks.base import Attack, Weights, stacked
 
 EPSILON = Setting(
     "epsilon",
@@ -65,21 +63,12 @@ class Ipm(Attack):
     def __init__(self, *, epsilon: float | None = None) -> None:
         self.epsilon = self.checked(EPSILON, epsilon)
 
-    def forge(
-        self,
-        own: Sequence[Weights],
-        benign: Sequence[Weights],
-        *,
-        n_updates: int,
-        rngs: Sequence[np.random.Generator],
-    ) -> list[Weights]:
+    def forge_shared(
+        self, benign: Sequence[Weights], *, n_updates: int, n_malicious: int
+    ) -> Weights:
         epsilon = (
-            reversing_epsilon(n_updates, len(own))
+            reversing_epsilon(n_updates, n_malicious)
             if self.epsilon is None
             else self.epsilon
         )
-        forged = [
-            -epsilon * np.stack([b[layer] for b in benign]).mean(axis=0)
-            for layer in range(len(benign[0]))
-        ]
-        return [[f.copy() for f in forged] for _ in own]
+        return [-epsilon * s.mean(axis=0) for s in stacked(benign)]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from fedpipe.federation.attacks.base import SCALE, Attack, Weights
@@ -30,13 +28,8 @@ class Scaling(Attack):
     def __init__(self, *, scale: float | None = None) -> None:
         self.scale = self.checked(SCALE, scale)
 
-    def forge(
-        self,
-        own: Sequence[Weights],
-        benign: Sequence[Weights],
-        *,
-        n_updates: int,
-        rngs: Sequence[np.random.Generator],
-    ) -> list[Weights]:
+    def forge_one(
+        self, delta: Weights, rng: np.random.Generator, *, n_updates: int
+    ) -> Weights:
         gamma = float(n_updates) if self.scale is None else self.scale
-        return [[gamma * d for d in delta] for delta in own]
+        return [gamma * d for d in delta]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from fedpipe.federation.attacks.base import SCALE, Attack, Weights
@@ -29,12 +27,7 @@ class SignFlip(Attack):
     def __init__(self, *, scale: float = 1.0) -> None:
         self.scale = self.checked(FLIP_SCALE, scale)
 
-    def forge(
-        self,
-        own: Sequence[Weights],
-        benign: Sequence[Weights],
-        *,
-        n_updates: int,
-        rngs: Sequence[np.random.Generator],
-    ) -> list[Weights]:
-        return [[-self.scale * d for d in delta] for delta in own]
+    def forge_one(
+        self, delta: Weights, rng: np.random.Generator, *, n_updates: int
+    ) -> Weights:
+        return [-self.scale * d for d in delta]
