@@ -41,8 +41,7 @@ def _project(root: Path) -> Any:
     from fedpipe.config.params import load_params
     from fedpipe.core.jsonio import write_json
     from fedpipe.data import sources as fdata
-    from fedpipe.data.ingest import read_samples
-    from fedpipe.data.partition.deal import partition_table
+    from fedpipe.data.partition.deal import partition_prepared
     from fedpipe.data.sources import prepared_spec
 
     repo = Path(__file__).resolve().parents[1]
@@ -51,17 +50,11 @@ def _project(root: Path) -> Any:
     params = load_params()
     fdata.write_table(fdata.load_mnist5k(), Path(params.data.path))
     fdata.ingest(params.data, layout.PREPARED_DIR)
-    p = params.partition
-    manifest = partition_table(
-        read_samples(layout.PREPARED_DIR),
+    # the partition stage's own call (tasks/data.py)
+    manifest = partition_prepared(
+        layout.PREPARED_DIR,
         classes=prepared_spec(layout.PREPARED_DIR).classes,
-        seed=params.seed,
-        test_fraction=params.data.test_fraction,
-        method=p.method,
-        n_clients=params.federation.clients,
-        local_test_fraction=p.local_test_fraction,
-        dedupe=params.data.dedupe,
-        settings=p.model_dump(exclude={"method", "local_test_fraction"}),
+        **params.partition_arguments(),
     )
     write_json(layout.MANIFEST, manifest)
     return params

@@ -236,32 +236,16 @@ def federation(params: Params, prepared: Path, folder: Path) -> tuple[Any, Any]:
     preprocessing of the prepared data, as the partition and preprocess stages
     write them under ``folder``; the federated data and the model spec."""
     from fedpipe.core.jsonio import write_json
-    from fedpipe.data.ingest import open_features, read_samples, read_schema
-    from fedpipe.data.partition.deal import partition_table
+    from fedpipe.data.partition.deal import partition_prepared
     from fedpipe.data.preprocess import fit_prepared
     from fedpipe.data.sources import prepared_spec
     from fedpipe.data.splits import input_spec, open_federated
     from fedpipe.federation.build import model_spec
 
     folder.mkdir(parents=True, exist_ok=True)
-    schema = read_schema(prepared)
     spec = prepared_spec(prepared)
-    p = params.partition
-    manifest = partition_table(
-        read_samples(prepared),
-        features=open_features(prepared),
-        spec=spec,
-        feature_names=schema.get("feature_names"),
-        column_types=schema.get("column_types"),
-        table=schema.get("source") == "table",
-        classes=spec.classes,
-        seed=params.seed,
-        test_fraction=params.data.test_fraction,
-        method=p.method,
-        n_clients=params.federation.clients,
-        local_test_fraction=p.local_test_fraction,
-        dedupe=params.data.dedupe,
-        settings=p.model_dump(exclude={"method", "local_test_fraction"}),
+    manifest = partition_prepared(
+        prepared, classes=spec.classes, **params.partition_arguments()
     )
     write_json(folder / "manifest.json", manifest)
     transform = fit_prepared(prepared, folder / "manifest.json", params.preprocess)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import signal
@@ -44,6 +45,11 @@ def _refuse(key: str) -> None:
     raise _Refused(key, "anything else is accepted")
 
 
+def _touch(path: Path) -> None:
+    """A warm-up that says it ran (after the process set its signal handlers)."""
+    path.touch()
+
+
 def _fail_to_warm() -> None:
     raise ImportError("no such library")
 
@@ -79,10 +85,16 @@ def test_a_failed_warm_up_leaves_the_call_to_the_run(always: None) -> None:
     assert prewarm.call("broken", os.getpid) == os.getpid()
 
 
-def test_ctrl_c_of_the_terminal_does_not_reach_the_process(always: None) -> None:
-    prewarm.start("sigint", _nothing)
+def test_ctrl_c_of_the_terminal_does_not_reach_the_process(
+    always: None, tmp_path: Path
+) -> None:
+    ready = tmp_path / "warmed"
+    prewarm.start("sigint", functools.partial(_touch, ready))
     process = prewarm._started["sigint"]._process
-    time.sleep(3)  # the process has set its handlers (spawn: ~1 s)
+    deadline = time.monotonic() + 120
+    while not ready.exists():  # its handlers are set before the warm-up runs
+        assert process.is_alive() and time.monotonic() < deadline
+        time.sleep(0.05)
     os.kill(process.pid, signal.SIGINT)
     assert prewarm.call("sigint", _slow_pid, 0.1) == process.pid
 

@@ -36,15 +36,12 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import Any, ClassVar, Protocol, Self
 
 import numpy as np
 
 from fedpipe.core.component import Component
 from fedpipe.core.seeds import derive_seed
-
-if TYPE_CHECKING:  # types only: the data layer (pandas) is not imported here
-    from fedpipe.data.splits import ClientData
 
 Weights = list[np.ndarray]
 ClientState = Mapping[str, Mapping[str, np.ndarray]]
@@ -273,6 +270,14 @@ class ClientReply:
     steps: int | None = None
 
 
+class ClientRows(Protocol):
+    """What a trainer holds of one client's data: at least its training labels
+    (:class:`fedpipe.data.splits.ClientData` is one; the data layer sits above
+    this one, so it is named, not imported)."""
+
+    y_train: np.ndarray
+
+
 class LocalTrainer(abc.ABC):
     """Local training and evaluation on one client's data, for an algorithm.
 
@@ -296,7 +301,7 @@ class LocalTrainer(abc.ABC):
     steps_taken: int = 0
     fits_done: int = 0
 
-    def __init__(self, data: ClientData, training: LocalTraining) -> None:
+    def __init__(self, data: ClientRows, training: LocalTraining) -> None:
         self.data = data
         self.training = training
         self.n_train = len(data.y_train)
