@@ -28,6 +28,8 @@ the repository root:
 process start to exit after a change of ``train.lr`` (data stages cached, the
 report drawn), against which pfl's whole script (process start to its final
 evaluation) is the peer's whole command: issue 39's "whole command" figure.
+``first`` adds the first ``fedpipe run`` of a fresh ``git clone`` of this
+repository (every stage, the data stages too; the Prefect server already up).
 
 ``--peers`` adds pfl-research (Apple's simulator built for speed,
 ``benchmarks/peers/pfl_peer.py``) to the alternation, at fedpipe's training rows
@@ -57,6 +59,7 @@ from benchkit import PEERS, library_rounds, pfl_python  # noqa: E402
 # the tools beside this interpreter: works with .venv/bin/python, activated or not
 FEDPIPE = str(Path(sys.executable).with_name("fedpipe"))
 DVC = str(Path(sys.executable).with_name("dvc"))
+ROOT = Path(__file__).resolve().parent.parent  # the repository (a fedpipe project)
 
 for _k, _v in {
     "TF_CPP_MIN_LOG_LEVEL": "3",
@@ -202,6 +205,30 @@ def fedpipe_command(project: Path, rounds: int) -> dict[str, float]:
     }
 
 
+def fedpipe_first(project: Path, rounds: int) -> dict[str, float]:
+    """``fedpipe run`` as typed in a fresh clone of this repository (the README's
+    first command after the install; the clone is the project): every stage
+    runs, the data stages included, timed from process start to exit. The
+    Prefect server already runs (issue 39's "first run of a fresh clone")."""
+    clone = project.parent / f"clone-{time.time_ns()}"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    params = clone / "params.yaml"
+    text = params.read_text()
+    params.write_text(re.sub(r"(?m)^  rounds: \d+", f"  rounds: {rounds}", text))
+    start = time.perf_counter()
+    subprocess.run(
+        [FEDPIPE, "-C", str(clone), "run"], check=True, stdout=subprocess.DEVNULL
+    )
+    wall = time.perf_counter() - start
+    written = [clone / f"metrics/rounds/round-{k}.json" for k in range(1, rounds + 1)]
+    stamps = np.array([p.stat().st_mtime for p in written])
+    return {
+        "whole": wall / rounds,
+        "steady": float(statistics.median(np.diff(stamps))),
+        "command": wall,
+    }
+
+
 def pfl_rounds(project: Path, rounds: int) -> dict[str, float]:
     """pfl-research on the same digits, clients, model layout and settings, at
     fedpipe's training rows; its own clock: rounds 2..R, and its training loop
@@ -226,7 +253,7 @@ def pfl_rounds(project: Path, rounds: int) -> dict[str, float]:
 
 
 def _child(mode: str, project: Path, rounds: int) -> dict[str, float]:
-    if mode in ("pfl", "command"):  # its own process: no fedpipe process around it
+    if mode in ("pfl", "command", "first"):  # its own process, nothing around it
         return VARIANTS[mode](project, rounds)
     start = time.perf_counter()
     out = subprocess.run(
@@ -273,7 +300,8 @@ def main() -> None:
         "--modes",
         default="hand,library,fedpipe",
         help="runners to time, comma-separated (of hand, library, fedpipe, "
-        "command: `fedpipe run` as a whole command)",
+        "command: `fedpipe run` as a whole command, first: the first `fedpipe "
+        "run` of a fresh clone of this repository)",
     )
     parser.add_argument("--child", choices=list(VARIANTS))
     parser.add_argument("--project", type=Path)
@@ -313,7 +341,7 @@ def main() -> None:
         for mode in modes:
             if mode == "fedpipe":
                 _reset_rounds(project)
-            if mode == "command":
+            if mode in ("command", "first"):
                 _quiet_server()
             t = _child(mode, project, args.rounds)
             times[mode].append(t)
@@ -344,12 +372,13 @@ def main() -> None:
             f"| {m['whole']:.2f} | {fed['whole'] / m['whole']:.2f} "
             f"| {m['command']:.1f} |"
         )
-    if "command" in med and "pfl" in med:
-        ratio = med["command"]["command"] / med["pfl"]["command"]
-        print(
-            f"\nwhole `fedpipe run` command / pfl's whole script: {ratio:.2f}x "
-            f"({med['command']['command']:.1f} s against {med['pfl']['command']:.1f})"
-        )
+    for mode, what in (("command", "command"), ("first", "first run of a clone")):
+        if mode in med and "pfl" in med:
+            ratio = med[mode]["command"] / med["pfl"]["command"]
+            print(
+                f"\nwhole `fedpipe run` ({what}) / pfl's whole script: {ratio:.2f}x "
+                f"({med[mode]['command']:.1f} s against {med['pfl']['command']:.1f})"
+            )
 
 
 VARIANTS = {
@@ -357,6 +386,7 @@ VARIANTS = {
     "library": library_loop,
     "fedpipe": fedpipe_rounds,
     "command": fedpipe_command,
+    "first": fedpipe_first,
     "pfl": pfl_rounds,
 }
 TITLES = {
@@ -366,6 +396,7 @@ TITLES = {
         "`fedpipe run` (a task run per round, outputs, dvc.lock, summary, report)"
     ),
     "command": "`fedpipe run` as typed, after a change of train.lr (report included)",
+    "first": "`fedpipe run` as typed, first run of a fresh clone (every stage)",
     "pfl": "pfl-research 0.6.0 (SimulatedBackend, FedAvg), 3,200 training rows",
 }
 
