@@ -117,6 +117,17 @@ def server_env() -> dict[str, str]:
 
 def start_background_server(host: str | None = None, port: int | None = None) -> str:
     """Start ``prefect server start --background`` and wait until it answers."""
+    return begin_background_server(host, port)()
+
+
+def begin_background_server(
+    host: str | None = None, port: int | None = None
+) -> Callable[[], str]:
+    """:func:`start_background_server` in two halves: ``prefect server start
+    --background`` begins now; the function returned waits until it has started
+    the server and the server answers (raising as that would), and returns the
+    URL. What the caller does meanwhile (importing TensorFlow) overlaps the
+    server's start."""
     host, port = _host(host), _port(port)
     url = api_url(host, port)
     cmd = [
@@ -134,14 +145,31 @@ def start_background_server(host: str | None = None, port: int | None = None) ->
     # process group, so a Ctrl-C of the `fedpipe run` (or sweep) that started it
     # would also end the server that is meant to outlive it
     start = functools.partial(
-        subprocess.run,
+        subprocess.Popen,
         cmd,
         env=server_env(),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
-    proc = start()
+    begun = start()
+
+    def started() -> str:
+        return _wait_started(begun, start, cmd, url)
+
+    return started
+
+
+def _wait_started(
+    begun: subprocess.Popen[str],
+    start: Callable[[], subprocess.Popen[str]],
+    cmd: list[str],
+    url: str,
+) -> str:
+    """The second half of :func:`begin_background_server`."""
+    out, err = begun.communicate()
+    proc = subprocess.CompletedProcess(cmd, begun.returncode, out, err)
     if "already running" in proc.stdout + proc.stderr and not is_healthy(url):
         # a PID file left by a server that no longer runs (a reboot, a kill -9):
         # `prefect server stop` clears it; then start for real
@@ -151,7 +179,9 @@ def start_background_server(host: str | None = None, port: int | None = None) ->
             capture_output=True,
             text=True,
         )
-        proc = start()
+        again = start()
+        out, err = again.communicate()
+        proc = subprocess.CompletedProcess(cmd, again.returncode, out, err)
     if proc.returncode != 0 and not is_healthy(url):
         raise PrefectServerError(
             f"could not start a Prefect server ({' '.join(cmd)}):\n"
@@ -181,6 +211,16 @@ def ensure_api(*, start: bool = True, log=print) -> str:  # type: ignore[no-unty
 
     Sets ``PREFECT_API_URL`` in this process's environment and returns it.
     """
+    return begin_api(start=start, log=log)()
+
+
+def begin_api(*, start: bool = True, log=print) -> Callable[[], str]:  # type: ignore[no-untyped-def]
+    """:func:`ensure_api` in two halves: ``PREFECT_API_URL`` is set now (Prefect
+    reads it when imported), a local server that must be started is begun
+    (:func:`begin_background_server`); the function returned waits until the
+    API answers (raising :class:`PrefectServerError` as :func:`ensure_api`
+    would) and returns its URL. The caller imports Prefect and TensorFlow in
+    between: on a machine whose server is not up yet, the two overlap."""
     url = configured_url()
     if url:
         if not is_healthy(url):
@@ -188,18 +228,21 @@ def ensure_api(*, start: bool = True, log=print) -> str:  # type: ignore[no-unty
                 f"PREFECT_API_URL={url} does not answer; start that server or unset "
                 "PREFECT_API_URL to let fedpipe use a local one"
             )
-    else:
-        url = api_url()
-        if not is_healthy(url):
-            if not start:
-                raise PrefectServerError(f"no Prefect server at {url}")
-            log(
-                f"starting a local Prefect server at {url.removesuffix('/api')} "
-                "(once; `prefect server stop` ends it) ..."
-            )
-            url = start_background_server()
+        os.environ["PREFECT_API_URL"] = url
+        return lambda: url
+    url = api_url()
+    if is_healthy(url):
+        os.environ["PREFECT_API_URL"] = url
+        return lambda: url
+    if not start:
+        raise PrefectServerError(f"no Prefect server at {url}")
+    log(
+        f"starting a local Prefect server at {url.removesuffix('/api')} "
+        "(once; `prefect server stop` ends it) ..."
+    )
+    started = begin_background_server()
     os.environ["PREFECT_API_URL"] = url
-    return url
+    return started
 
 
 class ServerWatch:

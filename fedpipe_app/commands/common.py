@@ -4,7 +4,7 @@ Prefect connection, the console options, and the examples at the end of a help."
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,17 +63,29 @@ def verbosity(args: argparse.Namespace) -> int:
 def connect(args: argparse.Namespace) -> str:
     """The Prefect API the command's runs report to (a local server is started
     unless ``--no-server-start``); its URL."""
+    return begin_connect(args)()
+
+
+def begin_connect(args: argparse.Namespace) -> Callable[[], str]:
+    """:func:`connect` in two halves (:func:`orchestration.server.begin_api`):
+    call it before Prefect is imported; the function returned waits for the
+    API (a server being started) and returns its URL."""
     from fedpipe.config.params import ParamsError
     from orchestration.console import QUIET, quiet_user_errors, quiet_workers
-    from orchestration.server import ensure_api
+    from orchestration.server import begin_api
 
     quiet_workers(verbosity(args))  # before Prefect is imported
     quiet_user_errors((ParamsError,))
-    url = ensure_api(start=not args.no_server_start)
-    ui = url.removesuffix("/api")
-    if verbosity(args) > QUIET:
-        print(f"Prefect: runs report to {url} (UI: {ui})", flush=True)
-    return url
+    answered = begin_api(start=not args.no_server_start)
+
+    def ready() -> str:
+        url = answered()
+        ui = url.removesuffix("/api")
+        if verbosity(args) > QUIET:
+            print(f"Prefect: runs report to {url} (UI: {ui})", flush=True)
+        return url
+
+    return ready
 
 
 def add_no_server_start(parser: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ from fedpipe_app.commands.common import (
     PARAMS,
     add_command,
     add_console_options,
-    connect,
+    begin_connect,
     load,
     verbosity,
 )
@@ -240,11 +240,13 @@ def _validates(args: argparse.Namespace, params: Params, fresh: int | None) -> b
 
 def _run_flow(args: argparse.Namespace, params: Params, fresh: int | None) -> int:
     """The run's flow, its console and its closing lines."""
-    url = connect(args)
+    answered = begin_connect(args)  # a server being started starts meanwhile
     from flows.pipeline import run_pipeline
     from orchestration import console
     from orchestration.heartbeat import own_heartbeat
     from orchestration.server import ServerWatch
+
+    url = answered()
 
     stopping.install()  # Prefect's flow engine raises its own inside
     quiet = verbosity(args) == console.QUIET
