@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from e2e_helpers import BIN, run_cli
+from e2e_helpers import BIN, run_cli, run_main
 
 from fedpipe.config.overrides import set_params
 from fedpipe.federation.failures import slow_set
@@ -139,9 +139,8 @@ def test_the_round_lines_and_the_doctor_say_it(run: dict, cli_env) -> None:
     n_out = 1 if partial else 1 + len(SLOW)
     assert f"({CLIENTS - n_out} of {CLIENTS} clients, {n_out} out" in out
     assert f"round 1: client {FAILING} failed: PlantedClientFailure" in out
-    proc = run_cli(
-        [FEDPIPE, "doctor", "--format", "json"], project, cli_env, check=False
-    )
+    # in this process (the command's own: test_run_diagnosis.py)
+    proc = run_main(["doctor", "--format", "json"], project, cli_env, check=False)
     findings = {f["code"]: f for f in json.loads(proc.stdout)}
     assert proc.returncode == 0, proc.stdout  # warnings and info only
     assert codes.CLIENTS_FAILED in findings
