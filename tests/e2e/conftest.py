@@ -10,7 +10,8 @@ still running when the session ends is stopped.
 
 One tiny project (``tiny_fresh``), one `fedpipe run` of it (``tiny_run``) and one
 `dvc repro` of it (``tiny_repro``) serve every module that needs the default tiny
-federation as it is, or as it ran.
+federation as it is, or as it ran; ``tiny_ready`` (its data stages and initial
+model done, no round) every module that only needs rounds run on TINY's data.
 
 After every module, :func:`fedpipe.observe.audit.audit` checks the invariants every
 run keeps (``fedpipe audit``) on each project the module ran or changed: a broken
@@ -30,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from e2e_helpers import BIN, make_project, run_cli
 
 from fedpipe.observe.audit import audit
@@ -149,6 +151,46 @@ def tiny_run(
     shutil.copytree(tiny_fresh, project)
     proc = run_cli([str(BIN / "fedpipe"), "run", "--no-server-start"], project, cli_env)
     return {"project": project, "proc": proc}
+
+
+READY_STAGES = ("mnist5k", "ingest", "validate", "partition", "preprocess", "init")
+"""The stages ``tiny_ready`` has up to date: the data stages and the initial model."""
+
+
+@pytest.fixture(scope="session")
+def tiny_ready(
+    tiny_fresh: Path,
+    tiny_run: dict,
+    tmp_path_factory: pytest.TempPathFactory,
+    cli_env: dict[str, str],
+) -> Path:
+    """``tiny_fresh`` as a run stopped after ``init`` leaves it, committed: the
+    data stages and the initial model up to date in dvc.lock (``READY_STAGES``),
+    no round run, so a run of a copy runs the rounds (and what its params
+    change) only. Made from the session's tiny run, not run again: its dvc.lock
+    records of those stages (its first ones: dvc.lock keeps pipeline order), the
+    outputs they name with the ``.gitignore`` DVC wrote beside each, and its DVC
+    cache. Shared by the session: copy it before changing or running it."""
+    project = tmp_path_factory.mktemp("tiny-ready") / "project"
+    shutil.copytree(tiny_fresh, project)
+    ran = tiny_run["project"]
+    head = (ran / "dvc.lock").read_text().partition("\n  round@1:\n")[0] + "\n"
+    stages = yaml.safe_load(head)["stages"]
+    assert tuple(stages) == READY_STAGES, list(stages)
+    for out in (o["path"] for s in stages.values() for o in s.get("outs", [])):
+        source, target = ran / out, project / out
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target)
+        else:
+            shutil.copy2(source, target)
+        if (source.parent / ".gitignore").is_file():
+            shutil.copy2(source.parent / ".gitignore", target.parent / ".gitignore")
+    shutil.copytree(ran / ".dvc/cache", project / ".dvc/cache", dirs_exist_ok=True)
+    (project / "dvc.lock").write_text(head)
+    run_cli(["git", "add", "-A"], project, cli_env)
+    run_cli(["git", "commit", "-qm", "data stages and init"], project, cli_env)
+    return project
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import hashlib
 import importlib.util
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +24,7 @@ sys.path.insert(0, str(SCRIPTS))  # the scripts' own tiny data, shared with them
 from tiny_data import TINY, merge, write_image_folder, write_table  # noqa: E402
 
 __all__ = [
-    "BIN", "TINY", "file_hashes",
+    "BIN", "TINY", "copy_project", "file_hashes",
     "load_script", "make_project", "run_cli", "run_main",
     "start_in_session", "wait_for_file", "write_image_folder", "write_table",
 ]  # fmt: skip
@@ -87,6 +88,25 @@ def make_project(path: Path, env: dict[str, str], **overrides: dict) -> Path:
     run_cli([str(BIN / "fedpipe"), "sync"], path, env)
     run_cli(["git", "add", "-A"], path, env)
     run_cli(["git", "commit", "-qm", "tiny experiment"], path, env)
+    return path
+
+
+def copy_project(
+    source: Path, path: Path, env: dict[str, str], **overrides: dict
+) -> Path:
+    """A copy of the tiny project ``source`` (e.g. the session's ``tiny_ready``)
+    at ``path`` with ``overrides`` laid on its params, synced and committed, as
+    :func:`make_project` makes a new one. Files already in ``path`` (a user's
+    code brought first) stay; the copy keeps what ``source`` has run."""
+    shutil.copytree(source, path, dirs_exist_ok=True)
+    raw = yaml.safe_load((path / "params.yaml").read_text())
+    raw.pop("round_chain")
+    (path / "params.yaml").write_text(
+        yaml.safe_dump(merge(raw, overrides), sort_keys=False)
+    )
+    run_cli([str(BIN / "fedpipe"), "sync"], path, env)
+    run_cli(["git", "add", "-A"], path, env)
+    run_cli(["git", "commit", "-qm", "tiny experiment", "--allow-empty"], path, env)
     return path
 
 

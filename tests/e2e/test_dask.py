@@ -1,8 +1,10 @@
 """Scale-out on Dask: the same tiny project trained locally and on Dask workers.
 
 Two identical projects; one runs with ``runtime.runner: local`` (the session's
-tiny run), the other, a copy of the same fresh project, with ``runtime.runner:
-dask`` (a LocalCluster of two worker processes for the whole ``fedpipe run``).
+tiny run), the other, a copy of the same project with its data stages and
+initial model done (``tiny_ready``), with ``runtime.runner: dask`` (a
+LocalCluster of two worker processes for the whole ``fedpipe run``): only the
+rounds run, since no stage tracks the runtime section.
 The runtime section must not change results: every round's model must be the
 same bytes, and ``dvc.lock`` the same text.
 """
@@ -29,14 +31,14 @@ COMPILED = re.compile(
 
 @pytest.fixture(scope="module")
 def runs(
-    tiny_fresh: Path,
+    tiny_ready: Path,
     tiny_run: dict,
     tmp_path_factory: pytest.TempPathFactory,
     cli_env: dict[str, str],
 ) -> dict:
-    """The session's tiny run (local) and a copy of its fresh project run on Dask;
+    """The session's tiny run (local) and a copy of its ready project run on Dask;
     each with its console output and Prefect's logs (which process compiled)."""
-    on_dask = shutil.copytree(tiny_fresh, tmp_path_factory.mktemp("dask") / "on-dask")
+    on_dask = shutil.copytree(tiny_ready, tmp_path_factory.mktemp("dask") / "on-dask")
     set_params(
         on_dask / "params.yaml", {"runtime.runner": "dask", "runtime.dask_workers": 2}
     )
@@ -44,6 +46,8 @@ def runs(
     proc = run_cli(
         [FEDPIPE, "run", "-v", "--no-server-start", "--no-report"], on_dask, cli_env
     )
+    ran = [f"round@{k}" for k in range(1, ROUNDS + 1)] + ["summary"]
+    assert f"stage(s) ran ({', '.join(ran)})" in proc.stdout  # runtime: no record
     local = tiny_run["project"]
     (log,) = (local / "logs").glob("fedpipe-run-*.log")  # Prefect's logs, as -v
     return {

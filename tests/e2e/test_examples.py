@@ -6,7 +6,8 @@ way a user would bring it (its files under the project root, named in
   image folder, with the question's optimizer (Adam, 0.001).
 * ``examples/feddyn``: FedDyn, a strategy and a client algorithm that exist only
   in the user's file, with state on the server (h) and on every client (its
-  gradient state), carried from round to round through the files.
+  gradient state), carried from round to round through the files; on the
+  session's digits with their data stages done (``tiny_ready``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from e2e_helpers import BIN, make_project, run_cli, write_image_folder
+from e2e_helpers import BIN, copy_project, make_project, run_cli, write_image_folder
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -35,8 +36,10 @@ def _bring(example: str, project: Path) -> None:
     )
 
 
-def _run(project: Path, env: dict[str, str]) -> dict:
-    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], project, env)
+def _run(project: Path, env: dict[str, str], ran: str | None = None) -> dict:
+    proc = run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], project, env)
+    if ran is not None:
+        assert f"stage(s) ran ({ran})" in proc.stdout, proc.stdout[-2000:]
     return json.loads((project / "metrics/summary.json").read_text())
 
 
@@ -114,15 +117,18 @@ def _client_states(folder: Path) -> dict[int, dict[str, np.ndarray]]:
     return out
 
 
-def test_feddyn_as_a_users_plugin(tmp_path: Path, cli_env: dict[str, str]) -> None:
+def test_feddyn_as_a_users_plugin(
+    tiny_ready: Path, tmp_path: Path, cli_env: dict[str, str]
+) -> None:
     path = tmp_path / "feddyn"
     _bring("feddyn", path)
-    project = make_project(path, cli_env, **FEDDYN)
+    # the session's digits, already ingested, validated and partitioned
+    project = copy_project(tiny_ready, path, cli_env, **FEDDYN)
     plugin = "examples/feddyn/feddyn.py"
     # the strategy names its client in the same file: both stages depend on it
     assert _code_deps(project) == {"init": [plugin], "round": [plugin]}
 
-    summary = _run(project, cli_env)
+    summary = _run(project, cli_env, "init, round@1, round@2, round@3, summary")
     # 3 rounds of the mlp on the digits: far above chance (0.1)
     assert summary["global"]["accuracy"] > 0.6
     assert summary["aggregation_weight_sum"] == pytest.approx(1.0)

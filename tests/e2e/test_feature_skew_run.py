@@ -2,16 +2,19 @@
 default digits, through `fedpipe run` and through `dvc repro` (the rounds read the
 clients' transformed inputs in the stage processes): the manifest records each
 client's transform, the two give the same bits, and the partition report and
-`fedpipe status` show the feature skew beside the label skew."""
+`fedpipe status` show the feature skew beside the label skew. Both start from
+the session's digits already ingested and validated (``tiny_ready``): the
+partition and what follows it run."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
-from e2e_helpers import BIN, file_hashes, make_project, run_cli, run_main
+from e2e_helpers import BIN, copy_project, file_hashes, run_cli, run_main
 
 pytestmark = pytest.mark.e2e
 FEDPIPE, DVC = str(BIN / "fedpipe"), str(BIN / "dvc")
@@ -22,14 +25,22 @@ SETTINGS = {
 
 
 @pytest.fixture(scope="module")
-def projects(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> dict:
+def projects(
+    tiny_ready: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    cli_env: dict[str, str],
+) -> dict:
     base = tmp_path_factory.mktemp("feature-skew")
-    fresh = make_project(base / "fresh", cli_env, **SETTINGS)
+    fresh = copy_project(tiny_ready, base / "fresh", cli_env, **SETTINGS)
     by_run, by_repro = base / "by-run", base / "by-repro"
     shutil.copytree(fresh, by_run)
     shutil.copytree(fresh, by_repro)
-    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], by_run, cli_env)
-    run_cli([DVC, "repro"], by_repro, cli_env)
+    run = [FEDPIPE, "run", "--no-server-start", "--no-report"]
+    ran = run_cli(run, by_run, cli_env).stdout.split("stage(s) ran", 1)[1]
+    assert "validate" not in ran and "partition, preprocess, init" in ran
+    repro = run_cli([DVC, "repro"], by_repro, cli_env).stdout
+    assert "Running stage 'validate'" not in repro
+    assert "Running stage 'partition'" in repro
     return {"run": by_run, "repro": by_repro}
 
 

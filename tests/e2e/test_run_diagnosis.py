@@ -1,6 +1,7 @@
 """The doctor and the report on real runs through `fedpipe run`.
 
-Two tiny projects from the same data: a healthy one, and the seed question's
+Two tiny projects from the same data (the session's digits, already ingested
+and validated: ``tiny_ready``): a healthy one, and the seed question's
 configuration (the seed question's CNN, Adam, and a FedAvg whose aggregation
 weights sum to more than 1, planted with `faults.aggregation_weight_sum`), made
 from a copy of the healthy one after its run (its data stages are not rerun). The
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import BIN, make_project, run_cli, run_main
+from e2e_helpers import BIN, copy_project, run_cli, run_main
 
 from fedpipe.config.overrides import set_params
 from fedpipe.observe.doctor import codes
@@ -39,10 +40,16 @@ SEED_QUESTION = {  # on top of HEALTHY
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> dict:
+def runs(
+    tiny_ready: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    cli_env: dict[str, str],
+) -> dict:
     base = tmp_path_factory.mktemp("diagnostics")
-    healthy = make_project(base / "healthy", cli_env, **HEALTHY)
-    run_cli([FEDPIPE, "run", "--no-server-start"], healthy, cli_env)
+    healthy = copy_project(tiny_ready, base / "healthy", cli_env, **HEALTHY)
+    proc = run_cli([FEDPIPE, "run", "--no-server-start"], healthy, cli_env)
+    ran = proc.stdout.split("stage(s) ran", 1)[1]
+    assert "validate" not in ran and "partition" in ran  # 4 clients, not 3
     seed = shutil.copytree(healthy, base / "seed", symlinks=True)
     set_params(seed / "params.yaml", SEED_QUESTION)
     run_cli(["git", "commit", "-qam", "the seed question"], seed, cli_env)

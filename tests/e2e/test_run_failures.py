@@ -15,7 +15,7 @@ import shutil
 
 import pandas as pd
 import pytest
-from e2e_helpers import BIN, run_cli
+from e2e_helpers import BIN, run_cli, run_main
 
 from fedpipe.config.overrides import set_params
 from fedpipe.federation.failures import dropped_out
@@ -74,8 +74,9 @@ def test_the_round_lines_say_how_many_were_out(run: dict) -> None:
 
 
 def test_the_doctor_names_them(run: dict, cli_env) -> None:
-    proc = run_cli(
-        [FEDPIPE, "doctor", "--format", "json"], run["project"], cli_env, check=False
+    # in this process (the command's own: test_run_diagnosis.py)
+    proc = run_main(
+        ["doctor", "--format", "json"], run["project"], cli_env, check=False
     )
     findings = {f["code"]: f for f in json.loads(proc.stdout)}
     assert proc.returncode == 0, proc.stdout  # warnings and info only

@@ -8,9 +8,10 @@ every client needs exactly 6) and half the clients slow
 (``federation.slow_clients: 0.5``, ``slow_speed: 0.5``: they finish 3 steps).
 One `fedpipe run` per straggler policy: ``partial`` (the slow clients send the 3
 steps they finished, weighted by their full sample counts) and ``drop`` (the
-slow clients are left out as stragglers). The records must say what
-docs/failures.md promises: who failed and why, who straggled, the steps a
-partial straggler took, and the weights the aggregation used.
+slow clients are left out as stragglers; a copy of the ``partial`` run, so only
+its rounds run). The records must say what docs/failures.md promises: who failed
+and why, who straggled, the steps a partial straggler took, and the weights the
+aggregation used.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from e2e_helpers import BIN, run_cli
+from e2e_helpers import BIN, run_cli, run_main
 
 from fedpipe.config.overrides import set_params
 from fedpipe.federation.failures import slow_set
@@ -58,21 +59,39 @@ def _settings(stragglers: str) -> dict[str, Any]:
     }
 
 
+def _rerun(source: Path, project: Path, stragglers: str, env: dict[str, str]) -> dict:
+    """A copy of ``source`` run under one straggler policy."""
+    shutil.copytree(source, project)
+    set_params(project / "params.yaml", _settings(stragglers))
+    proc = run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], project, env)
+    return {"project": project, "proc": proc, "stragglers": stragglers}
+
+
+@pytest.fixture(scope="module")
+def partial(
+    tiny_run: dict, tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]
+) -> dict:
+    """A copy of the session's tiny run under ``partial`` (4 clients: partitioned
+    again)."""
+    project = tmp_path_factory.mktemp("stragglers-partial") / "project"
+    return _rerun(tiny_run["project"], project, "partial", cli_env)
+
+
 @pytest.fixture(scope="module", params=["partial", "drop"])
 def run(
     request: pytest.FixtureRequest,
-    tiny_run: dict,
+    partial: dict,
     tmp_path_factory: pytest.TempPathFactory,
     cli_env: dict[str, str],
 ) -> dict:
-    """A copy of the session's tiny run under one straggler policy."""
-    project = tmp_path_factory.mktemp(f"stragglers-{request.param}") / "project"
-    shutil.copytree(tiny_run["project"], project)
-    set_params(project / "params.yaml", _settings(request.param))
-    proc = run_cli(
-        [FEDPIPE, "run", "--no-server-start", "--no-report"], project, cli_env
-    )
-    return {"project": project, "proc": proc, "stragglers": request.param}
+    """The tiny run under one straggler policy: ``drop`` is a copy of the
+    ``partial`` run with only the policy changed, so only its rounds run again."""
+    if request.param == "partial":
+        return partial
+    project = tmp_path_factory.mktemp("stragglers-drop") / "project"
+    done = _rerun(partial["project"], project, "drop", cli_env)
+    assert "stage(s) ran (round@1, round@2, summary)" in done["proc"].stdout
+    return done
 
 
 def _json(project: Path, path: str) -> dict[str, Any]:
@@ -139,9 +158,8 @@ def test_the_round_lines_and_the_doctor_say_it(run: dict, cli_env) -> None:
     n_out = 1 if partial else 1 + len(SLOW)
     assert f"({CLIENTS - n_out} of {CLIENTS} clients, {n_out} out" in out
     assert f"round 1: client {FAILING} failed: PlantedClientFailure" in out
-    proc = run_cli(
-        [FEDPIPE, "doctor", "--format", "json"], project, cli_env, check=False
-    )
+    # in this process (the command's own: test_run_diagnosis.py)
+    proc = run_main(["doctor", "--format", "json"], project, cli_env, check=False)
     findings = {f["code"]: f for f in json.loads(proc.stdout)}
     assert proc.returncode == 0, proc.stdout  # warnings and info only
     assert codes.CLIENTS_FAILED in findings

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from e2e_helpers import BIN, make_project, run_cli, run_main
+from e2e_helpers import BIN, run_cli, run_main
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -97,8 +97,12 @@ PARAMS = {
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory, cli_env: dict) -> Path:
-    root = make_project(tmp_path_factory.mktemp("user-code") / "p", cli_env)
+def project(
+    tiny_ready: Path, tmp_path_factory: pytest.TempPathFactory, cli_env: dict
+) -> Path:
+    """The session's tiny project with its data stages done, given the user's
+    code: the run makes the initial model and the rounds only."""
+    root = shutil.copytree(tiny_ready, tmp_path_factory.mktemp("user-code") / "p")
     code = root / "code"
     code.mkdir()
     for name, text in (("model", MODEL), ("strategy", STRATEGY), ("client", CLIENT)):
@@ -111,7 +115,8 @@ def project(tmp_path_factory: pytest.TempPathFactory, cli_env: dict) -> Path:
     run_cli([FEDPIPE, "sync"], root, cli_env)
     run_cli(["git", "add", "-A"], root, cli_env)
     run_cli(["git", "commit", "-qm", "my code"], root, cli_env)
-    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], root, cli_env)
+    proc = run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], root, cli_env)
+    assert "stage(s) ran (init, round@1, round@2, summary)" in proc.stdout
     return root
 
 
