@@ -146,10 +146,18 @@ def tiny_run(
     tiny_fresh: Path, tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]
 ) -> dict:
     """One `fedpipe run` of a copy of ``tiny_fresh`` (in a pipe, report included),
-    shared by the session: ``project`` (copy it before changing it) and ``proc``."""
+    shared by the session: ``project`` (copy it before changing it) and ``proc``.
+    Its validate stage runs in the process begun beside the run's imports
+    (``FEDPIPE_PREWARM=1``, whatever the machine's load: ``orchestration.prewarm``);
+    ``tiny_repro``'s runs in the stage's own process, and test_pipeline compares
+    the two."""
     project = tmp_path_factory.mktemp("tiny-run") / "project"
     shutil.copytree(tiny_fresh, project)
-    proc = run_cli([str(BIN / "fedpipe"), "run", "--no-server-start"], project, cli_env)
+    proc = run_cli(
+        [str(BIN / "fedpipe"), "run", "--no-server-start"],
+        project,
+        {**cli_env, "FEDPIPE_PREWARM": "1"},
+    )
     return {"project": project, "proc": proc}
 
 

@@ -79,10 +79,11 @@ def test_run_and_repro_give_bitwise_identical_models(projects: dict) -> None:
     repro_models = file_hashes(projects["repro"], "models/round-*/weights.npz")
     assert len(run_models) == 5
     assert run_models == repro_models
-    manifest = "data/partition/manifest.json"
-    assert file_hashes(projects["run"], manifest) == file_hashes(
-        projects["repro"], manifest
-    )
+    for made in ("data/partition/manifest.json", "reports/validation/summary.json"):
+        assert file_hashes(projects["run"], made), made
+        assert file_hashes(projects["run"], made) == file_hashes(
+            projects["repro"], made
+        ), made
     # the round, health and client records too, though the projects lie at
     # paths of different lengths (issue 36: a held-out loss seen to differ
     # between checkouts at different paths, model bits equal)
