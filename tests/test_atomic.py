@@ -157,3 +157,22 @@ def test_a_client_state_write_that_fails_leaves_no_half_folder(
         save_client_states(folder, states)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clients"]
     assert sorted(load_client_states(folder)) == [3]  # the old folder, whole
+
+
+def test_unflushed_skips_the_flushes_but_not_an_explicit_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within ``unflushed`` (a round's outputs, which DVC versions) a write that
+    does not say ``durable=`` is not flushed; one that says ``durable=True`` is,
+    and after the block the default is back."""
+    flushed: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: flushed.append(fd) or real_fsync(fd))
+    target = tmp_path / "round.json"
+    with atomic.unflushed():
+        atomic.write_text(target, "one")
+        assert flushed == [] and target.read_text() == "one"
+        atomic.write_text(target, "two", durable=True)
+        assert len(flushed) == 2  # the file's bytes, then its folder's entry
+    atomic.write_text(target, "three")
+    assert len(flushed) == 4 and target.read_text() == "three"

@@ -48,13 +48,14 @@ def load_weights(path: Path) -> list[np.ndarray]:
 
 
 def save_state(
-    path: Path, state: dict[str, np.ndarray], *, durable: bool = True
+    path: Path, state: dict[str, np.ndarray], *, durable: bool | None = None
 ) -> None:
     """Write named arrays (a strategy's server state) as a deterministic ``.npz``.
 
     Names are written in sorted order with a fixed timestamp, so the same state
     gives the same bytes. An empty state writes an empty archive. Atomic;
-    ``durable``: flushed to disk too (:mod:`fedpipe.core.atomic`).
+    ``durable``: flushed to disk too (default: yes, but within
+    :func:`fedpipe.core.atomic.unflushed`).
     """
     with (
         atomic.writing(path, durable=durable) as tmp,

@@ -15,6 +15,7 @@ import pandas as pd
 
 from fedpipe.config import layout
 from fedpipe.config.params import Params
+from fedpipe.core import atomic
 from fedpipe.core.jsonio import read_json
 from fedpipe.core.secretkey import load_or_create_key
 from fedpipe.core.weights import load_state, load_weights, save_state, save_weights
@@ -79,7 +80,13 @@ def write_round(outputs: RoundOutputs, round_: int, params: Params) -> pd.DataFr
     the server's view and the oracle's go to ``.fedpipe/oracle/round-K.json``
     (:mod:`fedpipe.federation.privacy.views`), and the clients' state to
     ``.fedpipe/clients/round-K`` (:mod:`fedpipe.federation.clientstate`).
-    Returns the published per-client table."""
+    Returns the published per-client table. Written without flushing each file
+    to disk (:func:`fedpipe.core.atomic.unflushed`): DVC versions them all."""
+    with atomic.unflushed():
+        return _write_round(outputs, round_, params)
+
+
+def _write_round(outputs: RoundOutputs, round_: int, params: Params) -> pd.DataFrame:
     record = outputs.record
     save_weights(layout.model_weights(round_), outputs.weights)
     save_state(layout.server_state(round_), outputs.server_state)
