@@ -9,8 +9,8 @@ imports, its Prefect flow run and the data stages before validate; :func:`call`
 then runs the stage's function there and returns its value. One call per
 process: the process ends with it.
 
-It starts only while a core is free (:func:`enabled`). What a person sees does not
-depend on it:
+It starts only while a core is free beside the run's (:func:`enabled`). What a
+person sees does not depend on it:
 
 - the function's value comes back pickled; its files are written by the same
   code to the same paths (the working folder is the run's);
@@ -31,6 +31,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -107,16 +108,48 @@ class WarmProcess:
 
 def enabled() -> bool:
     """Whether :func:`start` starts a process: always with ``FEDPIPE_PREWARM=1``,
-    never with ``0``, by default only while a core is free (the last minute's
-    load average at most the cores less one). The process imports again what
-    the run has imported too (numpy, pandas, SciPy): about a second more CPU in
-    all, a gain only where it runs beside the run, not in its place."""
+    never with ``0``, by default only while a core is free beside the run's own
+    (:func:`cores_idle` at least :data:`IDLE_NEEDED`; where that cannot be read,
+    the last minute's load average at most the cores less one). The process
+    imports again what the run has imported too (numpy, pandas, SciPy): about a
+    second more CPU in all, a gain only where it runs beside the run, not in its
+    place (a test suite's workers on every core)."""
     setting = os.environ.get(ENABLE_ENV, "auto").strip().lower()
     if setting in _OFF or setting in _ON:
         return setting in _ON
+    idle = cores_idle()
+    if idle is not None:
+        return idle >= IDLE_NEEDED
     if not hasattr(os, "getloadavg"):  # not measured here: not free
         return False
     return os.getloadavg()[0] <= (os.cpu_count() or 1) - 1
+
+
+IDLE_NEEDED = 1.75
+"""Cores idle (of :func:`cores_idle`) for a process beside the run: the run's own
+core (it waits while they are counted) and most of another."""
+
+
+def cores_idle(window: float = 0.1) -> float | None:
+    """How many cores' worth of time the machine left idle over the next
+    ``window`` seconds (Linux's ``/proc/stat``); None where it cannot be read. The
+    last minute's load average still counts a command that has just ended (an
+    install, the run before), this does not."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as stat:
+            ticks = [int(v) for v in stat.readline().split()[1:]]
+        return sum(ticks), ticks[3] + ticks[4]  # all, idle + waiting for I/O
+
+    try:
+        all0, idle0 = sample()
+        time.sleep(window)
+        all1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    if all1 <= all0:
+        return None
+    return (os.cpu_count() or 1) * (idle1 - idle0) / (all1 - all0)
 
 
 def start(name: str, warm_up: Callable[[], object]) -> None:

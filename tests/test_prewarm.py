@@ -113,10 +113,22 @@ def test_off_and_by_load(monkeypatch: pytest.MonkeyPatch) -> None:
     prewarm.start("off", _nothing)
     assert "off" not in prewarm._started
     monkeypatch.setenv(prewarm.ENABLE_ENV, "auto")
+    # a core free beside the run's own, or not (a test suite's workers)
+    monkeypatch.setattr(prewarm, "cores_idle", lambda: 1.9)
+    assert prewarm.enabled()
+    monkeypatch.setattr(prewarm, "cores_idle", lambda: 1.2)
+    assert not prewarm.enabled()
+    # no /proc/stat: the load average decides
+    monkeypatch.setattr(prewarm, "cores_idle", lambda: None)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))
     assert prewarm.enabled() == ((os.cpu_count() or 1) >= 2)
     monkeypatch.setattr(os, "getloadavg", lambda: (64.0, 64.0, 64.0))
     assert not prewarm.enabled()
+
+
+def test_idle_cores_are_measured() -> None:
+    idle = prewarm.cores_idle(0.05)
+    assert idle is None or 0.0 <= idle <= (os.cpu_count() or 1) + 0.01
 
 
 def _files(folder: Path) -> dict[str, str]:
