@@ -12,10 +12,12 @@ task run.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 from prefect import Flow, Task, flow, task
 from prefect.cache_policies import NO_CACHE
@@ -41,13 +43,46 @@ from tasks.artifacts import flush_artifacts
 from tasks.report import summarize
 
 
-@flow(name="mnist5k", flow_run_name="mnist5k")
+class LazyFlow:
+    """A stage's Prefect flow, made when it is first called.
+
+    Making a :class:`prefect.Flow` builds the JSON schema of its parameters
+    (``params: Params``, the whole settings model: about 0.05 s a flow); eight
+    stage flows made at import cost every command that imports this module
+    (``fedpipe run``, each ``fedpipe stage`` of ``dvc repro``) about 0.35 s,
+    while ``fedpipe run`` calls none of them (its stages are task runs,
+    :data:`STAGE_TASKS`, made from :attr:`fn`) and ``fedpipe stage`` one.
+    """
+
+    def __init__(self, fn: Callable[..., Any], *, name: str, flow_run_name: str):
+        self.fn, self.name, self.flow_run_name = fn, name, flow_run_name
+        functools.update_wrapper(self, fn)
+
+    @functools.cached_property
+    def flow(self) -> Flow:  # type: ignore[type-arg]
+        return flow(self.fn, name=self.name, flow_run_name=self.flow_run_name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.flow(*args, **kwargs)
+
+
+def stage_flow(*, name: str, flow_run_name: str) -> Callable[..., LazyFlow]:
+    """``@flow(name=..., flow_run_name=...)``, made when first called
+    (:class:`LazyFlow`)."""
+
+    def made(fn: Callable[..., Any]) -> LazyFlow:
+        return LazyFlow(fn, name=name, flow_run_name=flow_run_name)
+
+    return made
+
+
+@stage_flow(name="mnist5k", flow_run_name="mnist5k")
 def mnist5k_stage(params: Params) -> None:
     """Stage ``mnist5k``: the built-in digits as ``data/raw/mnist5k.parquet``."""
     data_tasks.materialize_mnist5k(Path(MNIST5K_PATH))
 
 
-@flow(name="ingest", flow_run_name="ingest")
+@stage_flow(name="ingest", flow_run_name="ingest")
 def ingest_stage(params: Params) -> None:
     """Stage ``ingest``: ``data.source`` in the prepared format (``data/prepared``)."""
     data_tasks.ingest(
@@ -58,7 +93,7 @@ def ingest_stage(params: Params) -> None:
     )
 
 
-@flow(name="validate", flow_run_name="validate")
+@stage_flow(name="validate", flow_run_name="validate")
 def validate_stage(params: Params) -> None:
     """Stage ``validate``: Great Expectations checks on the prepared data."""
     data_tasks.validate(
@@ -69,7 +104,7 @@ def validate_stage(params: Params) -> None:
     )
 
 
-@flow(name="partition", flow_run_name="partition")
+@stage_flow(name="partition", flow_run_name="partition")
 def partition_stage(params: Params) -> None:
     """Stage ``partition``: held-out test split, clients, local train/test splits."""
     data_tasks.partition(
@@ -82,7 +117,7 @@ def partition_stage(params: Params) -> None:
     )
 
 
-@flow(name="preprocess", flow_run_name="preprocess")
+@stage_flow(name="preprocess", flow_run_name="preprocess")
 def preprocess_stage(params: Params) -> None:
     """Stage ``preprocess``: the table transform, fitted from the clients'
     training statistics (``data/preprocess/transform.json``)."""
@@ -98,13 +133,13 @@ def preprocess_stage(params: Params) -> None:
     )
 
 
-@flow(name="init-model", flow_run_name="init-model")
+@stage_flow(name="init-model", flow_run_name="init-model")
 def init_stage(params: Params) -> None:
     """Stage ``init``: the global model before round 1."""
     fed_tasks.init_model(params)
 
 
-@flow(name="federation-round", flow_run_name="round {round_}")
+@stage_flow(name="federation-round", flow_run_name="round {round_}")
 def round_stage(params: Params, round_: int) -> dict:
     """Stage ``round@K``: the ``round K`` task (round K-1's files in, the round's
     outputs out), a ``train-clients`` task under it. With ``runtime.runner:
@@ -127,7 +162,7 @@ def federation_round(params: Params, round_: int, dask: DaskScheduler) -> dict:
     return summary
 
 
-@flow(name="summary", flow_run_name="summary")
+@stage_flow(name="summary", flow_run_name="summary")
 def summary_stage(params: Params) -> str:
     """Stage ``summary``: all rounds' history (DVC plots), final metrics, table."""
     return summarize(
@@ -265,13 +300,13 @@ STAGE_FLOWS = {
 }
 
 
-def as_task(stage_flow: Flow) -> Task:  # type: ignore[type-arg]
-    """The function of ``stage_flow`` as a task of the same name, its task runs
+def as_task(stage: LazyFlow) -> Task:  # type: ignore[type-arg]
+    """The function of ``stage``'s flow as a task of the same name, its task runs
     named as the flow names its runs (``round 3``)."""
     return task(
-        stage_flow.fn,
-        name=stage_flow.name,
-        task_run_name=stage_flow.flow_run_name,
+        stage.fn,
+        name=stage.name,
+        task_run_name=stage.flow_run_name,
         cache_policy=NO_CACHE,
     )
 
