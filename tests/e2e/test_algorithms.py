@@ -36,12 +36,16 @@ def _set(project: Path, **sections: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> Path:
-    """A tiny project whose data stages already ran (so variants only train)."""
+def base(
+    tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str], prefect_api: str
+) -> Path:
+    """A tiny project whose data stages already ran (so variants only train): run
+    in-process like the variants (no CLI start of its own)."""
     project = make_project(
         tmp_path_factory.mktemp("algos") / "base", cli_env, **TWO_ROUNDS
     )
-    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], project, cli_env)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _run_in_process(project, {}, prefect_api, monkeypatch)
     return project
 
 
@@ -183,13 +187,14 @@ def _check_personalized(
 
 
 def test_client_state_reproduces_through_dvc_repro(
-    base: Path, tmp_path: Path, cli_env: dict[str, str]
+    base: Path, tmp_path: Path, cli_env: dict[str, str], prefect_api: str
 ) -> None:
     by_run, by_repro = tmp_path / "run", tmp_path / "repro"
     shutil.copytree(base, by_run, symlinks=True)
     _set(by_run, strategy={"name": "scaffold"}, personalization={"method": "ditto"})
     shutil.copytree(by_run, by_repro, symlinks=True)
-    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], by_run, cli_env)
+    with pytest.MonkeyPatch.context() as monkeypatch:  # what `fedpipe run` runs
+        _run_in_process(by_run, {}, prefect_api, monkeypatch)
     run_cli([FEDPIPE, "sync"], by_repro, cli_env)
     run_cli([DVC, "repro"], by_repro, cli_env)
     pattern = "models/round-*/**/*.npz"

@@ -7,7 +7,10 @@ hosts b and c with docs/scaling.md's ``dask`` commands (mutual TLS). ``fedpipe
 run`` runs in the root namespace (with the session's Prefect server) against
 ``tls://10.231.X.1:8786``. One small project (4 clients, all of them every round,
 2 rounds) is run three times: locally, on the hosts, and on the hosts with host b
-killed (SIGKILL of every process in it) while it has a group of clients.
+killed (SIGKILL of every process in it) while it has a group of clients. The two
+runs on the hosts start from copies of the local run taken back to before round 1
+(tests/e2e/undone.py): only the rounds, whose clients train on the workers, run
+again.
 
 Skips where namespaces cannot be made (not root, no ``ip``, refused).
 """
@@ -28,6 +31,7 @@ from typing import Any
 
 import pytest
 from e2e_helpers import BIN, SCRIPTS, file_hashes, load_script, make_project, run_cli
+from undone import undo_from
 
 from fedpipe.config.overrides import set_params
 
@@ -79,10 +83,13 @@ def local(base: Path, cluster: dask_hosts.TlsCluster, cli_env: dict[str, str]) -
     return project
 
 
-def on_hosts(base: Path, name: str, cluster: dask_hosts.TlsCluster) -> Path:
-    """A copy of ``base`` whose runtime is the hosts' cluster."""
-    project = base.parent / name
-    shutil.copytree(base, project)
+def on_hosts(local: Path, name: str, cluster: dask_hosts.TlsCluster) -> Path:
+    """A copy of the ``local`` run taken back to before round 1 (its data stages
+    and init done: :func:`undone.undo_from`), whose runtime is the hosts'
+    cluster."""
+    project = local.parent / name
+    shutil.copytree(local, project, symlinks=True)
+    undo_from(project, 1)
     set_params(project / "params.yaml", cluster.params())
     return project
 
@@ -108,12 +115,12 @@ def test_scheduler_requires_a_client_certificate(
 
 
 def test_run_across_hosts_is_bitwise_the_local_run(
-    base: Path, local: Path, cluster: dask_hosts.TlsCluster, cli_env: dict[str, str]
+    local: Path, cluster: dask_hosts.TlsCluster, cli_env: dict[str, str]
 ) -> None:
     workers = cluster.wait()
     assert len(workers) == 2
     assert all(info["nthreads"] == 1 for info in workers.values())
-    project = on_hosts(base, "hosts", cluster)
+    project = on_hosts(local, "hosts", cluster)
     proc = run_cli(RUN, project, cli_env)
     log = proc.stdout + proc.stderr
     assert f"client training runs on the Dask scheduler at {cluster.address}" in log
@@ -136,11 +143,11 @@ def re_workers(log: str) -> list[str]:
 
 
 def test_a_killed_worker_host_is_survived(
-    base: Path, local: Path, cluster: dask_hosts.TlsCluster, cli_env: dict[str, str]
+    local: Path, cluster: dask_hosts.TlsCluster, cli_env: dict[str, str]
 ) -> None:
     workers = cluster.wait()
     victim = next(a for a in workers if cluster.hosts.address(1) in a)
-    project = on_hosts(base, "killed", cluster)
+    project = on_hosts(local, "killed", cluster)
     run = subprocess.Popen(
         RUN, cwd=project, env=cli_env, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True,

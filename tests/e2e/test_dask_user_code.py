@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from e2e_helpers import BIN, file_hashes, make_project, run_cli
+from undone import undo_from
 
 from fedpipe.config.overrides import set_params
 
@@ -61,9 +62,11 @@ def feddyn(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) ->
 def test_feddyn_on_two_dask_workers_is_bitwise_the_local_run(
     feddyn: Path, tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
-    on_dask = shutil.copytree(feddyn, tmp_path / "on-dask")
-    set_params(on_dask / "params.yaml", ON_DASK)
     local = run_cli(RUN, feddyn, cli_env)
+    # the local run taken back to before round 1: the rounds (where the clients
+    # train, on the workers) run again, not the data stages
+    on_dask = undo_from(shutil.copytree(feddyn, tmp_path / "on-dask"), 1)
+    set_params(on_dask / "params.yaml", ON_DASK)
     dask = run_cli([*RUN, "-v"], on_dask, cli_env)
     log = dask.stdout + dask.stderr
     assert "client training runs on a local Dask cluster of 2 worker" in log

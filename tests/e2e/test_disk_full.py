@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 from e2e_helpers import BIN, file_hashes, run_cli
+from undone import undo_from
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -63,16 +64,15 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def round_1_done(
-    tiny_fresh: Path, tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]
-) -> Path:
-    """A copy of the tiny project with ``dvc repro round@1`` done (data stages,
-    init, round 1), made once for the module; each case copies it onto its own
-    small filesystem (DVC's cache included) before filling that."""
+def round_1_done(tiny_run: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the session's tiny run taken back to round 1 done (data stages,
+    init, round 1 recorded; rounds 2-4, the summary and their cache objects
+    gone: :func:`undone.undo_from`), made once for the module; each case copies
+    it onto its own small filesystem (DVC's cache included) before filling
+    that."""
     project = tmp_path_factory.mktemp("disk-full") / "round-1"
-    shutil.copytree(tiny_fresh, project)
-    run_cli([str(BIN / "dvc"), "repro", "round@1"], project, cli_env)
-    return project
+    shutil.copytree(tiny_run["project"], project, symlinks=True)
+    return undo_from(project, 2)
 
 
 def _round_1(project: Path) -> dict[str, str]:

@@ -27,6 +27,7 @@ import pytest
 from e2e_helpers import BIN, file_hashes, run_cli
 from e2e_helpers import start_in_session as _start
 from e2e_helpers import wait_for_file as _wait_for
+from undone import undo_from
 
 from fedpipe.config.overrides import set_params
 
@@ -136,13 +137,16 @@ def test_an_emptied_rwlock_is_repaired_by_the_next_run_in_one_line(
 
 
 def test_scaffold_killed_at_several_points_of_a_round_resumes_to_the_same_bits(
-    tiny_fresh: Path, tmp_path: Path, cli_env: dict[str, str]
+    tiny_run: dict, tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """SCAFFOLD carries state on the server and on every client from round to
     round; ``kill -9`` of the run's process group (its recorder, a process of its
     own, lands what it was writing) during round 2's training, then while round 3
-    writes its outputs (model written, state and metrics not yet)."""
-    reference = shutil.copytree(tiny_fresh, tmp_path / "scaffold")
+    writes its outputs (model written, state and metrics not yet). Both projects
+    start from the session's tiny run taken back to before ``init`` (its data
+    stages done: what is killed and compared is the rounds)."""
+    reference = shutil.copytree(tiny_run["project"], tmp_path / "scaffold")
+    undo_from(reference, 0)
     set_params(reference / "params.yaml", {"strategy.name": "scaffold"})
     killed = shutil.copytree(reference, tmp_path / "scaffold-killed")
     run_cli(RUN, reference, cli_env)

@@ -7,9 +7,11 @@ seconds with one line, records only whole stages, and both `fedpipe run` and
 tiny run); one interrupted run serves those checks (issue 12's, once in
 tests/e2e/test_operator_failures.py, and this module's), each resuming a copy.
 
-The session's tiny project is copied before anything runs; each copy pays one
-``fedpipe run`` (about 25 s), shared by the tests below through module fixtures;
-the pipe's run is the session's own tiny run (tests/e2e/conftest.py).
+The runs start from copies of the session's tiny run taken back to before round 1
+(tests/e2e/undone.py: the data stages are done, the rounds are run for real);
+each copy pays the rounds of one ``fedpipe run``, shared by the tests below through
+module fixtures; the pipe's run is the session's own tiny run
+(tests/e2e/conftest.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 from e2e_helpers import BIN, file_hashes, run_cli, start_in_session
+from undone import undo_from
 
 from fedpipe.config.overrides import set_params
 
@@ -66,14 +69,18 @@ def _in_terminal(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, 
 
 
 @pytest.fixture(scope="module")
-def fresh(tiny_fresh: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The session's tiny project nothing has run in yet (copy it before use)."""
-    return shutil.copytree(tiny_fresh, tmp_path_factory.mktemp("console") / "fresh")
+def fresh(tiny_run: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's tiny run taken back to before round 1 (its data stages and
+    init recorded, the rounds and the summary to do: :func:`undone.undo_from`);
+    copy it before use."""
+    project = tmp_path_factory.mktemp("console") / "fresh"
+    shutil.copytree(tiny_run["project"], project, symlinks=True)
+    return undo_from(project, 1)
 
 
 def _copy(fresh: Path, name: str) -> Path:
     project = fresh.parent / name
-    shutil.copytree(fresh, project)
+    shutil.copytree(fresh, project, symlinks=True)
     return project
 
 

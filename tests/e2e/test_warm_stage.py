@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from e2e_helpers import BIN, file_hashes, run_cli, start_in_session
+from undone import undo_from
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -168,12 +169,15 @@ def test_worker_exits_after_its_idle_timeout(racing, warm_dir: Path) -> None:
 
 
 def test_ctrl_c_of_repro_stops_the_stage_in_the_worker(
-    tiny_fresh: Path, tmp_path: Path, cli_env: dict[str, str], warm_dir: Path
+    tiny_run: dict, tmp_path: Path, cli_env: dict[str, str], warm_dir: Path
 ) -> None:
     """Ctrl-C in a terminal reaches dvc and the client (their process group),
-    not the worker (a session of its own): the client passes it on."""
+    not the worker (a session of its own): the client passes it on. The project
+    is the session's tiny run taken back to before round 1 (its data stages and
+    init done, DVC's run cache gone: tests/e2e/undone.py), so that round 1 is
+    the repro's first stage."""
     project = tmp_path / "stopped"
-    shutil.copytree(tiny_fresh, project)
+    undo_from(shutil.copytree(tiny_run["project"], project, symlinks=True), 1)
     proc = start_in_session([DVC, "repro"], project, cli_env, merge_stderr=False)
     logs = project / "logs"
     deadline = time.monotonic() + 300
