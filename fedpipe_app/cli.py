@@ -18,7 +18,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from fedpipe.core import atomic
+from fedpipe.core import atomic, stopping
 from fedpipe_app.commands import COMMANDS
 from fedpipe_app.commands.common import (
     PARAMS,
@@ -144,7 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except Exception as exc:  # a failed stage: say what, not a 200-line traceback
         atomic.discard_partial()  # a write another thread had under way
-        signum = stop_signal(exc)  # a stop whose exception a library replaced
+        # a stop whose exception a library replaced: one that kept it as the
+        # cause (stop_signal), or one that kept only its name in a message
+        # (pydantic-core's serializer, when the signal lands in Prefect's import)
+        signum = stop_signal(exc) or stopping.received()
         if signum is not None and args.command in ("run", "stage"):
             return _interrupted(args, signum)
         message = known_failure(exc)

@@ -3,6 +3,7 @@ command ends (fedpipe_app.cli.main, fedpipe_app.exits)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fedpipe.core import stopping
 from fedpipe.core.errors import (
     EXIT_BAD_PARAMS,
     EXIT_FAILED,
@@ -245,6 +247,38 @@ def test_a_stopped_run_ends_with_128_plus_the_signal(
     assert _main(project, *argv) == code
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("\n") == 1
+
+
+def _interrupt_lost_in_a_message() -> BaseException:
+    """The signal latched (fedpipe.core.stopping), then its KeyboardInterrupt
+    turned into another error that keeps only its name: pydantic-core's
+    serializer does so when Ctrl-C lands in Prefect's import (seen in the suite:
+    ``PydanticSerializationError: ... KeyboardInterrupt: 2``)."""
+    stopping.install()
+    with contextlib.suppress(KeyboardInterrupt):
+        stopping._on_signal(signal.SIGINT, None)
+    return ValueError("Error calling function `_ser_model`: KeyboardInterrupt: 2")
+
+
+def test_a_signal_whose_interrupt_a_library_swallowed_still_stops_in_one_line(
+    project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        lost = _interrupt_lost_in_a_message()
+        assert exits.stop_signal(lost) is None  # nothing in the error says so
+        monkeypatch.setattr("fedpipe_app.commands.stage.cmd_stage", _raising(lost))
+        assert _main(project, "stage", "partition") == 128 + signal.SIGINT
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and err.startswith("interrupted (SIGINT)")
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        stopping.install()  # forget the latched signal
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
 
 
 def test_an_interrupt_outside_run_and_stage_is_raised(

@@ -37,6 +37,11 @@ def stop_requested() -> bool:
     return _received is not None
 
 
+def received() -> int | None:
+    """The signal that arrived since :func:`install` (None: none did)."""
+    return _received
+
+
 def raise_if_stopped() -> None:
     """Raise :class:`KeyboardInterrupt` again if a signal arrived and was lost."""
     if _received is not None:
