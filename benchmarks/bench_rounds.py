@@ -191,18 +191,7 @@ def fedpipe_command(project: Path, rounds: int) -> dict[str, float]:
     text = params.read_text()
     lr = 0.05 if "lr: 0.049" in text else 0.049  # a change every time
     params.write_text(re.sub(r"(?m)^  lr: [0-9.e-]+", f"  lr: {lr}", text))
-    start = time.perf_counter()
-    subprocess.run(
-        [FEDPIPE, "-C", str(project), "run"], check=True, stdout=subprocess.DEVNULL
-    )
-    wall = time.perf_counter() - start
-    written = [project / f"metrics/rounds/round-{k}.json" for k in range(1, rounds + 1)]
-    stamps = np.array([p.stat().st_mtime for p in written])
-    return {
-        "whole": wall / rounds,
-        "steady": float(statistics.median(np.diff(stamps))),
-        "command": wall,
-    }
+    return _timed_run(project, rounds)
 
 
 def fedpipe_first(project: Path, rounds: int) -> dict[str, float]:
@@ -215,12 +204,18 @@ def fedpipe_first(project: Path, rounds: int) -> dict[str, float]:
     params = clone / "params.yaml"
     text = params.read_text()
     params.write_text(re.sub(r"(?m)^  rounds: \d+", f"  rounds: {rounds}", text))
+    return _timed_run(clone, rounds)
+
+
+def _timed_run(project: Path, rounds: int) -> dict[str, float]:
+    """``fedpipe -C project run`` timed from process start to exit; ``steady``
+    between the round metrics files' writes, as :func:`fedpipe_rounds`'s."""
     start = time.perf_counter()
     subprocess.run(
-        [FEDPIPE, "-C", str(clone), "run"], check=True, stdout=subprocess.DEVNULL
+        [FEDPIPE, "-C", str(project), "run"], check=True, stdout=subprocess.DEVNULL
     )
     wall = time.perf_counter() - start
-    written = [clone / f"metrics/rounds/round-{k}.json" for k in range(1, rounds + 1)]
+    written = [project / f"metrics/rounds/round-{k}.json" for k in range(1, rounds + 1)]
     stamps = np.array([p.stat().st_mtime for p in written])
     return {
         "whole": wall / rounds,
