@@ -23,9 +23,14 @@ DVC_YAML = """stages:
     cmd: echo two > two.txt
     deps:
       - one.txt
+    params:
+      - seed
+      - train
+      - model.name
     outs:
       - two.txt
 """
+PARAMS = "seed: 1\ntrain:\n  lr: {lr}\n  epochs: 2\nmodel:\n  name: mlp\n  width: null\n"
 
 
 def _repo(root: Path) -> Path:
@@ -35,6 +40,7 @@ def _repo(root: Path) -> Path:
     (root / "dvc.yaml").write_text(DVC_YAML)
     (root / "one.txt").write_text("one\n")
     (root / "two.txt").write_text("two\n")
+    (root / "params.yaml").write_text(PARAMS.format(lr=0.1))
     return root
 
 
@@ -74,9 +80,15 @@ def test_one_repository_for_a_runs_records_writes_the_same_bytes(
     ours, theirs = _repo(tmp_path / "ours"), _repo(tmp_path / "theirs")
     session = dvclock._RecordSession(ours, lock_held=True)
     try:
-        for names, two in ((["one"], "two\n"), (["two"], "2\n"), (["two"], "II\n")):
+        for names, two, lr in (
+            (["one"], "two\n", 0.1),
+            (["two"], "2\n", 0.1),
+            (["two"], "II\n", 0.5),  # the params read once a record: read again
+            (["one", "two"], "II\n", 0.25),
+        ):
             for root in (ours, theirs):
                 (root / "two.txt").write_text(two)
+                (root / "params.yaml").write_text(PARAMS.format(lr=lr))
             monkeypatch.chdir(ours)
             session.record(names)
             monkeypatch.chdir(theirs)
@@ -86,6 +98,10 @@ def test_one_repository_for_a_runs_records_writes_the_same_bytes(
             ).read_bytes()
     finally:
         session.close()
+    assert "lr: 0.25" in (ours / "dvc.lock").read_text()
+    from dvc.dependency import param
+
+    assert param.read_param_file.__module__ == "dvc.dependency.param"  # put back
     runs = [
         sorted(p.relative_to(root) for p in (root / ".dvc/cache/runs").rglob("*"))
         for root in (ours, theirs)
