@@ -19,8 +19,10 @@ about 26 training samples each, at least 20), trained with the MLP for
   :mod:`benchmarks.bench_cache` attributes them; the median of rounds 2..R, as the
   last round scores every client and its table has a row for each).
 
-A case written ``1000x100c100`` trains vectorized cohorts of 100 clients
-(``train.cohort_size: 100``) in both fedpipe and the library loop; ``1000x100d``
+A plain case (``1000x100``) trains as the default ``train.cohort_size: auto``
+does (the MLP: vectorized cohorts of 10); ``1000x100c100`` trains cohorts of 100
+clients (``train.cohort_size: 100``), ``1000x100c1`` one by one, in both fedpipe
+and the library loop; ``1000x100d``
 runs fedpipe's client training on Dask (``runtime.runner: dask``, a local cluster
 of 2 worker processes; the library loop stays in one process).
 ``--images`` adds the images case: ``seed_cnn`` on 100x100 RGB, ``--images-n``
@@ -90,7 +92,9 @@ class Case:
     @property
     def label(self) -> str:
         kind = "images, seed_cnn" if self.images else "table, mlp"
-        if self.cohort:
+        if self.cohort == 1:
+            kind += ", one by one"
+        elif self.cohort:
             kind += f", cohorts of {self.cohort}"
         if self.dask:
             kind += ", on Dask"
@@ -98,7 +102,9 @@ class Case:
 
     @classmethod
     def parse(cls, text: str) -> Case:
-        """``1000x100``; ``1000x100c100`` with ``train.cohort_size: 100``;
+        """``1000x100`` (``train.cohort_size: auto``, the default: cohorts of 10
+        for the MLP); ``1000x100c100`` with ``train.cohort_size: 100``
+        (``c1``: one by one);
         ``1000x100d`` with ``runtime.runner: dask`` (a local cluster of 2)."""
         text = text.lower()
         dask = text.endswith("d")
@@ -207,7 +213,7 @@ def make_project(
             },
             "partition": {"min_samples": min_samples, "method": "iid"},
             "evaluation": {"clients": evaluate},
-            "train": {"cohort_size": case.cohort},
+            "train": {"cohort_size": case.cohort or "auto"},
             "runtime": {"runner": "dask" if case.dask else "local"},
             "validation": {"min_rows": 100},
         },

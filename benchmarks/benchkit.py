@@ -32,6 +32,7 @@ def library_rounds(project: Path, rounds: int | None = None) -> tuple[Any, Any]:
     from fedpipe.federation.roundfiles import load_round
     from fedpipe.model.cohort import cohort_map
     from fedpipe.model.process import runner_for, spare_runners
+    from fedpipe.model.cohort import cohort_size_for
     from fedpipe.model.threads import usable_cores
 
     params = load_params()
@@ -43,7 +44,11 @@ def library_rounds(project: Path, rounds: int | None = None) -> tuple[Any, Any]:
     out = run_federation(
         inputs,
         rounds=rounds or params.federation.rounds,
-        map_clients=cohort_map(runner, params.train.cohort_size, spares=spares),
+        map_clients=cohort_map(
+            runner,
+            cohort_size_for(params.cohort_setting(), inputs.spec),
+            spares=spares,
+        ),
         runner=runner,
         callbacks=[times],
     )

@@ -34,6 +34,7 @@ from fedpipe.model.jobs import (
     MapClients,
     task_name,
 )
+from fedpipe.model.cohort import cohort_size_for
 from fedpipe.model.threads import usable_cores
 from orchestration import console
 from orchestration.runtime import DaskScheduler
@@ -191,25 +192,27 @@ def _map_clients(params: Params, dask: DaskScheduler) -> MapClients:
 
     ``dask``: one task run for the round, sending groups of jobs to ``dask``'s
     workers: by default one job per group up to 10 clients a round, else 10
-    groups (or ``runtime.clients_per_task``, or ``train.cohort_size``), the
-    console ticking per group.
+    groups (or ``runtime.clients_per_task``, or the cohort size), the console
+    ticking per group.
 
     Within a group, clients train one by one or as vectorized cohorts of
-    ``train.cohort_size`` (:mod:`fedpipe.model.cohort`): the same cohorts whatever the
-    grouping, so the same bits.
+    ``train.cohort_size`` (``auto``: :func:`fedpipe.model.cohort.cohort_size_for`,
+    decided from the model here, before any group is made); groups hold whole
+    cohorts (:func:`whole_cohorts`): the same cohorts whatever the grouping, so
+    the same bits.
 
     Jobs are passed ``quote``d: Prefect would otherwise walk every array of every
     job looking for futures (about 5 ms a task).
     """
-    runtime, cohort_size = params.runtime, params.train.cohort_size
+    runtime, setting = params.runtime, params.cohort_setting()
     threads = runtime.threads or usable_cores()
 
     def run(jobs: Sequence[ClientJob]) -> list[ClientResult | ClientFailure]:
         console.clients_started(len(jobs))
+        cohort_size = cohort_size_for(setting, jobs[0].spec) if jobs else None
+        per_task = whole_cohorts(runtime.clients_per_task or None, cohort_size)
         if runtime.runner == "dask":
-            groups = client_groups(
-                jobs, runtime.clients_per_task or cohort_size, spread=True
-            )
+            groups = client_groups(jobs, per_task or cohort_size, spread=True)
             on_dask = fed_tasks.train_on_dask.with_options(
                 task_run_name=f"{task_name(jobs)} on Dask"
             )
@@ -217,8 +220,8 @@ def _map_clients(params: Params, dask: DaskScheduler) -> MapClients:
                 quote(groups), cohort_size, quote(dask), console.client_finished
             )
         results: list[ClientResult | ClientFailure] = []
-        for group in client_groups(jobs, runtime.clients_per_task or None):
-            if not runtime.clients_per_task:  # in the round's task run
+        for group in client_groups(jobs, per_task):
+            if not per_task:  # in the round's task run
                 trained = fed_tasks.train_clients.fn(
                     group, cohort_size, console.client_finished, threads
                 )
@@ -230,6 +233,15 @@ def _map_clients(params: Params, dask: DaskScheduler) -> MapClients:
         return results
 
     return run
+
+
+def whole_cohorts(per_task: int | None, cohort_size: int | None) -> int | None:
+    """``runtime.clients_per_task`` rounded up to whole cohorts of
+    ``cohort_size``: a group's cohorts are then the ones all the round's jobs
+    in one group would make, so the grouping never changes the bits."""
+    if not per_task or not cohort_size or cohort_size <= 1:
+        return per_task
+    return math.ceil(per_task / cohort_size) * cohort_size
 
 
 def client_groups(

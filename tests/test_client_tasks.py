@@ -38,9 +38,13 @@ def test_groups_are_consecutive_and_cover_every_job(
 
 def _params(runtime: RuntimeParams, cohort_size: int | None) -> SimpleNamespace:
     """What _map_clients reads of Params."""
-    return SimpleNamespace(
-        runtime=runtime, train=SimpleNamespace(cohort_size=cohort_size)
-    )
+    return SimpleNamespace(runtime=runtime, cohort_setting=lambda: cohort_size)
+
+
+class _Job(int):
+    """A job as _map_clients sees it: its model spec (not read for a number)."""
+
+    spec = None
 
 
 def test_clients_per_task_n_makes_a_task_run_per_n_clients_with_their_cohorts(
@@ -66,7 +70,7 @@ def test_clients_per_task_n_makes_a_task_run_per_n_clients_with_their_cohorts(
     ticks: list[int] = []
     monkeypatch.setattr(stages, "_train", fake_task)
     monkeypatch.setattr(stages.console, "client_finished", ticks.append)
-    jobs = list(range(30))
+    jobs = [_Job(i) for i in range(30)]
     whole = RuntimeParams(clients_per_task=30)  # the round's clients in one task
     out = stages._map_clients(_params(whole, 15), None)(jobs)  # type: ignore[arg-type]
     assert out == jobs
@@ -79,6 +83,20 @@ def test_clients_per_task_n_makes_a_task_run_per_n_clients_with_their_cohorts(
     assert [(len(g), c) for g, c in calls] == [(10, None)] * 3
     # runtime.threads reaches the task; null is the process's usable cores
     assert threads == [usable_cores()] + [3] * 3
+
+    calls.clear()  # groups hold whole cohorts: 4 a task with cohorts of 10 -> 10
+    stages._map_clients(_params(RuntimeParams(clients_per_task=4), 10), None)(jobs)  # type: ignore[arg-type]
+    assert [(len(g), c) for g, c in calls] == [(10, 10)] * 3
+
+
+@pytest.mark.parametrize(
+    ("per_task", "cohort", "whole"),
+    [(None, 10, None), (4, None, 4), (4, 1, 4), (4, 10, 10), (25, 10, 30), (20, 10, 20)],
+)
+def test_groups_are_rounded_up_to_whole_cohorts(
+    per_task: int | None, cohort: int | None, whole: int | None
+) -> None:
+    assert stages.whole_cohorts(per_task, cohort) == whole
 
 
 def test_a_failing_attempt_gives_back_only_what_it_told(monkeypatch) -> None:
@@ -123,7 +141,7 @@ def test_by_default_local_clients_train_in_the_round_task_with_no_task_run_of_th
     monkeypatch.setattr(stages, "_train", no_task)
     monkeypatch.setattr(federation, "train_group", train_group)
     monkeypatch.setattr(stages.console, "client_finished", ticks.append)
-    jobs = list(range(12))
+    jobs = [_Job(i) for i in range(12)]
     inline = RuntimeParams(clients_per_task=per_task, threads=2)
     out = stages._map_clients(_params(inline, 4), None)(jobs)  # type: ignore[arg-type]
     assert out == jobs

@@ -308,10 +308,37 @@ def test_dropout_model_falls_back() -> None:
 
 
 def test_cohort_size_param() -> None:
-    assert TrainParams().cohort_size is None
+    assert TrainParams().cohort_size == "auto"
+    assert TrainParams(cohort_size=None).cohort_size is None
     assert TrainParams(cohort_size=100).cohort_size == 100
-    with pytest.raises(ValueError, match="cohort_size"):
-        TrainParams(cohort_size=0)
+    for bad in (0, "all", -3):
+        with pytest.raises(ValueError, match="cohort_size"):
+            TrainParams(cohort_size=bad)
+
+
+def test_auto_is_cohorts_of_10_where_the_model_allows_and_never_under_dpsgd() -> None:
+    """Issue 39: cohorts by default where the model allows, decided from the
+    spec before any client is sent (the local and the Dask runner alike)."""
+    from fedpipe.config.params import Params
+    from fedpipe.model.cohort import AUTO_COHORT, cohort_size_for
+
+    mlp = _spec()
+    cnn = ModelSpec("small_cnn", (16, 16, 1), 3, "sgd", 0.05)
+    dropout = ModelSpec(
+        "deep_mlp", (FEATURES,), 3, "sgd", 0.05, settings=(("dropout", 0.2),)
+    )
+    assert AUTO_COHORT == 10
+    assert cohort_size_for("auto", mlp) == 10
+    assert cohort_size_for("auto", cnn) is None  # convolutions: one by one
+    assert cohort_size_for("auto", dropout) is None  # random layers
+    assert cohort_size_for(None, mlp) is None and cohort_size_for(1, mlp) == 1
+    assert cohort_size_for(4, cnn) == 4  # the user's number stays (and warns there)
+    one_round = {"federation": {"rounds": 1}, "round_chain": {1: 0}}
+    assert Params.model_validate(one_round).cohort_setting() == "auto"
+    dpsgd = {**one_round, "privacy": {"mechanism": "dpsgd"}}
+    assert Params.model_validate(dpsgd).cohort_setting() is None
+    with pytest.raises(ValueError, match=r"train.cohort_size=4"):
+        Params.model_validate({**dpsgd, "train": {"cohort_size": 4}})
 
 
 def test_a_round_with_cohort_map() -> None:

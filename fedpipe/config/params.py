@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -222,9 +222,15 @@ class TrainParams(Section):
     lr: float = Field(0.05, gt=0.0)
     optimizer: Literal["sgd", "adam"] = "sgd"
     local_steps: int | None = Field(None, ge=1)
-    cohort_size: int | None = Field(None, ge=1)
-    """Clients trained at once as one vectorized computation (fedpipe.model.cohort);
-    null or 1: one after another."""
+    cohort_size: Annotated[int, Field(ge=1)] | Literal["auto"] | None = "auto"
+    """Clients trained at once as one vectorized computation (fedpipe.model.cohort).
+    ``auto`` (the default): cohorts of 10 where the model allows it with the
+    sequential math (an MLP: yes; convolutions, dropout, batch norm: no) and
+    privacy.mechanism is not dpsgd, else one after another; the run's log says
+    which ("... in vectorized cohorts of 10"). A cohort's bits differ from one
+    after another in the last places, and are the same for the same params on
+    any machine, core count and runner. null or 1: one after another; N: cohorts
+    of N (a model that cannot warns once and trains one after another)."""
     class_weight: Literal["balanced"] | None = None
     """``balanced``: each sample's loss weighted by ``n / (C * n_c)`` of its class
     (scikit-learn's ``class_weight="balanced"``), from the federated training label
@@ -782,8 +788,9 @@ class RuntimeParams(Section):
     in the round's own task run, no task run of their own (nor its retry),
     which saves about a fifth of a small round (docs/large-federations.md); on
     ``dask`` one per task up to 10 clients a round, else 10 tasks a round, or
-    ``train.cohort_size`` each. 0 (``local`` only): as null. N: a task run per
-    N clients (the round's clients in one task run with N >= them).
+    a cohort each when clients train in cohorts (``train.cohort_size``). 0
+    (``local`` only): as null. N: a task run per N clients, rounded up to whole
+    cohorts (the round's clients in one task run with N >= them).
 
     ``threads``: clients trained side by side in the run's process, each on a
     compiled model of its own (null: as many as the process's usable cores).
@@ -927,6 +934,13 @@ class Params(Section):
             self.privacy.mechanism is not None
             or self.secure_aggregation.name is not None
         )
+
+    def cohort_setting(self) -> int | Literal["auto"] | None:
+        """``train.cohort_size`` with what the params alone decide: ``auto`` is
+        null under ``privacy.mechanism: dpsgd`` (a cohort has no DP-SGD step);
+        what the model decides is :func:`fedpipe.model.cohort.cohort_size_for`'s."""
+        size = self.train.cohort_size
+        return None if size == "auto" and self.privacy.mechanism == "dpsgd" else size
 
     def partition_arguments(self) -> dict[str, Any]:
         """The keyword arguments of

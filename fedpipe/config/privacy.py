@@ -169,7 +169,7 @@ def check_privacy(
     strategy: str,
     n_clients: int,
     per_round: int,
-    cohort_size: int | None = None,
+    cohort_size: int | str | None = None,
     personalization: str = "none",
     expected_clients: float | None = None,
 ) -> None:
@@ -183,8 +183,9 @@ def check_privacy(
         ``strategy.name``.
     n_clients, per_round : int
         ``federation.clients`` and the clients sampled per round.
-    cohort_size : int or None
-        ``train.cohort_size`` (vectorized cohorts have no DP-SGD step).
+    cohort_size : int, "auto" or None
+        ``train.cohort_size`` (vectorized cohorts have no DP-SGD step: a number
+        above 1 is refused, ``auto`` trains one by one).
     personalization : str
         ``personalization.method``.
     expected_clients : float or None
@@ -240,7 +241,7 @@ DPSGD_PERSONALIZATION = ("none", "fedper", "ditto")
 
 
 def _check_dpsgd(
-    adaptive_clip: bool, cohort_size: int | None, personalization: str
+    adaptive_clip: bool, cohort_size: int | str | None, personalization: str
 ) -> None:
     """What record-level DP-SGD refuses (one line naming the keys).
 
@@ -254,7 +255,7 @@ def _check_dpsgd(
             "record's gradient is clipped to privacy.clip_norm: set "
             "privacy.adaptive_clip: false"
         )
-    if cohort_size is not None and cohort_size > 1:
+    if isinstance(cohort_size, int) and cohort_size > 1:  # auto: one by one
         raise SettingError(
             f"privacy.mechanism=dpsgd does not fit train.cohort_size={cohort_size}: "
             "vectorized cohorts train without the per-record clipping and noise; "

@@ -36,7 +36,7 @@ def average_ranks(values: np.ndarray) -> np.ndarray:
     values = np.asarray(values).ravel()
     if np.isnan(values).any():
         return np.full(len(values), np.nan)
-    order = np.argsort(values, kind="mergesort")
+    order = np.argsort(values)  # any order of ties gives them the same ranks
     ordered = values[order]
     new = np.empty(len(values), dtype=bool)
     new[:1] = True
@@ -64,7 +64,9 @@ def column_ranks(values: np.ndarray) -> np.ndarray:
     the bit (a column with a NaN is all NaN)."""
     values = np.asarray(values)
     n, k = values.shape
-    order = np.argsort(values, axis=0, kind="mergesort")
+    # an unstable sort: a tie group's ranks are its positions' mean, whatever
+    # their order (a stable sort of 8,000 x 10 scores took 4x as long)
+    order = np.argsort(values, axis=0)
     ordered = np.take_along_axis(values, order, axis=0)
     new = np.ones((n, k), dtype=bool)
     np.not_equal(ordered[1:], ordered[:-1], out=new[1:])

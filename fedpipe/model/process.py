@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fedpipe.data.splits import FederatedData, open_federated
-from fedpipe.model.cohort import cohort_map
+from fedpipe.model.cohort import cohort_engine, cohort_map
 from fedpipe.model.jobs import ClientFailure, ClientJob, ClientResult
 from fedpipe.model.training import ModelRunner, ModelSpec, training_device
 
@@ -143,11 +143,16 @@ def train_group(
     spares = spare_runners(jobs[0].spec, min(threads, len(jobs)) - 1)
     compiled = None
     if first:
+        cohorts = cohort_size is not None and cohort_size > 1
+        if cohorts and cohort_engine(runner)[0] is not None:
+            how = f", clients in vectorized cohorts of {cohort_size}"
+        elif spares:
+            how = f", {len(spares) + 1} clients at a time"
+        else:
+            how = ", one client at a time"
         compiled = (
             f"{jobs[0].spec.name} compiled in {where_am_i()}, training on "
-            f"{training_device()}"
-            + (f", {len(spares) + 1} clients at a time" if spares else "")
-            + "; reused for later clients and rounds"
+            f"{training_device()}{how}; reused for later clients and rounds"
         )
     clients = cohort_map(runner, cohort_size, on_trained=on_trained, spares=spares)
     return list(clients(jobs)), compiled
