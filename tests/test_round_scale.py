@@ -170,7 +170,7 @@ def test_a_round_reads_the_held_out_set_a_batch_at_a_time(setting) -> None:
     # (20,000 images of 100x100 RGB: 4,000 held out are 480 MB as float32)
     data, spec, runner = setting
     rng = np.random.default_rng(1)
-    held_out = 10_000  # more than a batch: small rows take batches of 4,096
+    held_out = 20_000  # more than a batch: small rows take batches of 16,384
     store = CountingStore(rng.normal(size=(held_out, 6)).astype(np.float32))
     lazy = Features(store, np.arange(held_out), data.spec)  # type: ignore[arg-type]
     y = rng.integers(0, 3, held_out)
@@ -219,11 +219,23 @@ def test_unchanged_clients_are_linked_not_rewritten(tmp_path) -> None:
 
 def test_small_rows_take_bigger_prediction_batches_images_keep_theirs() -> None:
     """A table's held-out set grows with the table: its rows go in batches of up
-    to 4,096 (one TensorFlow call per 256 rows was most of what a round of 1,000
-    small clients cost over one of 100); images keep 256 or fewer."""
-    assert predict_batch((32,)) == 4096
-    assert predict_batch((100,)) == 1310
-    assert predict_batch((1,)) == 4096
+    to 16,384 (one TensorFlow call per 256 rows was most of what a round of 1,000
+    small clients cost over one of 100); images keep 256 or fewer; and the
+    batch never changes a prediction's bits."""
+    assert predict_batch((32,)) == 16384
+    assert predict_batch((100,)) == 5242
+    assert predict_batch((1,)) == 16384
+    assert predict_batch((300,)) == 256  # rows of more than 256 floats
     assert predict_batch((28, 28, 1)) == 256  # the digits: as before
     assert predict_batch((32, 32, 3)) == 256
     assert predict_batch((100, 100, 3)) == 139
+    spec = ModelSpec("mlp", (32,), 10, "sgd", 0.05)
+    runner = ModelRunner(spec)
+    weights = initial_weights(spec, 3)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(10_000, 32)).astype(np.float32)
+    y = rng.integers(0, 10, len(x))
+    one = runner.predict_splits(weights, [(x, y)])  # one call
+    for batch in (256, 4096, 5000):
+        other = runner.predict_splits(weights, [(x, y)], batch)
+        assert [a.tobytes() for a in other[0]] == [a.tobytes() for a in one[0]]

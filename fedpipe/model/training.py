@@ -61,24 +61,29 @@ batches (100x100 RGB: 139 rows), since a convolution's activations are a multipl
 of its input (1024 such images through ``seed_cnn`` peak at about 2.6 GB)."""
 
 
-PREDICT_SMALL_BYTES = 512 * 2**10
-"""Float32 input bytes per prediction batch at least, for small rows: a table's
-rows take bigger batches than :data:`PREDICT_BATCH` (32 features: 4,096 rows).
-The held-out set grows with the table, and one TensorFlow call per 256 rows made
-scoring it most of what a round of 1,000 small clients costs over one of 100
-(bench_scale 1,000x10: 8,000 held-out rows, 32 calls, 40 ms a round against
-9 ms at 100x10; 8,000 rows through a 32-64-10 MLP: 19.7 ms in 256-row batches,
-5.0 ms in 4,096-row ones, the same bits). Rows of 512 floats or more (images:
-784 for the digits) keep :data:`PREDICT_BATCH`; no batch takes more than
+PREDICT_SMALL_BYTES = 2 * 2**20
+"""Float32 input bytes per prediction batch at least, for small rows (at most
+:data:`PREDICT_SMALL_ROW` bytes): a table's rows take bigger batches than
+:data:`PREDICT_BATCH` (32 features: 16,384 rows). The held-out set grows with the
+table, and one TensorFlow call per 256 rows made scoring it most of what a round
+of 1,000 small clients costs over one of 100 (bench_scale 1,000x10: 8,000
+held-out rows, 32 calls, 40 ms a round against 9 ms at 100x10; 8,000 rows through
+a 32-64-10 MLP: 19.7 ms in 256-row batches, 5.0 ms in 4,096-row ones, 1.8-2.2 ms
+in one, the same bits: tests/test_round_scale.py). Larger rows (images: 784 floats
+for the digits) keep :data:`PREDICT_BATCH`; no batch takes more than
 :data:`PREDICT_MOST_ROWS` (a wide hidden layer's activations)."""
 
-PREDICT_MOST_ROWS = 4096
+PREDICT_SMALL_ROW = 1024
+
+PREDICT_MOST_ROWS = 16384
 
 
 def predict_batch(input_shape: Sequence[int]) -> int:
     """Rows per prediction batch for samples of ``input_shape``."""
     per_row = max(4 * int(np.prod(input_shape)), 1)
-    rows = max(PREDICT_BATCH, min(PREDICT_MOST_ROWS, PREDICT_SMALL_BYTES // per_row))
+    rows = PREDICT_BATCH
+    if per_row <= PREDICT_SMALL_ROW:
+        rows = max(rows, min(PREDICT_MOST_ROWS, PREDICT_SMALL_BYTES // per_row))
     return int(min(rows, max(32, PREDICT_BYTES // per_row)))
 
 
