@@ -13,6 +13,7 @@ from fedpipe.client import make_client
 from fedpipe.client.base import LocalTraining
 from fedpipe.config.params import EvaluationParams, ParamsError, parse_params
 from fedpipe.data.sources import DatasetSpec
+from fedpipe.data import splits
 from fedpipe.data.splits import ClientData, Features, FederatedData
 from fedpipe.federation.clientstate import (
     client_file,
@@ -165,9 +166,11 @@ def test_the_last_round_scores_everyone(setting) -> None:
     assert empty.record.client_table()["client"].tolist() == empty.record.selected
 
 
-def test_a_round_reads_the_held_out_set_a_batch_at_a_time(setting) -> None:
+def test_a_round_reads_the_held_out_set_a_batch_at_a_time(setting, monkeypatch) -> None:
     # the held-out features as the files give them: a lazy view of a store
-    # (20,000 images of 100x100 RGB: 4,000 held out are 480 MB as float32)
+    # (20,000 images of 100x100 RGB: 4,000 held out are 480 MB as float32),
+    # larger than what is kept in memory
+    monkeypatch.setattr(splits, "HELD_OUT_KEPT_BYTES", 1000)
     data, spec, runner = setting
     rng = np.random.default_rng(1)
     held_out = 20_000  # more than a batch: small rows take batches of 16,384
@@ -178,6 +181,27 @@ def test_a_round_reads_the_held_out_set_a_batch_at_a_time(setting) -> None:
     _round((big, spec, runner), 2, ClientEvaluation("participants", rounds=4))
     assert sum(store.reads) >= held_out  # every row was scored
     assert max(store.reads) <= predict_batch(spec.input_shape) < held_out
+
+
+def test_a_small_held_out_set_is_read_once_for_every_round(setting) -> None:
+    """A table's held-out set is converted once and kept (it was read and
+    standardized again every round), with the bits of the rows as read."""
+    data, spec, runner = setting
+    rng = np.random.default_rng(1)
+    store = CountingStore(rng.normal(size=(3000, 6)).astype(np.float32))
+    lazy = Features(store, np.arange(3000), data.spec)  # type: ignore[arg-type]
+    small = FederatedData(data.spec, lazy, rng.integers(0, 3, 3000), data.clients)
+    first = _round((small, spec, runner), 2, ClientEvaluation("participants", rounds=4))
+    reads = list(store.reads)
+    again = _round((small, spec, runner), 3, ClientEvaluation("participants", rounds=4))
+    assert sum(reads) == 3000 and store.reads == reads  # read once, not per round
+    assert small.x_test.tobytes() == lazy[:].tobytes()
+    assert first.record.summary()["global"] == _round(
+        (FederatedData(data.spec, lazy[:], small.y_test, data.clients), spec, runner),
+        2,
+        ClientEvaluation("participants", rounds=4),
+    ).record.summary()["global"]
+    assert again.record.round == 3
 
 
 # ---------------------------------------------------------------- client state

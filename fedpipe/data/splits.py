@@ -17,6 +17,7 @@ process opens the files itself, once (:func:`open_federated` caches per process)
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import threading
 from collections import OrderedDict
@@ -122,6 +123,11 @@ class Features:
 
 
 XLike = np.ndarray | Features
+
+HELD_OUT_KEPT_BYTES = 32 * 2**20
+"""The held-out set is kept in memory, converted, up to this many float32 bytes
+(a table of 8 million cells; 20,000 images of 100x100 RGB hold out 480 MB and
+stay a lazy view, read a batch at a time)."""
 
 
 def _materialized(x: XLike) -> np.ndarray:
@@ -259,7 +265,7 @@ class FederatedData(_TestSplit):
     lazy views, for a pass over all of them that holds one batch at a time.
     """
 
-    __slots__ = ("_clients", "_ref", "_spec", "_x_test", "_y_test")
+    __slots__ = ("_clients", "_held_out", "_ref", "_spec", "_x_test", "_y_test")
 
     def __init__(
         self,
@@ -274,6 +280,7 @@ class FederatedData(_TestSplit):
         self._x_test, self._y_test = x_test, y_test
         self._clients = tuple(clients)
         self._ref = ref
+        self._held_out: np.ndarray | None = None
 
     @property
     def spec(self) -> DatasetSpec:
@@ -299,9 +306,32 @@ class FederatedData(_TestSplit):
         chosen = (
             self._clients if clients is None else [self._clients[c] for c in clients]
         )
-        return [(self._x_test, self._y_test)] + [
+        return [(self._held_out_rows(), self._y_test)] + [
             (c.x_test_lazy, c.y_test) for c in chosen
         ]
+
+    @property
+    def x_test(self) -> np.ndarray:
+        """The held-out features, converted (kept when small: :meth:`_held_out_rows`)."""
+        return _materialized(self._held_out_rows())
+
+    @property
+    def x_test_lazy(self) -> XLike:
+        """The held-out features as kept, or as a lazy view when large."""
+        return self._held_out_rows()
+
+    def _held_out_rows(self) -> XLike:
+        """The held-out features every round scores: converted once and kept
+        when they take at most :data:`HELD_OUT_KEPT_BYTES` (a 1,000-client
+        table's 8,000 rows were read and standardized again every round, 3.3
+        ms of a 70 ms round), else the lazy view, read a batch at a time. The
+        conversion is row by row, so kept rows have the bits of rows read."""
+        x = self._x_test
+        if not isinstance(x, Features):
+            return x
+        if self._held_out is None and math.prod(x.shape) * 4 <= HELD_OUT_KEPT_BYTES:
+            self._held_out = x[:]
+        return x if self._held_out is None else self._held_out
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._ref is not None:
