@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from fedpipe.config.classes import class_names_problem
 from fedpipe.config.dedupe import DEDUPE_MODES
 from fedpipe.config.sections import ComponentSection, Section
 from fedpipe.config.skew import DOMAIN_TRANSFORMS, FEATURE_SKEWS
@@ -124,23 +125,9 @@ MNIST5K_PATH = "data/raw/mnist5k.parquet"
 
 def _check_class_names(classes: list[str], num_classes: int | None) -> None:
     """``data.classes``: at least two distinct, non-empty names (K if given)."""
-    if len(classes) < 2:
-        raise SettingError(
-            f"data.classes must list at least 2 class names, got {classes}"
-        )
-    if any(not name.strip() for name in classes):
-        raise SettingError(f"data.classes: names must not be empty, got {classes}")
-    repeated = sorted({c for c in classes if classes.count(c) > 1})
-    if repeated:
-        raise SettingError(
-            f"data.classes: {', '.join(map(repr, repeated))} listed more than once; "
-            "each class needs one name"
-        )
-    if num_classes is not None and num_classes != len(classes):
-        raise SettingError(
-            f"data.num_classes={num_classes} but data.classes lists {len(classes)} "
-            "names; set data.num_classes to null (or to the number of names)"
-        )
+    problem = class_names_problem(classes, num_classes)
+    if problem is not None:
+        raise SettingError(problem)
 
 
 PARTITION_METHODS = registry.names("partitioner")

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import gzip
 from pathlib import Path
 
@@ -461,9 +463,18 @@ def test_num_classes_must_match_text_labels(tmp_path: Path) -> None:
         _ingest(_csv(tmp_path, "x,y\n1,cat\n2,dog\n"), tmp_path, num_classes=3)
 
 
-@pytest.mark.parametrize("classes", ["cat", ["cat"], ["cat", "cat"], ["a", ""]])
-def test_bad_data_classes_raises(tmp_path: Path, classes: object) -> None:
-    with pytest.raises(IngestError, match=r"data\.classes: got"):
+@pytest.mark.parametrize(
+    ("classes", "said"),
+    [
+        ("cat", "data.classes: got 'cat'; expected a list of class names"),
+        (["cat"], "at least 2 class names"),
+        (["cat", "cat"], "'cat' listed more than once"),
+        (["a", ""], "names must not be empty"),
+    ],
+)
+def test_bad_data_classes_raises(tmp_path: Path, classes: object, said: str) -> None:
+    """The params' rule and message (fedpipe.config.classes), from the library."""
+    with pytest.raises(IngestError, match=re.escape(said)):
         _ingest(_csv(tmp_path, "x,y\n1,cat\n"), tmp_path, classes=classes)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from fedpipe.config.classes import class_names_problem
 from fedpipe.data.ingest.base import IngestError, IngestResult
 from fedpipe.data.ingest.prepared import _PreparedWriter
 from fedpipe.data.ingest.table_kinds import (
@@ -427,14 +428,7 @@ def _check_classes(
             "[cat, dog] (or null to take the labels' names in sorted order)"
         )
     names = [c.strip() for c in classes]
-    if len(names) < 2 or not all(names) or len(set(names)) < len(names):
-        raise IngestError(
-            f"{key}: got {list(classes)!r}; expected at least 2 distinct, non-empty "
-            "names"
-        )
-    if num_classes is not None and num_classes != len(names):
-        raise IngestError(
-            f"data.num_classes: {num_classes} but {key} lists {len(names)} names; "
-            "set data.num_classes to null"
-        )
+    problem = class_names_problem(names, num_classes)
+    if problem is not None:
+        raise IngestError(problem)
     return names
