@@ -30,9 +30,8 @@ def library_rounds(project: Path, rounds: int | None = None) -> tuple[Any, Any]:
     from fedpipe.config.params import load_params
     from fedpipe.federation.loop import RoundTimes, run_federation
     from fedpipe.federation.roundfiles import load_round
-    from fedpipe.model.cohort import cohort_map
+    from fedpipe.model.cohort import cohort_map, cohort_size_for
     from fedpipe.model.process import runner_for, spare_runners
-    from fedpipe.model.cohort import cohort_size_for
     from fedpipe.model.threads import usable_cores
 
     params = load_params()

@@ -27,6 +27,7 @@ from prefect.utilities.annotations import quote
 from fedpipe.config import layout
 from fedpipe.config.params import MNIST5K_PATH, Params
 from fedpipe.data.sources import prepared_spec
+from fedpipe.model.cohort import cohort_size_for
 from fedpipe.model.jobs import (
     ClientFailure,
     ClientJob,
@@ -34,7 +35,6 @@ from fedpipe.model.jobs import (
     MapClients,
     task_name,
 )
-from fedpipe.model.cohort import cohort_size_for
 from fedpipe.model.threads import usable_cores
 from orchestration import console
 from orchestration.runtime import DaskScheduler

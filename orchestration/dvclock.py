@@ -114,7 +114,10 @@ def _params_read_once() -> Iterator[None]:
                 None if key_paths is None else tuple(key_paths),
                 flatten,
                 tuple(sorted(load_kwargs.items())),
-                st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                st.st_ino,
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
             )
             hash(key)
         except (OSError, TypeError):  # not a local file, or unhashable options

@@ -91,7 +91,14 @@ def test_clients_per_task_n_makes_a_task_run_per_n_clients_with_their_cohorts(
 
 @pytest.mark.parametrize(
     ("per_task", "cohort", "whole"),
-    [(None, 10, None), (4, None, 4), (4, 1, 4), (4, 10, 10), (25, 10, 30), (20, 10, 20)],
+    [
+        (None, 10, None),
+        (4, None, 4),
+        (4, 1, 4),
+        (4, 10, 10),
+        (25, 10, 30),
+        (20, 10, 20),
+    ],
 )
 def test_groups_are_rounded_up_to_whole_cohorts(
     per_task: int | None, cohort: int | None, whole: int | None

@@ -30,7 +30,9 @@ DVC_YAML = """stages:
     outs:
       - two.txt
 """
-PARAMS = "seed: 1\ntrain:\n  lr: {lr}\n  epochs: 2\nmodel:\n  name: mlp\n  width: null\n"
+PARAMS = (
+    "seed: 1\ntrain:\n  lr: {lr}\n  epochs: 2\nmodel:\n  name: mlp\n  width: null\n"
+)
 
 
 def _repo(root: Path) -> Path:

@@ -12,8 +12,8 @@ from helpers_store import CountingStore
 from fedpipe.client import make_client
 from fedpipe.client.base import LocalTraining
 from fedpipe.config.params import EvaluationParams, ParamsError, parse_params
-from fedpipe.data.sources import DatasetSpec
 from fedpipe.data import splits
+from fedpipe.data.sources import DatasetSpec
 from fedpipe.data.splits import ClientData, Features, FederatedData
 from fedpipe.federation.clientstate import (
     client_file,
@@ -196,11 +196,18 @@ def test_a_small_held_out_set_is_read_once_for_every_round(setting) -> None:
     again = _round((small, spec, runner), 3, ClientEvaluation("participants", rounds=4))
     assert sum(reads) == 3000 and store.reads == reads  # read once, not per round
     assert small.x_test.tobytes() == lazy[:].tobytes()
-    assert first.record.summary()["global"] == _round(
-        (FederatedData(data.spec, lazy[:], small.y_test, data.clients), spec, runner),
-        2,
-        ClientEvaluation("participants", rounds=4),
-    ).record.summary()["global"]
+    assert (
+        first.record.summary()["global"]
+        == _round(
+            (
+                FederatedData(data.spec, lazy[:], small.y_test, data.clients),
+                spec,
+                runner,
+            ),
+            2,
+            ClientEvaluation("participants", rounds=4),
+        ).record.summary()["global"]
+    )
     assert again.record.round == 3
 
 

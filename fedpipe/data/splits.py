@@ -312,7 +312,8 @@ class FederatedData(_TestSplit):
 
     @property
     def x_test(self) -> np.ndarray:
-        """The held-out features, converted (kept when small: :meth:`_held_out_rows`)."""
+        """The held-out features, converted (kept when small:
+        :meth:`_held_out_rows`)."""
         return _materialized(self._held_out_rows())
 
     @property

@@ -107,9 +107,9 @@ def class_aucs(y_true: np.ndarray, probs: np.ndarray, classes: np.ndarray) -> li
         starts = np.maximum.accumulate(np.where(new, position, 0), axis=1)
         last = np.ones((k, n), dtype=bool)
         last[:, :-1] = new[:, 1:]
-        ends = np.minimum.accumulate(
-            np.where(last, position + 1, n)[:, ::-1], axis=1
-        )[:, ::-1]
+        ends = np.minimum.accumulate(np.where(last, position + 1, n)[:, ::-1], axis=1)[
+            :, ::-1
+        ]
         ranks = (starts + ends + 1) / 2.0
     sums = np.where(hits, ranks, 0.0).sum(axis=1)
     sums[np.isnan(scores).any(axis=1)] = np.nan

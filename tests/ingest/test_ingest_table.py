@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-import re
-
 import gzip
+import re
 from pathlib import Path
 
 import numpy as np
