@@ -244,6 +244,13 @@ FACTORS: dict[str, dict[str, Params | Callable[[Path], Params]]] = {
         "local": {},
         "dask": {"runtime": {"runner": "dask", "dask_workers": 1}},
     },
+    # train.cohort_size: auto (the default) trains the MLP's clients in
+    # vectorized cohorts, the images' batch-norm CNN one by one
+    "cohorts": {
+        "auto": {},
+        "one_by_one": {"train": {"cohort_size": None}},
+        "three": {"train": {"cohort_size": 3}},
+    },
 }  # fmt: skip
 
 

@@ -43,6 +43,7 @@ def test_every_pair_of_levels_runs_in_some_row_or_is_refused_by_a_rule(
     # the refusals are fedpipe's own rules: each names its keys
     assert ("privacy", "local", "attack", "ipm") in apart
     assert ("data", "numeric", "personalization", "fedbn") in apart
+    assert ("privacy", "dpsgd", "cohorts", "three") in apart  # no DP-SGD cohort step
     for rule in apart.values():
         assert "=" in rule and "\n" not in rule
 
