@@ -310,28 +310,21 @@ class FederatedData(_TestSplit):
             (c.x_test_lazy, c.y_test) for c in chosen
         ]
 
-    @property
-    def x_test(self) -> np.ndarray:
-        """The held-out features, converted (kept when small:
-        :meth:`_held_out_rows`)."""
-        return _materialized(self._held_out_rows())
-
-    @property
-    def x_test_lazy(self) -> XLike:
-        """The held-out features as kept, or as a lazy view when large."""
-        return self._held_out_rows()
-
     def _held_out_rows(self) -> XLike:
         """The held-out features every round scores: converted once and kept
         when they take at most :data:`HELD_OUT_KEPT_BYTES` (a 1,000-client
         table's 8,000 rows were read and standardized again every round, 3.3
         ms of a 70 ms round), else the lazy view, read a batch at a time. The
-        conversion is row by row, so kept rows have the bits of rows read."""
+        conversion is row by row, so kept rows have the bits of rows read.
+        Only the evaluation's pass reads them; ``x_test`` still converts anew
+        and ``x_test_lazy`` is the view."""
         x = self._x_test
         if not isinstance(x, Features):
             return x
         if self._held_out is None and math.prod(x.shape) * 4 <= HELD_OUT_KEPT_BYTES:
-            self._held_out = x[:]
+            kept = x[:]
+            kept.setflags(write=False)  # shared by every round's evaluation
+            self._held_out = kept
         return x if self._held_out is None else self._held_out
 
     def __reduce__(self) -> tuple[Any, ...]:
