@@ -36,7 +36,9 @@ Large federations score the global model on the round's participants only
         [--rounds 4] [--repeats 3] [--images] [--json PATH] [--keep DIR]
 
 ``--repeats N`` runs fedpipe and the library loop N times per case, alternating,
-and shows the medians. ``--peers`` adds pfl-research's table mode
+and shows the medians; the repeats go round the cases (repeat 1 of every case,
+then repeat 2, ...), so a machine that drifts during the go moves every case
+alike (a round of 1,000 clients against one of 100 is a ratio across cases). ``--peers`` adds pfl-research's table mode
 (``benchmarks/peers/pfl_peer.py``, ``WORKLOAD=table``: the same generator, clients
 and cohort, the MLP 32-64-10, equal training rows a client) to the alternation of
 each table case (vectorized cohorts too: pfl trains the same clients), in its own
@@ -55,7 +57,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -311,7 +313,19 @@ def run_pfl(case: Case, args, env: Mapping[str, str]) -> float:  # type: ignore[
     return float(json.loads(out.stdout.strip().splitlines()[-1])["round_s_median"])
 
 
-def measure(case: Case, work: Path, *, args, env) -> Result:  # type: ignore[no-untyped-def]
+@dataclass
+class _Timings:
+    """One case's project and its runs so far."""
+
+    case: Case
+    project: Path
+    started: float
+    fed: list = field(default_factory=list)
+    lib: list = field(default_factory=list)
+    peer: list = field(default_factory=list)
+
+
+def _prepare(case: Case, work: Path, *, args, env) -> _Timings:  # type: ignore[no-untyped-def]
     suffix = ("-img" if case.images else "") + (
         f"-c{case.cohort}" if case.cohort else ""
     )
@@ -319,36 +333,58 @@ def measure(case: Case, work: Path, *, args, env) -> Result:  # type: ignore[no-
     project = work / f"p{case.clients}x{case.per_round}{suffix}"
     started = time.perf_counter()
     make_project(project, case, args=args, env=env)
-    fed, lib, peer = [], [], []
+    return _Timings(case, project, started)
+
+
+def _once(t: _Timings, i: int, *, args, env) -> None:  # type: ignore[no-untyped-def]
+    """Repeat ``i`` of one case: fedpipe, the library loop, pfl, one after another."""
+    t.fed.append(run_fedpipe(t.project, env, force=i > 0))
+    t.lib.append(run_library(t.project, env))
     # pfl trains the same clients whether fedpipe vectorizes them or not
-    with_peer = getattr(args, "peers", False) and not (case.images or case.dask)
-    for i in range(args.repeats):  # alternating, medians
-        fed.append(run_fedpipe(project, env, force=i > 0))
-        lib.append(run_library(project, env))
-        if with_peer:
-            peer.append(run_pfl(case, args, env))
-    fed_s = statistics.median(f for f, _ in fed)
-    lib_s = statistics.median(f for f, _ in lib)
-    rss, lib_rss = max(r for _, r in fed), max(r for _, r in lib)
-    summary = json.loads((project / "metrics" / "summary.json").read_text())
+    if getattr(args, "peers", False) and not (t.case.images or t.case.dask):
+        t.peer.append(run_pfl(t.case, args, env))
+
+
+def _result(t: _Timings, *, args, env) -> Result:  # type: ignore[no-untyped-def]
+    fed_s = statistics.median(f for f, _ in t.fed)
+    lib_s = statistics.median(f for f, _ in t.lib)
+    rss, lib_rss = max(r for _, r in t.fed), max(r for _, r in t.lib)
+    summary = json.loads((t.project / "metrics" / "summary.json").read_text())
     acc = (summary.get("global") or {}).get("accuracy")
     print(
-        f"  {case.label}: fedpipe {fed_s:.3f} s/round, library {lib_s:.3f}, "
-        f"{time.perf_counter() - started:.0f} s in all",
+        f"  {t.case.label}: fedpipe {fed_s:.3f} s/round, library {lib_s:.3f}, "
+        f"{time.perf_counter() - t.started:.0f} s since its project was made",
         file=sys.stderr,
         flush=True,
     )
     return Result(
-        case=case.label,
+        case=t.case.label,
         fedpipe_s=fed_s,
         library_s=lib_s,
         peak_rss_mb=rss,
         library_rss_mb=lib_rss,
-        cache_bytes_per_round=cache_per_round(project, env),
+        cache_bytes_per_round=cache_per_round(t.project, env),
         rounds=args.rounds,
         final_accuracy=acc,
-        pfl_s=statistics.median(peer) if peer else None,
+        pfl_s=statistics.median(t.peer) if t.peer else None,
     )
+
+
+def measure_all(cases: Sequence[Case], work: Path, *, args, env) -> list[Result]:  # type: ignore[no-untyped-def]
+    """Every case, the repeats interleaved across the cases (repeat 1 of each
+    case, then repeat 2 of each, ...), so that a machine drifting during the go
+    moves every case alike and the ratios between cases (a round of 1,000
+    clients against one of 100) are not the drift's; medians per case."""
+    timings = [_prepare(case, work, args=args, env=env) for case in cases]
+    for i in range(args.repeats):
+        for t in timings:
+            _once(t, i, args=args, env=env)
+    return [_result(t, args=args, env=env) for t in timings]
+
+
+def measure(case: Case, work: Path, *, args, env) -> Result:  # type: ignore[no-untyped-def]
+    """One case alone (:func:`measure_all` of one)."""
+    return measure_all([case], work, args=args, env=env)[0]
 
 
 def markdown(results: Sequence[Result]) -> str:
@@ -428,14 +464,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = {**os.environ, **QUIET, "DVC_SITE_CACHE_DIR": str(work / "dvc-site-cache")}
     env.pop("PREFECT_API_URL", None)
     env["PREFECT_HOME"] = str(work / "prefect-client-home")
-    results = []
+    results: list[Result] = []
     try:
         # the server as fedpipe starts it for a person: services on (the task
         # run recorder's CPU is part of what a run costs on this machine)
         with private_prefect_server(work / "prefect-home", services=True) as url:
             env["PREFECT_API_URL"] = url
-            for case in cases:
-                results.append(measure(case, work, args=args, env=env))
+            results = measure_all(cases, work, args=args, env=env)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
