@@ -311,9 +311,12 @@ def test_cohort_size_param() -> None:
     assert TrainParams().cohort_size == "auto"
     assert TrainParams(cohort_size=None).cohort_size is None
     assert TrainParams(cohort_size=100).cohort_size == 100
-    for bad in (0, "all", -3):
-        with pytest.raises(ValueError, match="cohort_size"):
+    for bad in (0, "all", -3, True, 2.5):
+        with pytest.raises(ValueError, match="cohort_size") as err:
             TrainParams(cohort_size=bad)
+        # one line naming what is allowed, not one per branch of the union
+        assert "allowed: auto, null or a whole number >= 1" in str(err.value)
+        assert "literal" not in str(err.value)
 
 
 def test_auto_is_cohorts_of_10_where_the_model_allows_and_never_under_dpsgd() -> None:

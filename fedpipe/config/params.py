@@ -223,6 +223,21 @@ class TrainParams(Section):
     (scikit-learn's ``class_weight="balanced"``), from the federated training label
     counts (a sum over clients); null: every sample weighs 1."""
 
+    @field_validator("cohort_size", mode="before")
+    @classmethod
+    def _one_cohort_line(cls, value: Any) -> Any:
+        """One line for a bad value (pydantic would name each branch of the union)."""
+        ok = value is None or value == "auto"
+        ok = ok or (
+            isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        )
+        if not ok:
+            raise ValueError(
+                f"train.cohort_size: got {value!r}; allowed: auto, null or a whole "
+                "number >= 1"
+            )
+        return value
+
 
 class ModelParams(Section):
     """Which model the federation trains, and its dials (null = the model's default).
