@@ -29,21 +29,30 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fedpipe.config.params import Params
+    from fedpipe.data.splits import FederatedData
+    from fedpipe.model.jobs import MapClients
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def _project(root: Path) -> Any:
-    """The default params, data and partition under ``root`` (cwd moves there)."""
+def _project(prefix: str) -> tuple[Params, FederatedData]:
+    """The default params, data and partition in a new temporary folder named
+    ``prefix...`` (cwd moves there); the params and the federated data."""
     from fedpipe.config import layout
     from fedpipe.config.params import load_params
     from fedpipe.core.jsonio import write_json
     from fedpipe.data import sources as fdata
     from fedpipe.data.partition.deal import partition_prepared
     from fedpipe.data.sources import prepared_spec
+    from fedpipe.model.process import data_for
 
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     repo = Path(__file__).resolve().parents[1]
     (root / "params.yaml").write_text((repo / "params.yaml").read_text())
     os.chdir(root)
@@ -57,10 +66,10 @@ def _project(root: Path) -> Any:
         **params.partition_arguments(),
     )
     write_json(layout.MANIFEST, manifest)
-    return params
+    return params, data_for(layout.PREPARED_DIR, layout.MANIFEST)
 
 
-def _by_value(data: Any) -> Any:
+def _by_value(data: FederatedData) -> FederatedData:
     """The same data with every client's float32 arrays held (the old jobs)."""
     from fedpipe.data.splits import ClientData, FederatedData
 
@@ -89,7 +98,9 @@ def _scheduler_sent(dask_scheduler: Any) -> int:
     return sum(bs.byte_count for bs in dask_scheduler.stream_comms.values())
 
 
-def _rounds(params: Any, data: Any, rounds: int, map_clients: Any) -> list[str]:
+def _rounds(
+    params: Params, data: FederatedData, rounds: int, map_clients: MapClients
+) -> list[str]:
     """``rounds`` rounds from the initial model; the sha256 of each round's
     weights."""
     from fedpipe.config import layout
@@ -124,28 +135,16 @@ def main() -> None:
     args = parser.parse_args()
 
     import cloudpickle
-    from distributed import Client, LocalCluster
+    from benchkit import dask_client
 
-    from fedpipe.config import layout
     from fedpipe.federation.build import model_spec
-    from fedpipe.model.process import data_for, runner_for
+    from fedpipe.model.process import runner_for
     from fedpipe.model.trainer import run_here
 
-    root = Path(tempfile.mkdtemp(prefix="bench-dask-bytes-"))
-    params = _project(root)
-    data = data_for(layout.PREPARED_DIR, layout.MANIFEST)
+    params, data = _project("bench-dask-bytes-")
     model_bytes = None
     rows: list[dict] = []
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            preload=["tasks.federation"],
-        ) as cluster,
-        Client(cluster, set_as_default=False) as client,
-    ):
+    with dask_client() as client:
         results = {}
         for variant, held in (("arrays", _by_value(data)), ("reference", data)):
 

@@ -44,7 +44,6 @@ import argparse
 import asyncio
 import os
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -172,30 +171,18 @@ def main() -> None:
     args = parser.parse_args()
 
     from bench_dask_bytes import _project
-    from distributed import Client, LocalCluster
+    from benchkit import dask_client
 
-    from fedpipe.config import layout
     from fedpipe.config.params import CompressionParams
     from fedpipe.federation.build import model_spec
     from fedpipe.federation.loop import OnRound, first_round, run_federation
-    from fedpipe.model.process import data_for, runner_for
+    from fedpipe.model.process import runner_for
 
-    root = Path(tempfile.mkdtemp(prefix="bench-wire-dask-"))
-    params = _project(root)
-    data = data_for(layout.PREPARED_DIR, layout.MANIFEST)
+    params, data = _project("bench-wire-dask-")
     spec = model_spec(params, data.spec)
     rows: list[dict] = []
     records: dict[str, list[dict]] = {}
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            preload=["tasks.federation"],
-        ) as cluster,
-        Client(cluster, set_as_default=False) as client,
-    ):
+    with dask_client() as client:
         for label, compression in CODECS:
             settings = params.model_copy(
                 update={"compression": CompressionParams(**compression)}

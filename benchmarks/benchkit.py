@@ -1,10 +1,14 @@
-"""What ``bench_rounds.py`` and ``bench_scale.py`` share: the library loop on a
-project's inputs and pfl-research's interpreter. Imported by bare name, as its
-siblings are (``sys.path`` holds this folder)."""
+"""What the benchmarks share: the library loop on a project's inputs and
+pfl-research's interpreter (``bench_rounds.py``, ``bench_scale.py``), the Dask
+cluster of ``runtime.runner: dask`` (``bench_dask_bytes.py``,
+``bench_wire_dask.py``). Imported by bare name, as its siblings are
+(``sys.path`` holds this folder)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +56,23 @@ def library_rounds(project: Path, rounds: int | None = None) -> tuple[Any, Any]:
         callbacks=[times],
     )
     return times, out
+
+
+@contextmanager
+def dask_client() -> Iterator[Any]:
+    """A client of a 2-worker ``LocalCluster`` of single-threaded worker
+    processes with ``tasks.federation`` preloaded, as ``runtime.runner: dask``
+    starts one; both closed on leaving."""
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            preload=["tasks.federation"],
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        yield client
