@@ -134,16 +134,9 @@ def central_accuracy(project: Path) -> float:
     """The run's model and initial weights trained on the pooled training rows,
     preprocessed centrally (numpy on the pooled rows: mean and std of the present
     values, missing values filled with the mean plus an indicator column)."""
-    from fedpipe.config.params import load_params
     from fedpipe.core.jsonio import read_json
-    from fedpipe.core.weights import load_weights
     from fedpipe.data.ingest import open_features, read_samples
-    from fedpipe.data.sources import prepared_spec
-    from fedpipe.data.splits import ClientData, FederatedData
-    from fedpipe.model.centralized import train_centralized
-    from fedpipe.model.training import ModelRunner, model_spec_for
 
-    params = load_params(project / "params.yaml")
     prepared = project / "data/prepared"
     manifest = read_json(project / "data/partition/manifest.json")
     position = {s: i for i, s in enumerate(read_samples(prepared)["sample_id"])}
@@ -165,26 +158,7 @@ def central_accuracy(project: Path) -> float:
         scaled = (np.where(missing, mean, x) - mean) / std
         return np.concatenate([scaled, missing[:, flagged]], axis=1).astype(np.float32)
 
-    spec = prepared_spec(prepared)
-    x_tr, x_te = central(x_train), central(x_test)
-    spec = type(spec)(**{**spec.__dict__, "input_shape": (x_tr.shape[1],)})
-    empty = np.zeros((0, x_tr.shape[1]), np.float32)
-    data = FederatedData(
-        spec,
-        x_te,
-        y_test,
-        [ClientData(0, x_tr, y_train, empty, np.zeros(0, np.int32))],
-    )
-    runner = ModelRunner(model_spec_for(params.model, params.train, spec))
-    _, record = train_centralized(
-        runner,
-        load_weights(project / "models/round-0/weights.npz"),
-        data,
-        epochs=params.federation.rounds * params.train.epochs,
-        batch_size=params.train.batch_size,
-        seed=params.seed,
-    )
-    return float(record["global"]["accuracy"])
+    return _train_central(project, central(x_train), y_train, central(x_test), y_test)
 
 
 # ---------------------------------------------------------------- mixed columns
@@ -251,7 +225,9 @@ def central_mixed_accuracy(project: Path, min_count: int = 5) -> float:
         blocks.append(part[flagged].isna().to_numpy(dtype=np.float64))
         return np.concatenate(blocks, axis=1).astype(np.float32)
 
-    return _train_central(project, prepare(train), prepare(test))
+    return _train_central(
+        project, prepare(train), _labels(train), prepare(test), _labels(test)
+    )
 
 
 # ---------------------------------------------------------------- free text
@@ -359,9 +335,20 @@ def _pooled_frames(project: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFr
     return frame, train, test
 
 
-def _train_central(project: Path, x_tr: np.ndarray, x_te: np.ndarray) -> float:
-    """The run's model from its round-0 weights, trained on ``x_tr`` for
-    rounds x epochs, scored on ``x_te`` (rows in the pooled order)."""
+def _labels(part: pd.DataFrame) -> np.ndarray:
+    """The labels of :func:`_pooled_frames`' rows (``_y``) as int32."""
+    return part["_y"].to_numpy().astype(np.int32)
+
+
+def _train_central(
+    project: Path,
+    x_tr: np.ndarray,
+    y_tr: np.ndarray,
+    x_te: np.ndarray,
+    y_te: np.ndarray,
+) -> float:
+    """The run's model from its round-0 weights, trained on ``x_tr, y_tr`` for
+    rounds x epochs, scored on ``x_te, y_te`` (rows in the pooled order)."""
     from fedpipe.config.params import load_params
     from fedpipe.core.weights import load_weights
     from fedpipe.data.sources import prepared_spec
@@ -370,23 +357,11 @@ def _train_central(project: Path, x_tr: np.ndarray, x_te: np.ndarray) -> float:
     from fedpipe.model.training import ModelRunner, model_spec_for
 
     params = load_params(project / "params.yaml")
-    _, train, test = _pooled_frames(project)
     spec = prepared_spec(project / "data/prepared")
     spec = type(spec)(**{**spec.__dict__, "input_shape": (x_tr.shape[1],)})
     empty = np.zeros((0, x_tr.shape[1]), np.float32)
     data = FederatedData(
-        spec,
-        x_te,
-        test["_y"].to_numpy().astype(np.int32),
-        [
-            ClientData(
-                0,
-                x_tr,
-                train["_y"].to_numpy().astype(np.int32),
-                empty,
-                np.zeros(0, np.int32),
-            )
-        ],
+        spec, x_te, y_te, [ClientData(0, x_tr, y_tr, empty, np.zeros(0, np.int32))]
     )
     runner = ModelRunner(model_spec_for(params.model, params.train, spec))
     _, record = train_centralized(
