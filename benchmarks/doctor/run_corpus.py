@@ -25,8 +25,6 @@ import json
 import os
 import random
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -43,8 +41,9 @@ import yaml
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 BIN = Path(sys.executable).parent
-sys.path[:0] = [str(REPO), str(REPO / "scripts"), str(HERE)]
+sys.path[:0] = [str(REPO), str(REPO / "scripts"), str(HERE.parent), str(HERE)]
 
+from bench_cache import private_prefect_server  # noqa: E402
 from plants import write_blob_table  # noqa: E402
 from tiny_data import merge, write_image_folder  # noqa: E402
 
@@ -359,12 +358,6 @@ def write_outputs(rows: Sequence[dict[str, Any]], out: Path, command: str) -> st
 # ---------------------------------------------------------------- environment
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def prefect_api(work: Path) -> Iterator[str]:
     """``$PREFECT_API_URL``, else a Prefect server of the corpus's own on a free
@@ -372,28 +365,8 @@ def prefect_api(work: Path) -> Iterator[str]:
     if os.environ.get("PREFECT_API_URL"):
         yield os.environ["PREFECT_API_URL"]
         return
-    from orchestration.server import server_env, wait_healthy
-
-    home = work / "prefect-home"
-    home.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
-    env = dict(server_env(), PREFECT_HOME=str(home))
-    with (home / "server.log").open("w") as log:
-        proc = subprocess.Popen(
-            [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
-             "--port", str(port), "--analytics-off", "--no-services"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        url = f"http://127.0.0.1:{port}/api"
-        try:
-            wait_healthy(url, timeout=120)
-            yield url
-        finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+    with private_prefect_server(work / "prefect-home") as url:
+        yield url
 
 
 def run_env(work: Path, api: str) -> dict[str, str]:
