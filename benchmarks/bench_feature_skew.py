@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from benchkit import Clock
 
 from fedpipe.config.params import PartitionParams
 from fedpipe.data.ingest import ingest_arrays, open_features, read_samples
@@ -125,7 +125,7 @@ def cost(root: Path, n: int, size: int) -> None:
         ("iid + domains", {"feature_skew": "domains"}),
         ("continuous", {"method": "continuous", "strictness": 0.5}),
     ]:
-        clock = _Clock()
+        clock = Clock()
         manifest = _manifest(prepared, [0, 1], **partition)
         made = clock.lap()
         data = federated_data(
@@ -141,19 +141,6 @@ def cost(root: Path, n: int, size: int) -> None:
         feature_stats([(c.client, c.x_train_lazy) for c in data.clients], image=True)
         stats = clock.lap()
         print(f"| {name} | {made} | {read} | {stats} |")
-
-
-class _Clock:
-    """CPU and wall seconds since the last lap."""
-
-    def __init__(self) -> None:
-        self.cpu, self.wall = time.process_time(), time.perf_counter()
-
-    def lap(self) -> str:
-        cpu, wall = time.process_time(), time.perf_counter()
-        text = f"{cpu - self.cpu:.2f} ({wall - self.wall:.2f})"
-        self.cpu, self.wall = cpu, wall
-        return text
 
 
 def main() -> None:

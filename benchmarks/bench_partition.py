@@ -34,11 +34,11 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from benchkit import Clock
 from prefect.logging import disable_run_logger
 
 from fedpipe.config.params import PartitionParams
@@ -98,19 +98,6 @@ def _shift(image: np.ndarray, dy: int, dx: int) -> np.ndarray:
     return out
 
 
-class _Clock:
-    """CPU and wall seconds since the last lap."""
-
-    def __init__(self) -> None:
-        self.cpu, self.wall = time.process_time(), time.perf_counter()
-
-    def lap(self) -> str:
-        cpu, wall = time.process_time(), time.perf_counter()
-        text = f"{cpu - self.cpu:.2f} ({wall - self.wall:.2f})"
-        self.cpu, self.wall = cpu, wall
-        return text
-
-
 def _arguments(prepared: Path, n_clients: int, partition: dict[str, Any]) -> dict:
     params = PartitionParams(**partition)
     return dict(
@@ -132,7 +119,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        clock = _Clock()
+        clock = Clock()
         x, y = digits(args.copies)
         made = clock.lap()
         prepared = root / "prepared"
@@ -163,7 +150,7 @@ def main() -> None:
         print("|---|---:|---:|---:|---:|")
         for name, partition in CASES:
             kwargs = _arguments(prepared, args.clients, partition)
-            clock = _Clock()
+            clock = Clock()
             partition_table(
                 read_samples(prepared),
                 features=open_features(prepared),

@@ -1,12 +1,14 @@
 """What the benchmarks share: the library loop on a project's inputs and
 pfl-research's interpreter (``bench_rounds.py``, ``bench_scale.py``), the Dask
 cluster of ``runtime.runner: dask`` (``bench_dask_bytes.py``,
-``bench_wire_dask.py``). Imported by bare name, as its siblings are
+``bench_wire_dask.py``), a CPU and wall clock (``bench_feature_skew.py``,
+``bench_partition.py``). Imported by bare name, as its siblings are
 (``sys.path`` holds this folder)."""
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,3 +78,18 @@ def dask_client() -> Iterator[Any]:
         Client(cluster, set_as_default=False) as client,
     ):
         yield client
+
+
+class Clock:
+    """CPU and wall seconds since the last lap (CPU: this process's
+    ``time.process_time``, the machine may be shared)."""
+
+    def __init__(self) -> None:
+        self.cpu, self.wall = time.process_time(), time.perf_counter()
+
+    def lap(self) -> str:
+        """``"CPU (wall)"`` seconds since the last lap (or the start)."""
+        cpu, wall = time.process_time(), time.perf_counter()
+        text = f"{cpu - self.cpu:.2f} ({wall - self.wall:.2f})"
+        self.cpu, self.wall = cpu, wall
+        return text
