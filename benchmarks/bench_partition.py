@@ -41,7 +41,7 @@ import numpy as np
 from benchkit import Clock
 from prefect.logging import disable_run_logger
 
-from fedpipe.config.params import PartitionParams
+from fedpipe.config.params import PartitionParams, PreprocessParams
 from fedpipe.data.ingest import ingest_arrays, open_features, read_samples
 from fedpipe.data.partition.deal import partition_table
 from fedpipe.data.sources import MNIST5K, load_mnist5k, prepared_spec
@@ -98,6 +98,11 @@ def _shift(image: np.ndarray, dy: int, dx: int) -> np.ndarray:
     return out
 
 
+#: the partition task's minimum-count rule, at ``preprocess.min_count_shown``'s
+#: default (the task's own keyword, not partition_table's)
+SHOWN = {"min_count_shown": PreprocessParams().min_count_shown}
+
+
 def _arguments(prepared: Path, n_clients: int, partition: dict[str, Any]) -> dict:
     params = PartitionParams(**partition)
     return dict(
@@ -142,7 +147,9 @@ def main() -> None:
         # before the timed runs, as a warm worker would have paid them
         with disable_run_logger():
             kwargs = _arguments(prepared, args.clients, {})
-            partition_task.fn(prepared, root / "warm.json", root / "warm", **kwargs)
+            partition_task.fn(
+                prepared, root / "warm.json", root / "warm", **SHOWN, **kwargs
+            )
         print(
             "| partition | partition stage | of which partition_table | "
             "a round's read of every client | feature_skew |"
@@ -161,7 +168,7 @@ def main() -> None:
             out = root / name.replace(" ", "_")
             with disable_run_logger():
                 partition_task.fn(
-                    prepared, out / "manifest.json", out / "report", **kwargs
+                    prepared, out / "manifest.json", out / "report", **SHOWN, **kwargs
                 )
             stage = clock.lap()
             data = open_federated(prepared, out / "manifest.json")
