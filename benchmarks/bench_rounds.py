@@ -270,6 +270,18 @@ def _child(mode: str, project: Path, rounds: int) -> dict[str, float]:
     return {**figures, "command": time.perf_counter() - start}
 
 
+def early_stages(project: Path) -> None:
+    """The data stages and ``init`` of ``project``, each a ``fedpipe stage``
+    (output captured) recorded with ``dvc commit``: only the rounds are left."""
+    for stage in ("mnist5k", "ingest", "validate", "partition", "preprocess", "init"):
+        subprocess.run(
+            [FEDPIPE, "-C", str(project), "stage", stage],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run([DVC, "commit", "-q", "-f", stage], cwd=project, check=True)
+
+
 def _reset_rounds(project: Path) -> None:
     """Forget the rounds (not the data stages) so fedpipe recomputes them."""
     lock = project / "dvc.lock"
@@ -313,13 +325,7 @@ def main() -> None:
     text = params.read_text()
     params.write_text(re.sub(r"(?m)^  rounds: \d+", f"  rounds: {args.rounds}", text))
     subprocess.run([FEDPIPE, "-C", str(project), "sync"], check=True)
-    for stage in ("mnist5k", "ingest", "validate", "partition", "preprocess", "init"):
-        subprocess.run(
-            [FEDPIPE, "-C", str(project), "stage", stage],
-            check=True,
-            capture_output=True,
-        )
-        subprocess.run([DVC, "commit", "-q", "-f", stage], cwd=project, check=True)
+    early_stages(project)
 
     modes = [m for m in args.modes.split(",") if m in VARIANTS and m != "pfl"]
     if args.peers and pfl_python() is None:

@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_rounds import DVC, FEDPIPE  # noqa: E402
+from bench_rounds import FEDPIPE, early_stages  # noqa: E402
 
 #: part of a round -> the function whose cumulative time it is (file suffix,
 #: function name); the parts do not overlap
@@ -86,13 +86,7 @@ def make_project(rounds: int, threads: int | None = None) -> Path:
     text = re.sub(r"(?m)^  threads: \w+", f"  threads: {value}", text)
     params.write_text(text)
     subprocess.run([FEDPIPE, "-C", str(project), "sync"], check=True)
-    for stage in ("mnist5k", "ingest", "validate", "partition", "preprocess", "init"):
-        subprocess.run(
-            [FEDPIPE, "-C", str(project), "stage", stage],
-            check=True,
-            capture_output=True,
-        )
-        subprocess.run([DVC, "commit", "-q", "-f", stage], cwd=project, check=True)
+    early_stages(project)
     return project
 
 
