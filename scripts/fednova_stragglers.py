@@ -30,17 +30,11 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import numpy as np  # noqa: E402
+from tiny_data import ingest_digits  # noqa: E402
 
 from fedpipe.config.params import Params, parse_params, round_chain  # noqa: E402
-from fedpipe.data.ingest import (  # noqa: E402
-    ingest_arrays,
-    open_features,
-    read_samples,
-    read_schema,
-)
+from fedpipe.data.ingest import open_features  # noqa: E402
 from fedpipe.data.partition.deal import partition_table  # noqa: E402
-from fedpipe.data.sources import DatasetSpec, load_mnist5k  # noqa: E402
 from fedpipe.data.splits import FederatedData, federated_data  # noqa: E402
 from fedpipe.federation import build  # noqa: E402
 from fedpipe.federation.failures import slow_set  # noqa: E402
@@ -74,21 +68,8 @@ def params_for(strategy: str, seed: int, args: argparse.Namespace) -> Params:
 
 def digits_data(params: Params, root: Path) -> FederatedData:
     """The 5,000 built-in digits, ingested and partitioned as the data stages do."""
-    table = load_mnist5k()
-    x = table.filter(like="px").to_numpy(dtype=np.uint8).reshape(-1, 28, 28, 1)
-    y = table["label"].to_numpy(dtype=np.int64)
     prepared = root / "prepared"
-    ingest_arrays(
-        x,
-        y,
-        out_dir=prepared,
-        source="digits",
-        class_names=[str(c) for c in range(10)],
-        value_range=(0.0, 255.0),
-        scale=255.0,
-    )
-    samples = read_samples(prepared)
-    spec = DatasetSpec.from_schema(read_schema(prepared))
+    samples, spec = ingest_digits(prepared, source="digits")
     manifest = partition_table(
         samples,
         classes=list(range(10)),

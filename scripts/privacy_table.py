@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from tiny_data import ingest_digits
 
 from fedpipe.client import make_client
 from fedpipe.client.base import LocalTraining, RecordDP
@@ -42,9 +42,9 @@ from fedpipe.config import layout
 from fedpipe.config.params import PartitionParams
 from fedpipe.config.privacy import Privacy
 from fedpipe.core.secretkey import load_or_create_key
-from fedpipe.data.ingest import ingest_arrays, open_features, read_samples, read_schema
+from fedpipe.data.ingest import open_features
 from fedpipe.data.partition.deal import partition_table
-from fedpipe.data.sources import DatasetSpec, load_mnist5k
+from fedpipe.data.sources import DatasetSpec
 from fedpipe.data.splits import FederatedData, federated_data
 from fedpipe.federation.build import private_strategy
 from fedpipe.federation.loop import Callback, run_federation
@@ -61,24 +61,6 @@ from fedpipe.model.training import ModelRunner, ModelSpec, initial_weights
 from fedpipe.strategy import make_strategy
 
 DELTA = 1e-5
-
-
-def load_digits(scratch: Path, n_samples: int | None) -> tuple[Any, DatasetSpec]:
-    """The built-in digits (the first ``n_samples``, or all), prepared as the
-    ingest stage prepares them."""
-    table = load_mnist5k().iloc[:n_samples]
-    x = table.filter(like="px").to_numpy(dtype=np.uint8).reshape(-1, 28, 28, 1)
-    y = table["label"].to_numpy(dtype=np.int64)
-    ingest_arrays(
-        x,
-        y,
-        out_dir=scratch,
-        source="mnist5k",
-        class_names=[str(c) for c in range(10)],
-        value_range=(0.0, 255.0),
-        scale=255.0,
-    )
-    return read_samples(scratch), DatasetSpec.from_schema(read_schema(scratch))
 
 
 def federation(
@@ -178,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        samples, spec = load_digits(Path(tmp) / "prepared", args.n_samples)
+        samples, spec = ingest_digits(
+            Path(tmp) / "prepared", source="mnist5k", n_samples=args.n_samples
+        )
         model = ModelSpec(
             name="mlp",
             input_shape=spec.input_shape,

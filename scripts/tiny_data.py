@@ -1,8 +1,9 @@
 """Tiny own data and tiny params, shared by the scripts and the end-to-end tests.
 
 An image folder of two learnable classes and a CSV table of three Gaussian blobs
-with a natural-client column, both seeded; the params that make a project train
-in seconds (``TINY``) and the merge that lays overrides on top.
+with a natural-client column, both seeded; the built-in digits prepared as
+arrays; the params that make a project train in seconds (``TINY``) and the merge
+that lays overrides on top.
 """
 
 from __future__ import annotations
@@ -72,3 +73,29 @@ def write_table(path: Path, *, rows: int = 300, seed: int = 0) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(path, index=False)
     return path
+
+
+def ingest_digits(
+    out_dir: Path, *, source: str, n_samples: int | None = None
+) -> tuple[Any, Any]:
+    """The built-in 5,000 digits (the first ``n_samples``, or all) prepared
+    under ``out_dir`` by ``ingest_arrays`` as 28x28x1 uint8 images of classes
+    0..9 named ``source``; their samples table and ``DatasetSpec``."""
+    import numpy as np
+
+    from fedpipe.data.ingest import ingest_arrays, read_samples, read_schema
+    from fedpipe.data.sources import DatasetSpec, load_mnist5k
+
+    table = load_mnist5k().iloc[:n_samples]
+    x = table.filter(like="px").to_numpy(dtype=np.uint8).reshape(-1, 28, 28, 1)
+    y = table["label"].to_numpy(dtype=np.int64)
+    ingest_arrays(
+        x,
+        y,
+        out_dir=out_dir,
+        source=source,
+        class_names=[str(c) for c in range(10)],
+        value_range=(0.0, 255.0),
+        scale=255.0,
+    )
+    return read_samples(out_dir), DatasetSpec.from_schema(read_schema(out_dir))
