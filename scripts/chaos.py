@@ -134,6 +134,11 @@ def run_to_end(cmd: Sequence[str], cwd: Path, env: Mapping[str, str], log: Path)
         out.close()
 
 
+def run_whole(project: Path, env: Mapping[str, str], log: Path) -> int:
+    """An uninterrupted ``fedpipe run`` of ``project`` (not forced); its exit code."""
+    return run_to_end(_command("fedpipe run", forced=False), project, env, log)
+
+
 def attempt(item: Attempt, project: Path, env: Mapping[str, str], log: Path) -> Attempt:
     """Run ``item``'s command and SIGKILL its process group at ``kill_at``."""
     proc, out = _start(_command(item.command, forced=item.forced), project, env, log)
@@ -207,21 +212,15 @@ def chaos(args: argparse.Namespace, work: Path, api_url: str) -> Outcome:
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     reference, victim = work / "reference", work / "chaos"
+    # every command of the go runs with PREFECT_HOME work/ph
+    commands_env = env | {"PREFECT_HOME": str(work / "ph")}
     for project in (reference, victim):
         make_project(
-            project,
-            env | {"PREFECT_HOME": str(work / "ph")},
-            overrides,
-            logs / f"init-{project.name}.txt",
+            project, commands_env, overrides, logs / f"init-{project.name}.txt"
         )
     started = time.monotonic()
     ref_log = logs / "reference.txt"
-    code = run_to_end(
-        _command("fedpipe run", forced=False),
-        reference,
-        env | {"PREFECT_HOME": str(work / "ph")},
-        ref_log,
-    )
+    code = run_whole(reference, commands_env, ref_log)
     reference_s = time.monotonic() - started
     if code != 0:
         raise SystemExit(f"the reference run failed:\n{ct._tail(ref_log)}")
@@ -235,7 +234,7 @@ def chaos(args: argparse.Namespace, work: Path, api_url: str) -> Outcome:
     while sum(a.killed for a in attempts) < args.kills:
         item = Attempt(rng.choice(COMMANDS), forced, rng.uniform(low, high))
         log = logs / f"attempt-{len(attempts) + 1:03d}.txt"
-        attempt(item, victim, env | {"PREFECT_HOME": str(work / "ph")}, log)
+        attempt(item, victim, commands_env, log)
         attempts.append(item)
         kills = sum(a.killed for a in attempts)
         state = "killed" if item.killed else f"ended with {item.exit_code}"
@@ -251,12 +250,7 @@ def chaos(args: argparse.Namespace, work: Path, api_url: str) -> Outcome:
             break  # a wedged project: the rest would say the same
         forced = not item.killed  # a finished project gets work again
     final_log = logs / "final.txt"
-    code = run_to_end(
-        _command("fedpipe run", forced=False),
-        victim,
-        env | {"PREFECT_HOME": str(work / "ph")},
-        final_log,
-    )
+    code = run_whole(victim, commands_env, final_log)
     if code != 0:
         failures.append(f"final fedpipe run exited {code}: {ct._tail(final_log, 3)}")
     final_text = final_log.read_text(errors="replace")
