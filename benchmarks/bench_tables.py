@@ -52,7 +52,7 @@ import argparse
 import os
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -477,31 +477,49 @@ def _mixed(root: Path, env: Mapping[str, str], args: Any, results: dict) -> None
     table = mixed_table(n=args.rows, missing=args.missing)
     project = new_project(root / "mixed", table, env, args.rounds, MIXED)
     base = {"numeric": "standard", "missing": "mean"}
-    for name, fit in (("mixed", "federated"), ("mixed-local", "local")):
-        results[name] = run_variant(project, env, {**base, "fit": fit})
-        _show(name, results[name])
-    results["mixed-central"] = central_mixed_accuracy(project)
-    _show("mixed-central", results["mixed-central"])
-    _set_params(project, ISSUE)
-    results["mixed-fedper"] = run_variant(project, env, {**base, "fit": "federated"})
-    _show("mixed-fedper", results["mixed-fedper"])
-    results["mixed-fedper-central"] = central_mixed_accuracy(project)
-    _show("mixed-fedper-central", results["mixed-fedper-central"])
+    variants = {name: {**base, "fit": fit} for name, fit in MIXED_FITS}
+    fedper = {**base, "fit": "federated"}
+    _measure(project, env, results, "mixed", variants, central_mixed_accuracy, fedper)
 
 
 def _text(root: Path, env: Mapping[str, str], args: Any, results: dict) -> None:
     project = new_project(root / "text", text_table(n=args.rows), env, args.rounds, IID)
     base = {"text": ["message"], "missing": "refuse"}
-    for name, encoding in (("text-tfidf", "tfidf"), ("text", "multihot")):
-        results[name] = run_variant(project, env, {**base, "text_encoding": encoding})
-        _show(name, results[name])
-    results["text-central"] = central_text_accuracy(project)
-    _show("text-central", results["text-central"])
+    variants = {name: {**base, "text_encoding": e} for name, e in TEXT_ENCODINGS}
+    _measure(project, env, results, "text", variants, central_text_accuracy, base)
+
+
+#: the mixed table's federated rows: (result name, ``preprocess.fit``)
+MIXED_FITS = (("mixed", "federated"), ("mixed-local", "local"))
+#: the text table's federated rows: (result name, ``preprocess.text_encoding``)
+TEXT_ENCODINGS = (("text-tfidf", "tfidf"), ("text", "multihot"))
+
+
+def _measure(
+    project: Path,
+    env: Mapping[str, str],
+    results: dict,
+    table: str,
+    variants: Mapping[str, Mapping[str, Any]],
+    central: Callable[[Path], float],
+    fedper: Mapping[str, Any],
+) -> None:
+    """One table's rows, each shown as it comes: a run per ``variants``
+    (result name -> ``preprocess.*``), ``central`` on its rows
+    (``{table}-central``), then under the issue's Dirichlet 0.5 + FedPer a run
+    with ``fedper`` and ``central`` again (``{table}-fedper``,
+    ``{table}-fedper-central``)."""
+
+    def record(name: str, accuracy: float) -> None:
+        results[name] = accuracy
+        _show(name, accuracy)
+
+    for name, preprocess in variants.items():
+        record(name, run_variant(project, env, preprocess))
+    record(f"{table}-central", central(project))
     _set_params(project, ISSUE)
-    results["text-fedper"] = run_variant(project, env, base)
-    _show("text-fedper", results["text-fedper"])
-    results["text-fedper-central"] = central_text_accuracy(project)
-    _show("text-fedper-central", results["text-fedper-central"])
+    record(f"{table}-fedper", run_variant(project, env, fedper))
+    record(f"{table}-fedper-central", central(project))
 
 
 def _show(name: str, accuracy: float) -> None:
