@@ -47,13 +47,33 @@ def run_main(
     args: list[str], cwd: Path, env: dict[str, str], *, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
     """``fedpipe ARGS`` in ``cwd`` in this process (``fedpipe_app.cli.main``), read
-    as :func:`run_cli` reads a subprocess: for read-only commands whose process is
-    not what a test checks (each such command keeps one subprocess test). The
-    environment is ``env`` during the call; it and the working folder are put back
-    after it."""
+    as :func:`run_cli` reads a subprocess (``ARGS`` may start with the
+    ``fedpipe`` script's path, as :func:`run_cli`'s do).
+
+    For commands whose process is not what a test checks: read-only ones, and
+    ``fedpipe run`` where the test reads the project it leaves (models, records,
+    dvc.lock), not the process's own output, exit on a signal or timing. The
+    same command line as the script, without a new interpreter's start: a tiny
+    run of rounds costs ~1 s of CPU here against ~8 s in a process of its own
+    (TensorFlow's, Prefect's and fedpipe's imports, and the first compile of
+    each model, are paid once per test worker); the bits are the same (the
+    compiled models of :mod:`fedpipe.model.process` are shared as the warm
+    stage worker shares them). Each command keeps at least one subprocess test
+    (tests/e2e/conftest.py's ``tiny_run`` for ``fedpipe run``). The
+    environment is ``env`` during the call; it, the working folder and the
+    SIGINT/SIGTERM handlers the command installs are put back after it."""
+    import prefect.main  # noqa: F401 - see below
+
     from fedpipe_app.cli import main
 
+    # Prefect's first import configures logging (dictConfig), which closes
+    # every handler there is: absl's (TensorFlow's) closes its stream unless
+    # it is sys.stderr at that moment. Imported here, before sys.stderr is
+    # redirected, the stream (pytest's capture of this worker) stays open.
+    if args and Path(args[0]).name == "fedpipe":
+        args = args[1:]
     saved_env, saved_cwd = dict(os.environ), Path.cwd()
+    saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     out, err = io.StringIO(), io.StringIO()
     os.environ.clear()
     os.environ.update(env)
@@ -67,6 +87,8 @@ def run_main(
         os.environ.clear()
         os.environ.update(saved_env)
         os.chdir(saved_cwd)
+        for sig, handler in saved_signals.items():
+            signal.signal(sig, handler)
     proc = subprocess.CompletedProcess(
         ["fedpipe", *args], code, out.getvalue(), err.getvalue()
     )
@@ -80,12 +102,12 @@ def run_main(
 
 def make_project(path: Path, env: dict[str, str], **overrides: dict) -> Path:
     """A new fedpipe project (git + dvc initialised, committed) with tiny params."""
-    run_cli([str(BIN / "fedpipe"), "init", str(path)], Path.cwd(), env)
+    run_main(["init", str(path)], Path.cwd(), env)  # in process: cheap, not checked
     raw = yaml.safe_load((path / "params.yaml").read_text())
     raw.pop("round_chain")
     params = merge(merge(raw, TINY), overrides)
     (path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    run_cli([str(BIN / "fedpipe"), "sync"], path, env)
+    run_main(["sync"], path, env)
     run_cli(["git", "add", "-A"], path, env)
     run_cli(["git", "commit", "-qm", "tiny experiment"], path, env)
     return path
@@ -104,7 +126,7 @@ def copy_project(
     (path / "params.yaml").write_text(
         yaml.safe_dump(merge(raw, overrides), sort_keys=False)
     )
-    run_cli([str(BIN / "fedpipe"), "sync"], path, env)
+    run_main(["sync"], path, env)
     run_cli(["git", "add", "-A"], path, env)
     run_cli(["git", "commit", "-qm", "tiny experiment", "--allow-empty"], path, env)
     return path

@@ -92,7 +92,7 @@ def test_a_damaged_round_output_is_named_and_rebuilt(
     flagged = lineage.stdout.split("FLAGGED:")[-1]
     assert "FLAGGED:" in lineage.stdout and TARGET in flagged, lineage.stdout
 
-    run = run_cli(RUN, project, cli_env)
+    run = run_main(RUN, project, cli_env)
     ran = run.stdout.split("done:")[-1]
     assert "round@2" in ran and "round@1," not in ran, run.stdout
     assert "Traceback" not in run.stdout + run.stderr, run.stderr

@@ -30,7 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import BIN, SCRIPTS, file_hashes, load_script, make_project, run_cli
+from e2e_helpers import (
+    BIN,
+    SCRIPTS,
+    file_hashes,
+    load_script,
+    make_project,
+    run_cli,
+    run_main,
+)
 from undone import undo_from
 
 from fedpipe.config.overrides import set_params
@@ -79,7 +87,7 @@ def base(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> P
 def local(base: Path, cluster: dask_hosts.TlsCluster, cli_env: dict[str, str]) -> Path:
     project = base.parent / "local"
     shutil.copytree(base, project)
-    run_cli(RUN, project, cli_env)
+    run_main(RUN, project, cli_env)
     return project
 
 

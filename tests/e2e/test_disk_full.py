@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import BIN, file_hashes, run_cli
+from e2e_helpers import BIN, file_hashes, run_cli, run_main
 from undone import undo_from
 
 pytestmark = pytest.mark.e2e
@@ -172,7 +172,7 @@ def test_a_full_disk_stops_in_one_line_and_the_run_resumes(
     assert not left, f"half-written files left: {', '.join(left)}; run said: {said}"
 
     ballast.unlink()
-    resumed = run_cli(RUN, project, cli_env)
+    resumed = run_main(RUN, project, cli_env)
     assert "round@1" not in resumed.stdout.split("done:")[-1], resumed.stdout
     reference = tiny_run["project"]
     for pattern in OUTPUTS:

@@ -36,7 +36,7 @@ def projects(
     shutil.copytree(fresh, by_run)
     shutil.copytree(fresh, by_repro)
     run = [FEDPIPE, "run", "--no-server-start", "--no-report"]
-    ran = run_cli(run, by_run, cli_env).stdout.split("stage(s) ran", 1)[1]
+    ran = run_main(run, by_run, cli_env).stdout.split("stage(s) ran", 1)[1]
     assert "validate" not in ran and "partition, preprocess, init" in ran
     repro = run_cli([DVC, "repro"], by_repro, cli_env).stdout
     assert "Running stage 'validate'" not in repro

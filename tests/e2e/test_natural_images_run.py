@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from bad_input_corpus import KINDS  # scripts/: e2e_helpers puts it on the path
-from e2e_helpers import BIN, make_project, merge, run_cli, write_image_folder
+from e2e_helpers import BIN, make_project, merge, run_cli, run_main, write_image_folder
 
 from fedpipe.config.overrides import set_params
 
@@ -31,7 +31,7 @@ BY_WRITER = merge(
 
 
 def _run(project: Path, env: dict[str, str]) -> None:
-    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], project, env)
+    run_main([FEDPIPE, "run", "--no-server-start", "--no-report"], project, env)
 
 
 def _manifest(project: Path) -> dict:

@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from e2e_helpers import BIN, file_hashes, run_cli
+from e2e_helpers import BIN, file_hashes, run_cli, run_main
 from e2e_helpers import start_in_session as _start
 from e2e_helpers import wait_for_file as _wait_for
 
@@ -208,7 +208,7 @@ def test_server_killed_mid_run_stops_in_30_s_and_resumes_to_the_same_bits(
     assert said.group(2) == (None if last is None else str(last))
     assert "init" in recorded  # what had finished is recorded, not lost
 
-    resumed = run_cli(RUN, project, cli_env)  # the session's server
+    resumed = run_main(RUN, project, cli_env)  # the session's server
     ran = _ran(resumed.stdout)
     assert not set(ran) & set(recorded)
     # at most the interrupted round again (none: a round needs no server while it

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import BIN, file_hashes, run_cli
+from e2e_helpers import BIN, file_hashes, run_cli, run_main
 from e2e_helpers import start_in_session as _start
 from e2e_helpers import wait_for_file as _wait_for
 from undone import undo_from
@@ -149,14 +149,14 @@ def test_scaffold_killed_at_several_points_of_a_round_resumes_to_the_same_bits(
     undo_from(reference, 0)
     set_params(reference / "params.yaml", {"strategy.name": "scaffold"})
     killed = shutil.copytree(reference, tmp_path / "scaffold-killed")
-    run_cli(RUN, reference, cli_env)
+    run_main(RUN, reference, cli_env)
     for marker in ("metrics/rounds/round-1.json", "models/round-3/weights.npz"):
         run = _start(RUN, killed, cli_env)
         _wait_for(killed / marker, run)
         os.killpg(run.pid, signal.SIGKILL)
         run.wait()
     assert not (killed / "metrics/summary.json").exists()
-    run_cli(RUN, killed, cli_env)
+    run_main(RUN, killed, cli_env)
     for files in ("models/round-*/*.npz", "models/round-*/clients/*"):
         assert file_hashes(killed, files) == file_hashes(reference, files), files
     assert len(file_hashes(killed, "models/round-4/clients/*")) > 1  # their state

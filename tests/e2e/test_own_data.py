@@ -17,6 +17,7 @@ from e2e_helpers import (
     file_hashes,
     make_project,
     run_cli,
+    run_main,
     write_image_folder,
     write_table,
 )
@@ -37,7 +38,7 @@ def _project(path: Path, env: dict[str, str], kind: str) -> Path:
     else:
         write_table(path / "data/table.csv")
         project = make_project(path, env, **TABLE)
-    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], project, env)
+    run_main([FEDPIPE, "run", "--no-server-start", "--no-report"], project, env)
     return project
 
 

@@ -15,7 +15,7 @@ import time
 
 import pandas as pd
 import pytest
-from e2e_helpers import BIN, file_hashes, run_cli
+from e2e_helpers import BIN, file_hashes, run_cli, run_main
 
 from orchestration.staleness import SETTLE_S
 
@@ -167,7 +167,7 @@ def test_nothing_to_do_but_the_report_makes_the_report(
     shutil.copytree(projects["run"], project)
     (project / "reports/report.html").unlink()
     time.sleep(SETTLE_S)  # as above: the kept answer is not what is checked here
-    again = run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env)
+    again = run_main([FEDPIPE, "run", "--no-server-start"], project, cli_env)
     assert "done: 0 stage(s) ran" in again.stdout
     assert "no flow run" not in again.stdout  # the normal path: a flow run
     assert (project / "reports/report.html").is_file()
@@ -202,7 +202,7 @@ def test_resume_after_kill_ends_with_the_same_model(
     proc.wait()
     assert not (project / "metrics/summary.json").exists()
 
-    resumed = run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env)
+    resumed = run_main([FEDPIPE, "run", "--no-server-start"], project, cli_env)
     ran = resumed.stdout.split("stage(s) ran", 1)[1]
     for done_before in ("mnist5k", "ingest", "validate", "partition", "init"):
         assert done_before not in ran

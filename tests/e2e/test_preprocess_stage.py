@@ -51,7 +51,7 @@ def projects(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) 
     return {
         "run": by_run,
         "repro": by_repro,
-        "run_out": run_cli(run, by_run, cli_env),
+        "run_out": run_main(run, by_run, cli_env),
         "repro_out": run_cli([DVC, "repro"], by_repro, cli_env),
     }
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from e2e_helpers import BIN, TINY, file_hashes, run_cli
+from e2e_helpers import BIN, TINY, file_hashes, run_cli, run_main
 
 from fedpipe.config.privacy import Privacy
 from fedpipe.federation.privacy.accountant import central_epsilon
@@ -48,7 +48,7 @@ def adaptive_run(
     project = _with_privacy(
         tiny_run["project"], tmp_path_factory.mktemp("adaptive") / "p", ADAPTIVE
     )
-    proc = run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env)
+    proc = run_main([FEDPIPE, "run", "--no-server-start"], project, cli_env)
     return {"project": project, "proc": proc}
 
 

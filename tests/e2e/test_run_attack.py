@@ -12,7 +12,7 @@ import json
 import shutil
 
 import pytest
-from e2e_helpers import BIN, run_cli, run_main
+from e2e_helpers import BIN, run_main
 
 from fedpipe.config.overrides import set_params
 from fedpipe.observe.doctor import codes
@@ -34,8 +34,8 @@ def run(tiny_run: dict, tmp_path_factory: pytest.TempPathFactory, cli_env) -> di
     project = tmp_path_factory.mktemp("attack") / "project"
     shutil.copytree(tiny_run["project"], project)
     set_params(project / "params.yaml", SIGN_FLIP)
-    run_cli([FEDPIPE, "sync"], project, cli_env)  # five clients: the same chain
-    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], project, cli_env)
+    run_main([FEDPIPE, "sync"], project, cli_env)  # five clients: the same chain
+    run_main([FEDPIPE, "run", "--no-server-start", "--no-report"], project, cli_env)
     return {"project": project}
 
 

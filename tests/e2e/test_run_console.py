@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import BIN, file_hashes, run_cli, start_in_session
+from e2e_helpers import BIN, file_hashes, run_cli, run_main, start_in_session
 from undone import undo_from
 
 from fedpipe.config.overrides import set_params
@@ -242,7 +242,7 @@ def test_interrupt_says_where_it_stopped_and_run_resumes(
     if sig != signal.SIGINT:
         return
     last = int(recorded.group(1))
-    resumed = run_cli(RUN, project, cli_env)
+    resumed = run_main(RUN, project, cli_env)
     ran = resumed.stdout.split("stage(s) ran", 1)[1]
     assert "init" not in ran and f"round@{last}," not in ran
     again = [int(k) for k in ROUND_LINE.findall(resumed.stdout)]

@@ -47,13 +47,13 @@ def runs(
 ) -> dict:
     base = tmp_path_factory.mktemp("diagnostics")
     healthy = copy_project(tiny_ready, base / "healthy", cli_env, **HEALTHY)
-    proc = run_cli([FEDPIPE, "run", "--no-server-start"], healthy, cli_env)
+    proc = run_main([FEDPIPE, "run", "--no-server-start"], healthy, cli_env)
     ran = proc.stdout.split("stage(s) ran", 1)[1]
     assert "validate" not in ran and "partition" in ran  # 4 clients, not 3
     seed = shutil.copytree(healthy, base / "seed", symlinks=True)
     set_params(seed / "params.yaml", SEED_QUESTION)
     run_cli(["git", "commit", "-qam", "the seed question"], seed, cli_env)
-    proc = run_cli([FEDPIPE, "run", "--no-server-start"], seed, cli_env)
+    proc = run_main([FEDPIPE, "run", "--no-server-start"], seed, cli_env)
     ran = proc.stdout.split("stage(s) ran", 1)[1]
     assert "partition" not in ran and "init" in ran  # the same data, a new model
     return {"healthy": healthy, "seed": seed}

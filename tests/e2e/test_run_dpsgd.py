@@ -15,7 +15,7 @@ from pathlib import Path
 import dp_accounting
 import pytest
 import yaml
-from e2e_helpers import BIN, file_hashes, run_cli
+from e2e_helpers import BIN, file_hashes, run_cli, run_main
 
 from fedpipe.config import layout
 from fedpipe.config.params import load_params
@@ -65,7 +65,7 @@ def test_dpsgd_run_and_dvc_repro_same_bits_with_the_same_key(
     shutil.copytree(by_run, by_repro, symlinks=True)
 
     run = [FEDPIPE, "run", "--no-server-start", "--no-report"]
-    proc = run_cli(run, by_run, cli_env)
+    proc = run_main(run, by_run, cli_env)
     run_cli([FEDPIPE, "sync"], by_repro, cli_env)
     run_cli([DVC, "repro"], by_repro, cli_env)
 

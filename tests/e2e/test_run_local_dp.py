@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from e2e_helpers import BIN, file_hashes, run_cli
+from e2e_helpers import BIN, file_hashes, run_cli, run_main
 
 from fedpipe.client.localdp import client_key
 from fedpipe.config import layout
@@ -72,7 +72,7 @@ def runs(tiny_run: dict, tmp_path_factory: pytest.TempPathFactory,
     )
     run = [FEDPIPE, "run", "--no-server-start", "--no-report"]
     for name in ("run", "other"):
-        run_cli(run, out[name], cli_env)
+        run_main(run, out[name], cli_env)
     # -v: Prefect's log says which process compiled the model for the clients
     proc = run_cli([FEDPIPE, "run", "-v", *run[2:]], out["dask"], cli_env)
     (out["dask"] / "run.log").write_text(proc.stdout + proc.stderr)

@@ -147,7 +147,7 @@ def test_a_dp_run_publishes_no_oracle_statistic(
     # which must not be published either (issue 36, item 2)
     params["personalization"] = {"method": "ditto"}
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    run_cli([FEDPIPE, "run", "--no-server-start"], project, cli_env)
+    run_main([FEDPIPE, "run", "--no-server-start"], project, cli_env)
 
     from fedpipe.federation.privacy.views import ORACLE_KEYS
 

@@ -47,7 +47,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -
     (base / "p/data").mkdir(parents=True)
     _table(150, 5).to_csv(base / "p/data/table.csv", index=False)
     path = make_project(base / "p", cli_env, **SETTINGS)
-    run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], path, cli_env)
+    run_main([FEDPIPE, "run", "--no-server-start", "--no-report"], path, cli_env)
     new = _table(23, 11).drop(columns=["label"])
     new.loc[[2, 9], "tiny"] = np.nan  # blank cells: the transform imputes them
     new.loc[4, "huge"] = np.nan
