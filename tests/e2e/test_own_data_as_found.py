@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from e2e_helpers import BIN, make_project, run_cli, write_image_folder
+from e2e_helpers import BIN, make_project, run_main, write_image_folder
 
 pytestmark = pytest.mark.e2e
 FEDPIPE = str(BIN / "fedpipe")
@@ -65,7 +65,7 @@ def test_table_with_class_names_runs_end_to_end(
     _named_table(tmp_path / "p/data/table.csv")
     data = {"data": {"source": "table", "path": "data/table.csv"}}
     project = make_project(tmp_path / "p", cli_env, **TINY, **data)
-    run_cli(RUN, project, cli_env)
+    run_main(RUN, project, cli_env)
     schema = yaml.safe_load((project / "data/prepared/schema.json").read_text())
     assert schema["class_names"] == ["cat", "dog", "with_mask"]
     assert _class_count_columns(project) == [
@@ -81,7 +81,7 @@ def test_photo_folder_with_os_metadata_runs_end_to_end(
     _copied_from_a_desktop(tmp_path / "p/data/images")
     data = {"data": {"source": "images", "path": "data/images", "image_size": [16, 16]}}
     project = make_project(tmp_path / "p", cli_env, **TINY, **data)
-    proc = run_cli(RUN, project, cli_env)
+    proc = run_main(RUN, project, cli_env)
     samples = pd.read_parquet(project / "data/prepared/samples.parquet")
     assert len(samples) == 30
     assert (samples["status"] == "ok").all()

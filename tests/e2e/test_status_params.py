@@ -188,7 +188,7 @@ def test_exp_is_listed_by_dvc_and_leaves_the_workspace(
 def test_run_with_an_override_records_it_in_dvc_lock(
     project: Path, cli_env: dict[str, str]
 ) -> None:
-    proc = run_cli(
+    proc = run_main(
         [FEDPIPE, "run", "--no-report", "-S", "train.lr=0.1"], project, cli_env
     )
     assert "params.yaml: train.lr = 0.1" in proc.stdout
