@@ -13,6 +13,14 @@ One tiny project (``tiny_fresh``), one `fedpipe run` of it (``tiny_run``) and on
 federation as it is, or as it ran; ``tiny_ready`` (its data stages and initial
 model done, no round) every module that only needs rounds run on TINY's data.
 
+A ``fedpipe`` command whose process is not what a test checks (the project it
+leaves is: models, records, dvc.lock) runs in the worker's own process through
+:func:`e2e_helpers.run_main`, ``fedpipe run`` included: the same command line
+without a new interpreter's start (~1 s of CPU for a tiny run of rounds against
+~8 s). What only a process can show (its exit on a signal, a kill, its console
+on a terminal or a pipe, a stage through DVC and the warm worker, Dask workers,
+a user's code imported fresh) keeps a subprocess.
+
 After every module, :func:`fedpipe.observe.audit.audit` checks the invariants every
 run keeps (``fedpipe audit``) on each project the module ran or changed: a broken
 promise fails the module's last test, naming the project and the file. A module

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from e2e_helpers import BIN, run_cli, run_main
+from e2e_helpers import BIN, run_main
 
 from fedpipe.config.overrides import set_params
 from fedpipe.federation.failures import slow_set
@@ -63,7 +63,7 @@ def _rerun(source: Path, project: Path, stragglers: str, env: dict[str, str]) ->
     """A copy of ``source`` run under one straggler policy."""
     shutil.copytree(source, project)
     set_params(project / "params.yaml", _settings(stragglers))
-    proc = run_cli([FEDPIPE, "run", "--no-server-start", "--no-report"], project, env)
+    proc = run_main([FEDPIPE, "run", "--no-server-start", "--no-report"], project, env)
     return {"project": project, "proc": proc, "stragglers": stragglers}
 
 
