@@ -62,14 +62,14 @@ def run_main(
     (tests/e2e/conftest.py's ``tiny_run`` for ``fedpipe run``). The
     environment is ``env`` during the call; it, the working folder and the
     SIGINT/SIGTERM handlers the command installs are put back after it."""
-    import prefect.main  # noqa: F401 - see below
-
-    from fedpipe_app.cli import main
-
     # Prefect's first import configures logging (dictConfig), which closes
     # every handler there is: absl's (TensorFlow's) closes its stream unless
     # it is sys.stderr at that moment. Imported here, before sys.stderr is
     # redirected, the stream (pytest's capture of this worker) stays open.
+    import prefect.main  # noqa: F401
+
+    from fedpipe_app.cli import main
+
     if args and Path(args[0]).name == "fedpipe":
         args = args[1:]
     saved_env, saved_cwd = dict(os.environ), Path.cwd()
